@@ -1,0 +1,2 @@
+//! prep: offline dataset preparation for LLM pretraining.
+pub mod input;
