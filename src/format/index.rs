@@ -1,0 +1,198 @@
+//! The `.idx` file: a 32-byte header, then `n_records + 1` u64 token offsets.
+
+use std::path::Path;
+
+use super::{Dtype, FormatError};
+
+/// The first eight bytes of every `.idx` file.
+pub const IDX_MAGIC: [u8; 8] = *b"PREPIDX\0";
+/// The index version this build writes and the newest it reads.
+pub const IDX_VERSION: u32 = 1;
+/// Bytes before the first offset.
+pub const IDX_HEADER_LEN: usize = 32;
+
+/// The fixed-size header of a `.idx` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdxHeader {
+    /// Token type of the shard's `.bin`.
+    pub dtype: Dtype,
+    /// Records in the shard.
+    pub n_records: u64,
+    /// Tokens in the shard's `.bin`.
+    pub n_tokens: u64,
+}
+
+impl IdxHeader {
+    /// The header's 32 bytes, as written at the start of the file.
+    pub fn encode(&self) -> [u8; IDX_HEADER_LEN] {
+        let mut out = [0u8; IDX_HEADER_LEN];
+        out[0..8].copy_from_slice(&IDX_MAGIC);
+        out[8..12].copy_from_slice(&IDX_VERSION.to_le_bytes());
+        out[12] = self.dtype.size() as u8;
+        out[16..24].copy_from_slice(&self.n_records.to_le_bytes());
+        out[24..32].copy_from_slice(&self.n_tokens.to_le_bytes());
+        out
+    }
+
+    /// Parses and checks the header at the start of `bytes` (the whole file),
+    /// including that the file's length matches the record count.
+    ///
+    /// `path` only names the file in errors.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<IdxHeader, FormatError> {
+        let len = bytes.len() as u64;
+        let head = bytes
+            .get(..IDX_HEADER_LEN)
+            .ok_or_else(|| FormatError::IdxTooShort { path: path.into(), len })?;
+        if head[0..8] != IDX_MAGIC {
+            return Err(FormatError::IdxBadMagic { path: path.into() });
+        }
+        let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if version > IDX_VERSION || version == 0 {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.into(),
+                found: version.into(),
+                supported: IDX_VERSION.into(),
+            });
+        }
+        let dtype = Dtype::from_size(head[12])
+            .ok_or(FormatError::IdxBadTokenSize { path: path.into(), size: head[12] })?;
+        if head[13..16] != [0, 0, 0] {
+            return Err(FormatError::IdxReserved { path: path.into() });
+        }
+        let n_records = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
+        let n_tokens = u64::from_le_bytes(head[24..32].try_into().expect("8 bytes"));
+        let expected = Self::file_len(n_records);
+        if expected != Some(len) {
+            return Err(FormatError::IdxSize {
+                path: path.into(),
+                len,
+                n_records,
+                expected: expected.map_or_else(|| "more bytes than a u64 holds".into(), |e| e.to_string()),
+            });
+        }
+        Ok(IdxHeader { dtype, n_records, n_tokens })
+    }
+
+    /// The size of an `.idx` file with `n_records` records, or `None` if it
+    /// overflows a u64 (only a hostile header asks for that).
+    pub fn file_len(n_records: u64) -> Option<u64> {
+        n_records
+            .checked_add(1)?
+            .checked_mul(8)?
+            .checked_add(IDX_HEADER_LEN as u64)
+    }
+}
+
+/// Checks that `offsets` start at 0, never decrease and end at `n_tokens`.
+///
+/// Reports the first offending position.
+pub(crate) fn check_offsets(path: &Path, offsets: &[u64], n_tokens: u64) -> Result<(), FormatError> {
+    let bad = |position: usize, found: u64, expected: String| FormatError::IdxOffsets {
+        path: path.into(),
+        position: position as u64,
+        found,
+        expected,
+    };
+    let Some(&first) = offsets.first() else {
+        return Err(bad(0, 0, "the index has no offsets".into()));
+    };
+    if first != 0 {
+        return Err(bad(0, first, "expected 0".into()));
+    }
+    if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
+        return Err(bad(
+            i + 1,
+            offsets[i + 1],
+            format!("smaller than offsets[{}] = {}; offsets must not decrease", i, offsets[i]),
+        ));
+    }
+    let last = offsets[offsets.len() - 1];
+    if last != n_tokens {
+        return Err(bad(
+            offsets.len() - 1,
+            last,
+            format!("expected the header's token count {n_tokens}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(header: IdxHeader, offsets: &[u64]) -> Vec<u8> {
+        let mut out = header.encode().to_vec();
+        for o in offsets {
+            out.extend_from_slice(&o.to_le_bytes());
+        }
+        out
+    }
+
+    fn p() -> &'static Path {
+        Path::new("s.idx")
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = IdxHeader { dtype: Dtype::U32, n_records: 2, n_tokens: 7 };
+        let bytes = file(h, &[0, 3, 7]);
+        assert_eq!(IdxHeader::parse(p(), &bytes).unwrap(), h);
+    }
+
+    #[test]
+    fn too_short() {
+        let err = IdxHeader::parse(p(), b"PREPIDX\0\x01").unwrap_err();
+        assert!(matches!(err, FormatError::IdxTooShort { len: 9, .. }), "{err}");
+    }
+
+    #[test]
+    fn bad_magic() {
+        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        bytes[0] = b'X';
+        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxBadMagic { .. })));
+    }
+
+    #[test]
+    fn newer_version_is_refused_by_name() {
+        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        bytes[8] = 2;
+        let err = IdxHeader::parse(p(), &bytes).unwrap_err();
+        assert!(matches!(err, FormatError::UnsupportedVersion { found: 2, supported: 1, .. }));
+        assert!(err.to_string().contains("upgrade prep"), "{err}");
+    }
+
+    #[test]
+    fn bad_token_size_and_reserved() {
+        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        bytes[12] = 3;
+        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxBadTokenSize { size: 3, .. })));
+        bytes[12] = 2;
+        bytes[14] = 1;
+        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxReserved { .. })));
+    }
+
+    #[test]
+    fn hostile_record_count_does_not_overflow() {
+        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: u64::MAX, n_tokens: 0 }, &[0]);
+        let err = IdxHeader::parse(p(), &bytes).unwrap_err();
+        assert!(matches!(err, FormatError::IdxSize { .. }), "{err}");
+        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: u64::MAX / 8, n_tokens: 0 }, &[0]);
+        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxSize { .. })));
+    }
+
+    #[test]
+    fn size_must_match_record_count() {
+        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 3, n_tokens: 0 }, &[0, 0]);
+        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxSize { n_records: 3, .. })));
+    }
+
+    #[test]
+    fn offsets_checked() {
+        assert!(check_offsets(p(), &[0, 2, 2, 5], 5).is_ok());
+        assert!(matches!(check_offsets(p(), &[1, 2], 2), Err(FormatError::IdxOffsets { position: 0, .. })));
+        assert!(matches!(check_offsets(p(), &[0, 3, 2, 5], 5), Err(FormatError::IdxOffsets { position: 2, .. })));
+        assert!(matches!(check_offsets(p(), &[0, 3], 4), Err(FormatError::IdxOffsets { position: 1, .. })));
+        assert!(check_offsets(p(), &[], 0).is_err());
+    }
+}

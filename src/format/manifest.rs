@@ -1,0 +1,242 @@
+//! `manifest.json`: what a dataset is, its shards, and how it was made.
+
+use std::path::{Component, Path};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Dtype, FormatError};
+
+/// The manifest's file name inside a dataset directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The value of the manifest's `format` field.
+pub const FORMAT_NAME: &str = "prep";
+/// The manifest version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u64 = 1;
+/// Manifests larger than this are refused before parsing: a real one is a
+/// few hundred bytes per shard.
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// The contents of `manifest.json` (see FORMAT.md for every field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `"prep"`.
+    pub format: String,
+    /// Format version, 1.
+    pub version: u64,
+    /// `"documents"` (one record per document) or `"packed"`.
+    pub kind: String,
+    /// Token type of every shard.
+    pub dtype: Dtype,
+    /// Every token id is below this.
+    pub vocab_size: u64,
+    /// Records in the dataset.
+    pub n_records: u64,
+    /// Tokens in the dataset.
+    pub n_tokens: u64,
+    /// Ids of the special tokens, or null.
+    pub special_tokens: SpecialTokens,
+    /// Every record starts with `special_tokens.bos`.
+    pub bos_prepended: bool,
+    /// Every record ends with `special_tokens.eos`.
+    pub eos_appended: bool,
+    /// The tokenizer the ids came from.
+    pub tokenizer: TokenizerInfo,
+    /// The shards, in record order.
+    pub shards: Vec<ShardInfo>,
+    /// How the dataset was made.
+    pub provenance: Provenance,
+}
+
+/// Special token ids of a dataset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecialTokens {
+    /// Beginning of a document.
+    pub bos: Option<u32>,
+    /// End of a document.
+    pub eos: Option<u32>,
+    /// Padding (packed datasets).
+    pub pad: Option<u32>,
+}
+
+/// Which tokenizer made the ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenizerInfo {
+    /// The copy of `tokenizer.json` in the dataset directory, relative to it.
+    pub file: Option<String>,
+    /// XXH3-64 of the tokenizer JSON's bytes, 16 hex digits.
+    pub xxh3: String,
+}
+
+/// One shard: a `.bin` of tokens and its `.idx`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Token file, relative to the dataset directory.
+    pub bin: String,
+    /// Index file, relative to the dataset directory.
+    pub idx: String,
+    /// Records in the shard.
+    pub n_records: u64,
+    /// Tokens in the shard.
+    pub n_tokens: u64,
+    /// Size of the `.bin` in bytes.
+    pub bin_bytes: u64,
+    /// Size of the `.idx` in bytes.
+    pub idx_bytes: u64,
+    /// XXH3-64 of the `.bin`, 16 hex digits.
+    pub bin_xxh3: String,
+    /// XXH3-64 of the `.idx`, 16 hex digits.
+    pub idx_xxh3: String,
+}
+
+/// How a dataset was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Version of prep that wrote it.
+    pub prep_version: String,
+    /// The subcommand that wrote it, e.g. `tokenize`.
+    pub command: String,
+    /// When the manifest was written, RFC 3339 UTC.
+    pub created: String,
+    /// The inputs, in the order read.
+    pub inputs: Vec<InputInfo>,
+    /// The options that shape the output.
+    pub options: serde_json::Value,
+    /// What happened to the documents read.
+    pub documents: DocumentCounts,
+    /// XXH3-64 of the options and inputs; equal fingerprints mean equal output.
+    pub fingerprint: String,
+}
+
+/// One input file of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputInfo {
+    /// The path as read.
+    pub path: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// Counts of the documents a run read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentCounts {
+    /// Documents read from the inputs.
+    pub read: u64,
+    /// Documents written as records.
+    pub written: u64,
+    /// Bad documents skipped (`--skip-bad`).
+    pub skipped: u64,
+    /// Exact duplicates dropped (`--dedup`).
+    pub deduplicated: u64,
+    /// Written documents whose text was empty.
+    pub empty: u64,
+}
+
+impl Manifest {
+    /// Reads and checks `DIR/manifest.json`: its JSON, `format`, `version`,
+    /// the shard paths, and that the shard counts add up to the totals.
+    pub fn read(dir: &Path) -> Result<Manifest, FormatError> {
+        let path = dir.join(MANIFEST_FILE);
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(FormatError::NoManifest { dir: dir.into() })
+            }
+            Err(e) => return Err(FormatError::io(&path, e)),
+        };
+        if meta.len() > MAX_MANIFEST_BYTES {
+            return Err(FormatError::BadManifest {
+                path,
+                message: format!("{} bytes, more than any manifest needs", meta.len()),
+            });
+        }
+        let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        Self::parse(&path, &bytes)
+    }
+
+    /// Parses and checks manifest bytes; `path` only names the file in errors.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Manifest, FormatError> {
+        let bad = |message: String| FormatError::BadManifest { path: path.into(), message };
+        // Look at format and version before the full parse, so a newer
+        // manifest is refused by its version rather than by a missing field.
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+            return Err(bad(format!("`format` is not {FORMAT_NAME:?}")));
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v > FORMAT_VERSION => {
+                return Err(FormatError::UnsupportedVersion {
+                    path: path.into(),
+                    found: v,
+                    supported: FORMAT_VERSION,
+                })
+            }
+            Some(v) if v >= 1 => {}
+            _ => return Err(bad("`version` is not a positive integer".into())),
+        }
+        let manifest: Manifest = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+        manifest.check(path)?;
+        Ok(manifest)
+    }
+
+    /// Internal consistency: safe shard paths and totals that add up.
+    fn check(&self, path: &Path) -> Result<(), FormatError> {
+        let bad = |message: String| FormatError::BadManifest { path: path.into(), message };
+        if self.kind != "documents" && self.kind != "packed" {
+            return Err(bad(format!("unknown kind {:?}", self.kind)));
+        }
+        let (mut records, mut tokens) = (0u64, 0u64);
+        for (i, shard) in self.shards.iter().enumerate() {
+            for name in [&shard.bin, &shard.idx] {
+                if !is_safe_relative(name) {
+                    return Err(bad(format!("shard {i}: path {name:?} is not a plain relative path")));
+                }
+            }
+            records = records
+                .checked_add(shard.n_records)
+                .ok_or_else(|| bad("record counts overflow".into()))?;
+            tokens = tokens
+                .checked_add(shard.n_tokens)
+                .ok_or_else(|| bad("token counts overflow".into()))?;
+        }
+        if records != self.n_records {
+            return Err(bad(format!(
+                "n_records is {} but the shards hold {records}",
+                self.n_records
+            )));
+        }
+        if tokens != self.n_tokens {
+            return Err(bad(format!("n_tokens is {} but the shards hold {tokens}", self.n_tokens)));
+        }
+        Ok(())
+    }
+
+    /// The manifest as written: pretty JSON with a final newline.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("a manifest always serializes");
+        s.push('\n');
+        s
+    }
+}
+
+/// A relative path that stays inside the dataset directory.
+fn is_safe_relative(name: &str) -> bool {
+    let p = Path::new(name);
+    !name.is_empty()
+        && !name.contains('\\')
+        && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_paths() {
+        assert!(is_safe_relative("shard-00000.bin"));
+        assert!(is_safe_relative("part-1/shard-00000.bin"));
+        assert!(!is_safe_relative("../x.bin"));
+        assert!(!is_safe_relative("/etc/passwd"));
+        assert!(!is_safe_relative("a/../../b"));
+        assert!(!is_safe_relative(""));
+    }
+}

@@ -1,0 +1,83 @@
+//! The one place where prep maps files and views bytes as integers.
+
+use std::fs::File;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use super::FormatError;
+
+/// A read-only file mapping (or nothing, for an empty file, which cannot be mapped).
+#[derive(Debug)]
+pub(crate) struct Mapped {
+    map: Option<Mmap>,
+}
+
+impl Mapped {
+    /// Maps `path` read-only.
+    pub(crate) fn open(path: &Path) -> Result<Mapped, FormatError> {
+        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+        if len == 0 {
+            return Ok(Mapped { map: None });
+        }
+        // SAFETY: the mapping is read-only and lives as long as `Mapped`. What
+        // mapping cannot rule out is another process truncating or rewriting
+        // the file while it is mapped: reads could then see changed bytes or
+        // fault (SIGBUS). prep never modifies a file in place (it writes
+        // under a temporary name and renames), so that happens only when a
+        // user or another tool rewrites a dataset while it is being read,
+        // which the documentation warns against.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| FormatError::io(path, e))?;
+        Ok(Mapped { map: Some(map) })
+    }
+
+    /// The file's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+/// Integer types that any byte pattern of the right size and alignment is a
+/// valid value of, and that dataset files store little-endian.
+pub(crate) trait Plain: Copy {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+impl Plain for u64 {}
+
+/// Views `bytes` as a slice of `T` without copying, or `None` when the start
+/// is not aligned for `T` or the length is not a multiple of its size.
+///
+/// Values are read in the machine's byte order, so callers check that the
+/// machine is little-endian first ([`little_endian`]).
+pub(crate) fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
+    // SAFETY: `T` is a plain integer (the `Plain` trait is private and
+    // implemented only for u16, u32, u64), so every bit pattern is a valid
+    // value and no invariant can be broken; `align_to` itself guarantees the
+    // middle slice is aligned and in bounds. The prefix and suffix must be
+    // empty, or the view would not cover `bytes` exactly.
+    let (prefix, middle, suffix) = unsafe { bytes.align_to::<T>() };
+    (prefix.is_empty() && suffix.is_empty()).then_some(middle)
+}
+
+/// Datasets are little-endian and viewed in place, so a big-endian machine
+/// cannot read them without copying.
+pub(crate) fn little_endian() -> Result<(), FormatError> {
+    if cfg!(target_endian = "little") {
+        Ok(())
+    } else {
+        Err(FormatError::BigEndian)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cast_refuses_a_partial_cover() {
+        // Three bytes never make whole u16s, whatever the alignment.
+        assert!(cast::<u16>(&[0u8; 3]).is_none());
+        assert_eq!(cast::<u16>(&[]).map(<[u16]>::len), Some(0));
+    }
+}

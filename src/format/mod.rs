@@ -1,0 +1,197 @@
+//! The on-disk contract: shard index headers, the manifest, atomic writing and
+//! a zero-copy reader. The specification follows.
+//!
+#![doc = include_str!("FORMAT.md")]
+
+use std::fmt;
+use std::path::PathBuf;
+
+mod index;
+mod manifest;
+mod mmap;
+mod reader;
+mod writer;
+
+pub use index::{IdxHeader, IDX_HEADER_LEN, IDX_MAGIC, IDX_VERSION};
+pub use manifest::{
+    DocumentCounts, InputInfo, Manifest, Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
+    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+};
+pub use reader::{Dataset, Tokens};
+pub use writer::{atomic_write, hash_file, DatasetWriter, ShardWriter};
+pub(crate) use writer::TMP_SUFFIX;
+
+/// The type of every token in a dataset's `.bin` files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Dtype {
+    /// Little-endian `u16`: every id of the vocabulary is at most 65,535.
+    #[serde(rename = "uint16")]
+    U16,
+    /// Little-endian `u32`.
+    #[serde(rename = "uint32")]
+    U32,
+}
+
+impl Dtype {
+    /// The narrowest dtype that holds every id up to `max_id`.
+    pub fn for_max_id(max_id: u32) -> Dtype {
+        if max_id <= u32::from(u16::MAX) {
+            Dtype::U16
+        } else {
+            Dtype::U32
+        }
+    }
+
+    /// Bytes per token: 2 or 4.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::U16 => 2,
+            Dtype::U32 => 4,
+        }
+    }
+
+    /// The dtype whose token size is `size` bytes, if any.
+    pub fn from_size(size: u8) -> Option<Dtype> {
+        match size {
+            2 => Some(Dtype::U16),
+            4 => Some(Dtype::U32),
+            _ => None,
+        }
+    }
+
+    /// The name used in the manifest and by numpy users: `uint16` or `uint32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::U16 => "uint16",
+            Dtype::U32 => "uint32",
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// XXH3-64 with seed 0, as the manifest writes it: 16 lowercase hex digits.
+pub fn checksum_hex(hash: u64) -> String {
+    format!("{hash:016x}")
+}
+
+/// Every way reading or writing a dataset can fail.
+///
+/// Each variant names the file it is about; a reader meets these instead of a
+/// panic or an out-of-bounds read when a file is corrupt or hostile.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// An I/O error on a file.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The directory has no `manifest.json`.
+    #[error("{}: not a prep dataset (no manifest.json; an interrupted run leaves none, re-run it to resume)", dir.display())]
+    NoManifest {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The manifest is not valid JSON or misses a field.
+    #[error("{}: invalid manifest: {message}", path.display())]
+    BadManifest {
+        /// The manifest file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The manifest or an index has a version this build does not read.
+    #[error("{}: format version {found}, but this prep reads version {supported} at most; upgrade prep", path.display())]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version in the file.
+        found: u64,
+        /// The newest version this build reads.
+        supported: u64,
+    },
+    /// An index file is shorter than its header.
+    #[error("{}: index is {len} bytes, shorter than its {IDX_HEADER_LEN}-byte header", path.display())]
+    IdxTooShort {
+        /// The index file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+    },
+    /// An index file does not start with the magic bytes.
+    #[error("{}: not a prep index (bad magic bytes)", path.display())]
+    IdxBadMagic {
+        /// The index file.
+        path: PathBuf,
+    },
+    /// The token size byte of an index header is neither 2 nor 4.
+    #[error("{}: invalid token size {size} in index header (expected 2 or 4)", path.display())]
+    IdxBadTokenSize {
+        /// The index file.
+        path: PathBuf,
+        /// The byte found.
+        size: u8,
+    },
+    /// Reserved header bytes are not zero.
+    #[error("{}: reserved bytes of the index header are not zero", path.display())]
+    IdxReserved {
+        /// The index file.
+        path: PathBuf,
+    },
+    /// The index file's size does not match the record count in its header.
+    #[error("{}: index is {len} bytes, but a header with {n_records} records needs {expected}", path.display())]
+    IdxSize {
+        /// The index file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The record count in its header.
+        n_records: u64,
+        /// The length the header implies (None when it overflows).
+        expected: String,
+    },
+    /// The offsets do not start at 0, decrease, or do not end at the token count.
+    #[error("{}: offsets[{position}] = {found}: {expected}", path.display())]
+    IdxOffsets {
+        /// The index file.
+        path: PathBuf,
+        /// Which offset is wrong.
+        position: u64,
+        /// Its value.
+        found: u64,
+        /// What was expected.
+        expected: String,
+    },
+    /// A shard's header, its `.bin` and the manifest disagree.
+    #[error("{}: {message}", path.display())]
+    Mismatch {
+        /// The file where the disagreement shows.
+        path: PathBuf,
+        /// Both sides of it.
+        message: String,
+    },
+    /// A record index past the end of the dataset.
+    #[error("record {index} is out of range: the dataset has {len} records")]
+    RecordOutOfRange {
+        /// The index asked for.
+        index: u64,
+        /// The number of records.
+        len: u64,
+    },
+    /// This machine is big-endian; the files are little-endian and are viewed in place.
+    #[error("prep datasets are little-endian and read in place; this machine is big-endian")]
+    BigEndian,
+}
+
+impl FormatError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FormatError {
+        FormatError::Io { path: path.into(), source }
+    }
+}

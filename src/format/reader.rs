@@ -1,0 +1,208 @@
+//! A zero-copy reader: every shard mapped, records handed out as borrowed slices.
+
+use std::path::{Path, PathBuf};
+
+use super::index::check_offsets;
+use super::mmap::{cast, little_endian, Mapped};
+use super::{Dtype, FormatError, IdxHeader, Manifest, ShardInfo, IDX_HEADER_LEN};
+
+/// The tokens of one record, borrowed from the mapped `.bin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens<'a> {
+    /// A `uint16` dataset.
+    U16(&'a [u16]),
+    /// A `uint32` dataset.
+    U32(&'a [u32]),
+}
+
+impl<'a> Tokens<'a> {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::U16(t) => t.len(),
+            Tokens::U32(t) => t.len(),
+        }
+    }
+
+    /// True when the record holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Token `i` widened to u32, or `None` past the end.
+    pub fn get(&self, i: usize) -> Option<u32> {
+        match self {
+            Tokens::U16(t) => t.get(i).map(|&x| u32::from(x)),
+            Tokens::U32(t) => t.get(i).copied(),
+        }
+    }
+
+    /// The tokens widened to u32, in a new vector.
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.iter().collect()
+    }
+
+    /// The tokens widened to u32.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        let (a, b) = match *self {
+            Tokens::U16(t) => (Some(t.iter().map(|&x| u32::from(x))), None),
+            Tokens::U32(t) => (None, Some(t.iter().copied())),
+        };
+        a.into_iter().flatten().chain(b.into_iter().flatten())
+    }
+}
+
+struct Shard {
+    bin: Mapped,
+    idx: Mapped,
+}
+
+impl Shard {
+    fn offsets(&self) -> &[u64] {
+        // Checked at open: the index is aligned, its length matches the header.
+        cast::<u64>(&self.idx.bytes()[IDX_HEADER_LEN..]).expect("checked at open")
+    }
+}
+
+/// An open dataset: the manifest, and every shard mapped and checked.
+///
+/// Opening runs the quick checks (headers, sizes, offsets against the
+/// manifest; not the checksums) so that no later call can read out of bounds.
+///
+/// ```no_run
+/// let ds = prep::format::Dataset::open("out/ds")?;
+/// for i in 0..ds.len() {
+///     let record = ds.record(i)?;
+///     println!("record {i}: {} tokens", record.len());
+/// }
+/// # Ok::<(), prep::format::FormatError>(())
+/// ```
+pub struct Dataset {
+    dir: PathBuf,
+    manifest: Manifest,
+    shards: Vec<Shard>,
+    /// `starts[s]` is the global index of shard `s`'s first record; one extra
+    /// entry holds the total.
+    starts: Vec<u64>,
+}
+
+impl Dataset {
+    /// Opens the dataset in `dir` and checks every shard's header and offsets.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Dataset, FormatError> {
+        little_endian()?;
+        let dir = dir.as_ref().to_path_buf();
+        let manifest = Manifest::read(&dir)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        let mut starts = Vec::with_capacity(manifest.shards.len() + 1);
+        let mut start = 0u64;
+        for info in &manifest.shards {
+            starts.push(start);
+            shards.push(open_shard(&dir, manifest.dtype, info)?);
+            start += info.n_records; // cannot overflow: Manifest::read summed them
+        }
+        starts.push(start);
+        Ok(Dataset { dir, manifest, shards, starts })
+    }
+
+    /// The dataset directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.manifest.n_records
+    }
+
+    /// True when the dataset has no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of tokens.
+    pub fn n_tokens(&self) -> u64 {
+        self.manifest.n_tokens
+    }
+
+    /// Token type.
+    pub fn dtype(&self) -> Dtype {
+        self.manifest.dtype
+    }
+
+    /// Record `index`, borrowed from the mapped shard: no copy, no allocation.
+    pub fn record(&self, index: u64) -> Result<Tokens<'_>, FormatError> {
+        if index >= self.len() {
+            return Err(FormatError::RecordOutOfRange { index, len: self.len() });
+        }
+        // The last shard whose first record is at or before `index`; empty
+        // shards share a start with their successor and are skipped over.
+        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let shard = &self.shards[s];
+        let local = (index - self.starts[s]) as usize;
+        let offsets = shard.offsets();
+        let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
+        let bytes = shard.bin.bytes();
+        Ok(match self.manifest.dtype {
+            Dtype::U16 => Tokens::U16(&cast::<u16>(bytes).expect("checked at open")[lo..hi]),
+            Dtype::U32 => Tokens::U32(&cast::<u32>(bytes).expect("checked at open")[lo..hi]),
+        })
+    }
+
+    /// Every record in order.
+    pub fn records(&self) -> impl Iterator<Item = Tokens<'_>> + '_ {
+        (0..self.len()).map(move |i| self.record(i).expect("index in range"))
+    }
+}
+
+fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, FormatError> {
+    let idx_path = dir.join(&info.idx);
+    let bin_path = dir.join(&info.bin);
+    let idx = Mapped::open(&idx_path)?;
+    let header = IdxHeader::parse(&idx_path, idx.bytes())?;
+    let mismatch = |path: &Path, message: String| FormatError::Mismatch { path: path.into(), message };
+    if header.dtype != dtype {
+        return Err(mismatch(
+            &idx_path,
+            format!("header says {} but the manifest says {dtype}", header.dtype),
+        ));
+    }
+    if header.n_records != info.n_records || header.n_tokens != info.n_tokens {
+        return Err(mismatch(
+            &idx_path,
+            format!(
+                "header has {} records and {} tokens but the manifest lists {} and {}",
+                header.n_records, header.n_tokens, info.n_records, info.n_tokens
+            ),
+        ));
+    }
+    let offsets = cast::<u64>(&idx.bytes()[IDX_HEADER_LEN..]).ok_or_else(|| {
+        mismatch(&idx_path, "offsets are not 8-byte aligned in memory".into())
+    })?;
+    check_offsets(&idx_path, offsets, header.n_tokens)?;
+    let bin = Mapped::open(&bin_path)?;
+    let expected = header.n_tokens.checked_mul(dtype.size() as u64);
+    if expected != Some(bin.bytes().len() as u64) {
+        return Err(mismatch(
+            &bin_path,
+            format!(
+                "{} bytes, but {} tokens of {dtype} need {}",
+                bin.bytes().len(),
+                header.n_tokens,
+                expected.map_or_else(|| "more than a u64".into(), |e| e.to_string())
+            ),
+        ));
+    }
+    let aligned = match dtype {
+        Dtype::U16 => cast::<u16>(bin.bytes()).is_some(),
+        Dtype::U32 => cast::<u32>(bin.bytes()).is_some(),
+    };
+    if !aligned {
+        return Err(mismatch(&bin_path, "tokens are not aligned in memory".into()));
+    }
+    Ok(Shard { bin, idx })
+}

@@ -1,0 +1,262 @@
+//! Writing shards and small files atomically: a temporary name in the target
+//! directory, flushed to disk, then renamed into place.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{checksum_hex, Dtype, FormatError, IdxHeader, ShardInfo, IDX_HEADER_LEN};
+
+/// Suffix of every file prep has not finished writing.
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
+const WRITE_BUFFER: usize = 1 << 20;
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().expect("a file path").to_os_string();
+    name.push(TMP_SUFFIX);
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to `path` so that readers see the old file or the new one,
+/// never a part: a temporary file in the same directory, fsync, rename.
+pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
+    let tmp = tmp_path(path);
+    let io = |e| FormatError::io(&tmp, e);
+    let mut file = File::create(&tmp).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(|e| FormatError::io(path, e))?;
+    sync_dir(path)
+}
+
+/// Makes a rename durable: fsync the directory that holds `path`.
+fn sync_dir(path: &Path) -> Result<(), FormatError> {
+    #[cfg(unix)]
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| FormatError::io(dir, e))?;
+    }
+    Ok(())
+}
+
+/// Writes one shard: records are appended to `STEM.bin.tmp` and
+/// `STEM.idx.tmp`; [`ShardWriter::finish`] writes the header, checksums both
+/// files and renames them into place.
+pub struct ShardWriter {
+    bin_path: PathBuf,
+    idx_path: PathBuf,
+    bin: BufWriter<File>,
+    idx: BufWriter<File>,
+    bin_hash: Xxh3,
+    dtype: Dtype,
+    n_records: u64,
+    n_tokens: u64,
+    scratch: Vec<u8>,
+}
+
+impl ShardWriter {
+    /// Starts shard `STEM` in `dir`, with tokens of `dtype`.
+    pub fn create(dir: &Path, stem: &str, dtype: Dtype) -> Result<ShardWriter, FormatError> {
+        let bin_path = dir.join(format!("{stem}.bin"));
+        let idx_path = dir.join(format!("{stem}.idx"));
+        let open = |path: &Path| {
+            let tmp = tmp_path(path);
+            File::create(&tmp)
+                .map(|f| BufWriter::with_capacity(WRITE_BUFFER, f))
+                .map_err(|e| FormatError::io(&tmp, e))
+        };
+        let bin = open(&bin_path)?;
+        let mut idx = open(&idx_path)?;
+        // The header's counts are known only at the end: write a placeholder
+        // now and the real header in `finish`, so offsets stream to disk and
+        // memory does not grow with the number of records.
+        let mut first = [0u8; IDX_HEADER_LEN + 8];
+        first[..8].copy_from_slice(b"PREPTMP\0");
+        idx.write_all(&first).map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
+        Ok(ShardWriter {
+            bin_path,
+            idx_path,
+            bin,
+            idx,
+            bin_hash: Xxh3::new(),
+            dtype,
+            n_records: 0,
+            n_tokens: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Appends one record.
+    ///
+    /// An id that does not fit the shard's dtype is an error: ids are never truncated.
+    pub fn push(&mut self, tokens: &[u32]) -> Result<(), FormatError> {
+        self.scratch.clear();
+        match self.dtype {
+            Dtype::U16 => {
+                self.scratch.reserve(tokens.len() * 2);
+                for &t in tokens {
+                    let t = u16::try_from(t).map_err(|_| FormatError::Mismatch {
+                        path: self.bin_path.clone(),
+                        message: format!("token id {t} does not fit uint16"),
+                    })?;
+                    self.scratch.extend_from_slice(&t.to_le_bytes());
+                }
+            }
+            Dtype::U32 => {
+                self.scratch.reserve(tokens.len() * 4);
+                for &t in tokens {
+                    self.scratch.extend_from_slice(&t.to_le_bytes());
+                }
+            }
+        }
+        self.bin
+            .write_all(&self.scratch)
+            .map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
+        self.bin_hash.update(&self.scratch);
+        self.n_tokens += tokens.len() as u64;
+        self.n_records += 1;
+        self.idx
+            .write_all(&self.n_tokens.to_le_bytes())
+            .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))?;
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn n_records(&self) -> u64 {
+        self.n_records
+    }
+
+    /// Bytes of the `.bin` so far.
+    pub fn bin_bytes(&self) -> u64 {
+        self.n_tokens * self.dtype.size() as u64
+    }
+
+    /// Writes the header, syncs, checksums and renames both files into place.
+    pub fn finish(self) -> Result<ShardInfo, FormatError> {
+        let bin_tmp = tmp_path(&self.bin_path);
+        let idx_tmp = tmp_path(&self.idx_path);
+        let bin = self.bin.into_inner().map_err(|e| FormatError::io(&bin_tmp, e.into_error()))?;
+        bin.sync_all().map_err(|e| FormatError::io(&bin_tmp, e))?;
+        let mut idx = self.idx.into_inner().map_err(|e| FormatError::io(&idx_tmp, e.into_error()))?;
+        let header = IdxHeader { dtype: self.dtype, n_records: self.n_records, n_tokens: self.n_tokens };
+        let io = |e| FormatError::io(&idx_tmp, e);
+        idx.seek(SeekFrom::Start(0)).map_err(io)?;
+        idx.write_all(&header.encode()).map_err(io)?;
+        idx.sync_all().map_err(io)?;
+        // The index is small (8 bytes a record): hashing it by reading it back
+        // is cheaper than holding its offsets in memory.
+        idx.seek(SeekFrom::Start(0)).map_err(io)?;
+        let (idx_xxh3, idx_bytes) = hash_reader(&mut idx).map_err(io)?;
+        let expected = IdxHeader::file_len(self.n_records).expect("a written index fits a u64");
+        if idx_bytes != expected {
+            return Err(FormatError::Mismatch {
+                path: idx_tmp,
+                message: format!("wrote {idx_bytes} index bytes, expected {expected}"),
+            });
+        }
+        std::fs::rename(&bin_tmp, &self.bin_path).map_err(|e| FormatError::io(&self.bin_path, e))?;
+        std::fs::rename(&idx_tmp, &self.idx_path).map_err(|e| FormatError::io(&self.idx_path, e))?;
+        sync_dir(&self.idx_path)?;
+        let name = |p: &Path| p.file_name().expect("a file").to_string_lossy().into_owned();
+        Ok(ShardInfo {
+            bin: name(&self.bin_path),
+            idx: name(&self.idx_path),
+            n_records: self.n_records,
+            n_tokens: self.n_tokens,
+            bin_bytes: self.n_tokens * self.dtype.size() as u64,
+            idx_bytes,
+            bin_xxh3: checksum_hex(self.bin_hash.digest()),
+            idx_xxh3: checksum_hex(idx_xxh3),
+        })
+    }
+}
+
+/// XXH3-64 and length of everything `reader` yields.
+pub(crate) fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, u64)> {
+    let mut hasher = Xxh3::new();
+    let mut buf = vec![0u8; WRITE_BUFFER];
+    let mut len = 0u64;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok((hasher.digest(), len)),
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                len += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// XXH3-64 and length of a file.
+pub fn hash_file(path: &Path) -> Result<(u64, u64), FormatError> {
+    let mut file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    hash_reader(&mut file).map_err(|e| FormatError::io(path, e))
+}
+
+/// Writes records into consecutive shards `shard-NNNNN`, cutting a new shard
+/// before a record that would take the current `.bin` past `shard_size` bytes.
+pub struct DatasetWriter {
+    dir: PathBuf,
+    dtype: Dtype,
+    shard_size: u64,
+    shards: Vec<ShardInfo>,
+    current: Option<ShardWriter>,
+}
+
+impl DatasetWriter {
+    /// A writer into `dir` that continues after the shards already `done`
+    /// (empty for a fresh dataset; a resumed run passes the shards it kept).
+    pub fn new(dir: &Path, dtype: Dtype, shard_size: u64, done: Vec<ShardInfo>) -> DatasetWriter {
+        DatasetWriter { dir: dir.into(), dtype, shard_size: shard_size.max(1), shards: done, current: None }
+    }
+
+    /// The file stem of shard number `n`.
+    pub fn shard_stem(n: usize) -> String {
+        format!("shard-{n:05}")
+    }
+
+    /// Appends one record. Returns the shard that was completed to make room
+    /// for it, if one was: that shard and all before it are final on disk.
+    pub fn push(&mut self, tokens: &[u32]) -> Result<Option<&ShardInfo>, FormatError> {
+        let bytes = tokens.len() as u64 * self.dtype.size() as u64;
+        let mut sealed = false;
+        if let Some(current) = &self.current {
+            if current.n_records() > 0 && current.bin_bytes() + bytes > self.shard_size {
+                self.seal()?;
+                sealed = true;
+            }
+        }
+        let current = match &mut self.current {
+            Some(c) => c,
+            None => {
+                let stem = Self::shard_stem(self.shards.len());
+                self.current.insert(ShardWriter::create(&self.dir, &stem, self.dtype)?)
+            }
+        };
+        current.push(tokens)?;
+        Ok(if sealed { self.shards.last() } else { None })
+    }
+
+    fn seal(&mut self) -> Result<(), FormatError> {
+        if let Some(current) = self.current.take() {
+            self.shards.push(current.finish()?);
+        }
+        Ok(())
+    }
+
+    /// The shards completed so far.
+    pub fn shards(&self) -> &[ShardInfo] {
+        &self.shards
+    }
+
+    /// Completes the open shard and returns every shard, in order.
+    pub fn finish(mut self) -> Result<Vec<ShardInfo>, FormatError> {
+        self.seal()?;
+        Ok(self.shards)
+    }
+}
