@@ -1,0 +1,68 @@
+//! The `prep` command line: flags become a library config, nothing more.
+//!
+//! Exit codes scripts can rely on: 0 success, 1 a check found problems
+//! (`prep validate`), 2 a usage, input or I/O error.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod progress;
+mod tokenize;
+
+/// Offline dataset preparation for LLM pretraining: tokenize raw text into
+/// sharded, mmap-able token datasets.
+#[derive(Debug, Parser)]
+#[command(name = "prep", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Tokenize JSONL (plain, .gz, .zst) or Parquet into a sharded token dataset.
+    Tokenize(tokenize::Args),
+}
+
+/// Exit code for usage, input and I/O errors.
+pub const EXIT_ERROR: u8 = 2;
+
+/// Parses the command line, runs the subcommand and maps the outcome to an exit code.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_ERROR } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Tokenize(args) => tokenize::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("prep: error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// A closed stdout (`prep ... | head`) is not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// True when stderr is a terminal a progress bar can be drawn on.
+fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}

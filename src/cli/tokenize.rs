@@ -1,0 +1,156 @@
+//! `prep tokenize`: flags to a [`TokenizeConfig`], then the summary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::size::{format_bytes, parse_size};
+use crate::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
+
+/// Tokenize raw documents into a sharded token dataset.
+///
+/// Reads JSONL (plain, .gz or .zst) and Parquet, tokenizes every document with
+/// a HuggingFace tokenizer.json exactly as the Python `tokenizers` package's
+/// `encode(text, add_special_tokens=False)` does, appends an end-of-document
+/// token, and writes DIR/manifest.json with shards DIR/shard-NNNNN.bin + .idx.
+/// Interrupted runs resume where they stopped when started again with the
+/// same arguments.
+#[derive(Debug, Parser)]
+#[command(after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
+Exit codes: 0 success, 2 usage, input or I/O error.")]
+pub(crate) struct Args {
+    /// HuggingFace tokenizer.json (may be .zst or .gz compressed). Truncation
+    /// and padding in the file are ignored.
+    #[arg(long, value_name = "FILE")]
+    tokenizer: PathBuf,
+
+    /// Input file, directory (searched recursively) or glob; repeat for more.
+    /// Documents are read in the sorted order of the paths.
+    #[arg(long = "input", short = 'i', value_name = "PATH", required = true)]
+    inputs: Vec<String>,
+
+    /// Field holding the text; a dotted path such as `meta.body` reaches
+    /// nested objects (or struct columns in Parquet).
+    #[arg(long, value_name = "KEY", default_value = "text")]
+    text_key: String,
+
+    /// Output dataset directory.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    output: PathBuf,
+
+    /// Token appended to every document: a token string or an id.
+    /// [default: the tokenizer's end-of-text token, such as <|endoftext|> or </s>, if it has one]
+    #[arg(long, value_name = "TOKEN", conflicts_with = "no_eos")]
+    eos: Option<String>,
+
+    /// Append no end-of-document token.
+    #[arg(long)]
+    no_eos: bool,
+
+    /// Token prepended to every document: a token string or an id. [default: none]
+    #[arg(long, value_name = "TOKEN")]
+    bos: Option<String>,
+
+    /// Worker threads; 0 uses every core. The output is the same for any value.
+    #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
+    threads: usize,
+
+    /// Largest .bin per shard; shards are cut between documents, and a larger
+    /// single document gets a shard of its own.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    shard_size: u64,
+
+    /// Drop documents whose exact text was seen before (XXH3-128 of the
+    /// bytes); costs about 50 bytes of memory per unique document.
+    #[arg(long)]
+    dedup: bool,
+
+    /// Skip bad documents (malformed JSON, missing or non-string text,
+    /// invalid UTF-8), count them in the manifest, and warn, instead of
+    /// stopping at the first.
+    #[arg(long)]
+    skip_bad: bool,
+
+    /// Replace a dataset or interrupted run found in the output directory.
+    #[arg(long)]
+    overwrite: bool,
+
+    /// No progress bar, notes or summary; errors are still printed.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = TokenizeConfig::new(args.tokenizer, args.inputs, args.output);
+    config.text_key = args.text_key;
+    config.eos = match (args.no_eos, args.eos) {
+        (true, _) => Eos::Off,
+        (false, Some(token)) => Eos::Token(token),
+        (false, None) => Eos::Auto,
+    };
+    config.bos = args.bos;
+    config.threads = args.threads;
+    config.shard_size = args.shard_size;
+    config.dedup = args.dedup;
+    config.skip_bad = args.skip_bad;
+    config.overwrite = args.overwrite;
+    let bar = super::progress::Bar::new(args.quiet);
+    let report = tokenize::run(&config, &bar).context("tokenize failed")?;
+    if !args.quiet {
+        eprintln!("{}", summary(&config, &report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The one-paragraph summary printed at the end.
+fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
+    let m = &r.manifest;
+    let docs = &m.provenance.documents;
+    if r.already_complete {
+        return format!(
+            "{} is already complete: {} records, {} tokens in {} shards. Nothing to do.",
+            config.output.display(),
+            m.n_records,
+            m.n_tokens,
+            m.shards.len()
+        );
+    }
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let mut s = format!(
+        "Tokenized {} documents ({} of text) into {} tokens in {:.1}s on {} threads: {:.2} MB/s, {:.0} tokens/s, {:.0} documents/s.",
+        r.documents,
+        format_bytes(r.text_bytes),
+        r.tokens,
+        secs,
+        r.threads,
+        r.text_bytes as f64 / 1e6 / secs,
+        r.tokens as f64 / secs,
+        r.documents as f64 / secs,
+    );
+    if r.resumed_shards > 0 {
+        s += &format!(" Resumed after {} complete shards of an interrupted run.", r.resumed_shards);
+    }
+    s += &format!(
+        " Wrote {}: {} records, {} tokens, {}, vocab {}, in {} shards ({}); {}.",
+        config.output.display(),
+        m.n_records,
+        m.n_tokens,
+        m.dtype,
+        m.vocab_size,
+        m.shards.len(),
+        format_bytes(m.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum()),
+        r.eos_note,
+    );
+    if docs.skipped + docs.deduplicated + docs.empty > 0 {
+        s += &format!(
+            " Skipped {} bad, dropped {} duplicate and kept {} empty documents.",
+            docs.skipped, docs.deduplicated, docs.empty
+        );
+    }
+    if let Some(peak) = crate::util::peak_rss_bytes() {
+        s += &format!(" Peak memory {}.", format_bytes(peak));
+    }
+    s
+}

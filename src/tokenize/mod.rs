@@ -1,0 +1,271 @@
+//! `prep tokenize`: raw documents into a sharded token dataset.
+//!
+//! The stage streams: a reader thread hands out batches of raw documents,
+//! worker threads (rayon) parse and tokenize them, and the calling thread puts
+//! the results back in input order and writes the shards. At most
+//! `window` batches are in flight at once, so memory does not grow with the
+//! input; the output does not depend on the number of threads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
+use crate::input::{DocError, InputError, Location};
+
+mod journal;
+mod pipeline;
+mod tokenizer;
+
+use tokenizer::display_path;
+
+/// How the end-of-document token is chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Eos {
+    /// The tokenizer's usual end-of-text token if it has one, else none.
+    Auto,
+    /// No end-of-document token.
+    Off,
+    /// This token string, or this id.
+    Token(String),
+}
+
+/// Everything `prep tokenize` can be asked to do.
+#[derive(Debug, Clone)]
+pub struct TokenizeConfig {
+    /// Path of a HuggingFace `tokenizer.json` (`.zst`/`.gz` compressed is fine).
+    pub tokenizer: PathBuf,
+    /// Files, directories and globs.
+    pub inputs: Vec<String>,
+    /// Field holding the text; `a.b` reaches into nested objects.
+    pub text_key: String,
+    /// The dataset directory to write.
+    pub output: PathBuf,
+    /// Token appended to every document.
+    pub eos: Eos,
+    /// Token prepended to every document (token string or id).
+    pub bos: Option<String>,
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+    /// Largest `.bin` of a shard in bytes (a larger single document gets a shard of its own).
+    pub shard_size: u64,
+    /// Drop documents whose exact text was seen before.
+    pub dedup: bool,
+    /// Count bad documents and go on, instead of stopping at the first.
+    pub skip_bad: bool,
+    /// Replace whatever prep finds in the output directory.
+    pub overwrite: bool,
+    /// Text bytes per batch handed to a worker.
+    pub batch_bytes: usize,
+    /// Batches in flight per worker thread (the reorder window).
+    pub window_per_thread: usize,
+}
+
+impl TokenizeConfig {
+    /// A config with the CLI's defaults for everything but the required paths.
+    pub fn new(tokenizer: impl Into<PathBuf>, inputs: Vec<String>, output: impl Into<PathBuf>) -> Self {
+        TokenizeConfig {
+            tokenizer: tokenizer.into(),
+            inputs,
+            text_key: "text".into(),
+            output: output.into(),
+            eos: Eos::Auto,
+            bos: None,
+            threads: 0,
+            shard_size: 1 << 30,
+            dedup: false,
+            skip_bad: false,
+            overwrite: false,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            window_per_thread: DEFAULT_WINDOW_PER_THREAD,
+        }
+    }
+}
+
+/// Default text bytes per batch.
+pub const DEFAULT_BATCH_BYTES: usize = 1 << 20;
+/// Default batches in flight per thread.
+pub const DEFAULT_WINDOW_PER_THREAD: usize = 4;
+/// Documents per batch at most (many tiny documents make small batches).
+const MAX_BATCH_DOCS: usize = 8192;
+/// Bad documents described in the report (the rest are only counted).
+const MAX_WARNINGS: usize = 20;
+
+/// Every way `prep tokenize` can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizeError {
+    /// An input could not be found or read.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Writing or reading the dataset failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The tokenizer file cannot be used.
+    #[error("tokenizer {}: {message}", path.display())]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `--eos` or `--bos` names no token of the vocabulary.
+    #[error("{flag} {value:?} is neither a token of the tokenizer nor an id it has (ids run below {vocab_size})")]
+    UnknownToken {
+        /// The flag.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// The tokenizer's vocabulary size.
+        vocab_size: u64,
+    },
+    /// A document is bad and `--skip-bad` was not given.
+    #[error("{}: {loc}: {error} (pass --skip-bad to skip bad documents)", path.display())]
+    BadDocument {
+        /// The input file.
+        path: PathBuf,
+        /// Where in it.
+        loc: Location,
+        /// What is wrong.
+        error: DocError,
+    },
+    /// The tokenizer failed on a document.
+    #[error("{}: {loc}: the tokenizer failed: {message}", path.display())]
+    Encode {
+        /// The input file.
+        path: PathBuf,
+        /// Where in it.
+        loc: Location,
+        /// The tokenizer's message.
+        message: String,
+    },
+    /// The output directory holds something this run must not overwrite.
+    #[error("output directory {}: {why}", dir.display())]
+    OutputExists {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it was refused.
+        why: String,
+    },
+    /// An I/O error outside the dataset files.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The worker threads could not be started.
+    #[error("cannot start {threads} worker threads: {message}")]
+    Threads {
+        /// Threads asked for.
+        threads: usize,
+        /// The error.
+        message: String,
+    },
+}
+
+/// Where a run stands, for a progress display.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProgressSnapshot {
+    /// On-disk input bytes consumed.
+    pub input_bytes: u64,
+    /// Total on-disk input bytes.
+    pub input_total: u64,
+    /// Documents written.
+    pub documents: u64,
+    /// Text bytes of the documents written.
+    pub text_bytes: u64,
+    /// Tokens written.
+    pub tokens: u64,
+}
+
+/// Receives progress; the CLI draws a bar, tests and libraries pass [`NoProgress`].
+pub trait Progress: Sync {
+    /// Called often (after each batch), from the writing thread.
+    fn update(&self, snapshot: &ProgressSnapshot);
+    /// A line for the user (which eos was chosen, a skipped document).
+    fn note(&self, message: &str);
+    /// Called once at the end of a successful run.
+    fn finish(&self);
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&self, _: &ProgressSnapshot) {}
+    fn note(&self, _: &str) {}
+    fn finish(&self) {}
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct TokenizeReport {
+    /// The manifest written (or found, when the dataset was already complete).
+    pub manifest: Manifest,
+    /// The dataset was already complete: nothing was done.
+    pub already_complete: bool,
+    /// Shards kept from an interrupted run.
+    pub resumed_shards: usize,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Text bytes tokenized in this run (resumed shards excluded).
+    pub text_bytes: u64,
+    /// Tokens written in this run (resumed shards excluded).
+    pub tokens: u64,
+    /// Documents written in this run (resumed shards excluded).
+    pub documents: u64,
+    /// Worker threads used.
+    pub threads: usize,
+    /// The eos token and how it was chosen, for the summary.
+    pub eos_note: String,
+    /// The first bad documents skipped, described.
+    pub warnings: Vec<String>,
+}
+
+/// Runs `prep tokenize`.
+pub fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<TokenizeReport, TokenizeError> {
+    pipeline::run(config, progress)
+}
+
+/// The options recorded in the manifest: those that shape the output.
+fn options_json(config: &TokenizeConfig, eos: Option<u32>, bos: Option<u32>, dtype: Dtype) -> serde_json::Value {
+    json!({
+        "tokenizer": display_path(&config.tokenizer),
+        "text_key": config.text_key,
+        "eos": eos,
+        "bos": bos,
+        "dtype": dtype,
+        "shard_size": config.shard_size,
+        "dedup": config.dedup,
+        "skip_bad": config.skip_bad,
+    })
+}
+
+/// Equal fingerprints mean a run would write the same bytes.
+fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3: u64) -> String {
+    let canonical = json!({
+        "prep_version": env!("CARGO_PKG_VERSION"),
+        "options": options,
+        "inputs": inputs,
+        "tokenizer_xxh3": checksum_hex(tokenizer_xxh3),
+    });
+    checksum_hex(xxh3_64(canonical.to_string().as_bytes()))
+}
+
+fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {
+    files
+        .iter()
+        .map(|f| InputInfo { path: display_path(&f.path), bytes: f.bytes })
+        .collect()
+}
+
+fn thread_count(requested: usize) -> usize {
+    if requested > 0 {
+        requested
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}

@@ -1,0 +1,384 @@
+//! The streaming pipeline: read, tokenize in parallel, write in input order.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokenizers::Tokenizer;
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::journal::{self, Checkpoint, Journal, JournalShard, Start, JOURNAL_FILE, TOKENIZER_FILE};
+use super::tokenizer::LoadedTokenizer;
+use super::{
+    fingerprint, input_infos, options_json, thread_count, Eos, Progress, ProgressSnapshot, TokenizeConfig,
+    TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
+};
+use crate::format::{
+    atomic_write, checksum_hex, DatasetWriter, DocumentCounts, Manifest, Provenance, SpecialTokens,
+    TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+};
+use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
+
+/// What the workers share: read-only settings and one tokenizer per thread.
+struct Shared {
+    /// One clone per worker thread: the BPE cache inside a tokenizer sits
+    /// behind a lock, so sharing one across threads would serialise them.
+    tokenizers: Vec<Mutex<Tokenizer>>,
+    key: TextKey,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    dedup: bool,
+    /// Documents before this position were written by an earlier run: they
+    /// are only hashed (for `--dedup`), not tokenized.
+    replay_until: u64,
+}
+
+/// One document's fate, as a worker saw it.
+enum Outcome {
+    /// Tokenized: `len` ids in the batch's token buffer.
+    Doc { len: usize, hash: u128, text_bytes: usize },
+    /// Written by an earlier run; its hash when deduplicating.
+    Replay { hash: Option<u128> },
+    /// Could not be read or tokenized.
+    Bad { file: u32, loc: Location, error: Bad },
+}
+
+enum Bad {
+    Doc(DocError),
+    Encode(String),
+}
+
+/// A tokenized batch: all ids back to back, and one outcome per document.
+struct BatchOut {
+    tokens: Vec<u32>,
+    docs: Vec<Outcome>,
+}
+
+type Message = (u64, Result<BatchOut, InputError>);
+
+pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<TokenizeReport, TokenizeError> {
+    let started = Instant::now();
+    // One level of parallelism: ours. The tokenizer must not start its own.
+    tokenizers::utils::parallelism::set_parallelism(false);
+    let tok = LoadedTokenizer::load(&config.tokenizer)?;
+    let (eos, eos_note) = match &config.eos {
+        Eos::Off => (None, "no eos (--no-eos)".to_owned()),
+        Eos::Token(value) => {
+            let id = tok.resolve("--eos", value)?;
+            (Some(id), format!("eos {:?} (id {id})", tok.token(id)))
+        }
+        Eos::Auto => match tok.default_eos() {
+            Some((token, id)) => (
+                Some(id),
+                format!("eos {token:?} (id {id}), the tokenizer's end-of-text token, since --eos was not given"),
+            ),
+            None => (
+                None,
+                "no eos: the tokenizer has no usual end-of-text token and --eos was not given".to_owned(),
+            ),
+        },
+    };
+    let bos = config.bos.as_deref().map(|b| tok.resolve("--bos", b)).transpose()?;
+    let files = input::expand(&config.inputs)?;
+    let inputs = input_infos(&files);
+    let options = options_json(config, eos, bos, tok.dtype);
+    let fingerprint = fingerprint(&options, &inputs, tok.xxh3);
+    let dir = config.output.clone();
+    let threads = thread_count(config.threads);
+
+    let kept = match journal::prepare(&dir, &fingerprint, config.overwrite)? {
+        Start::Complete(manifest) => {
+            progress.note("the dataset is already complete; nothing to do");
+            return Ok(TokenizeReport {
+                manifest: *manifest,
+                already_complete: true,
+                resumed_shards: 0,
+                elapsed: started.elapsed(),
+                text_bytes: 0,
+                tokens: 0,
+                documents: 0,
+                threads,
+                eos_note,
+                warnings: Vec::new(),
+            });
+        }
+        Start::Resume(kept) => kept,
+        Start::Fresh => Vec::new(),
+    };
+    progress.note(&eos_note);
+    if !kept.is_empty() {
+        progress.note(&format!("resuming: kept {} complete shards of an interrupted run", kept.len()));
+    }
+    atomic_write(&dir.join(TOKENIZER_FILE), &tok.json)?;
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("prep-tokenize-{i}"))
+        .build()
+        .map_err(|e| TokenizeError::Threads { threads, message: e.to_string() })?;
+    let checkpoint = kept.last().map(|k| k.checkpoint).unwrap_or_default();
+    let shared = Arc::new(Shared {
+        tokenizers: (0..threads).map(|_| Mutex::new(tok.tokenizer.clone())).collect(),
+        key: TextKey::parse(&config.text_key),
+        bos,
+        eos,
+        dedup: config.dedup,
+        replay_until: checkpoint.position,
+    });
+    let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
+    let input_total: u64 = files.iter().map(|f| f.bytes).sum();
+    let mut reader = Reader::new(files, shared.key.clone());
+    let input_done = reader.progress();
+
+    let window = threads * config.window_per_thread.max(1);
+    let (permit_tx, permit_rx) = mpsc::sync_channel::<()>(window);
+    for _ in 0..window {
+        permit_tx.send(()).expect("the receiver is alive");
+    }
+    let (result_tx, result_rx) = mpsc::channel::<Message>();
+    let mut state = WriteState {
+        dir: dir.clone(),
+        writer: DatasetWriter::new(&dir, tok.dtype, config.shard_size, kept.iter().map(|k| k.shard.clone()).collect()),
+        journal: Journal { fingerprint: fingerprint.clone(), shards: kept.clone() },
+        counts: checkpoint.documents,
+        text_bytes: checkpoint.text_bytes,
+        seen: HashSet::new(),
+        position: 0,
+        dedup: config.dedup,
+        skip_bad: config.skip_bad,
+        paths,
+        warnings: Vec::new(),
+        run_text_bytes: 0,
+        run_tokens: 0,
+        run_documents: 0,
+    };
+
+    let batch_bytes = config.batch_bytes.max(1);
+    let written = std::thread::scope(|scope| {
+        let shared = Arc::clone(&shared);
+        let pool = &pool;
+        scope.spawn(move || {
+            let mut seq = 0u64;
+            let mut first = 0u64;
+            // Each batch needs a permit, returned once it is written: at most
+            // `window` batches are read, tokenized or waiting to be written.
+            while permit_rx.recv().is_ok() {
+                match reader.next_batch(batch_bytes, MAX_BATCH_DOCS) {
+                    Ok(Some(docs)) => {
+                        let n = docs.len() as u64;
+                        let (tx, shared) = (result_tx.clone(), Arc::clone(&shared));
+                        pool.spawn(move || {
+                            let out = process(&shared, first, docs);
+                            // The writer has stopped only if it failed; then nobody waits.
+                            let _ = tx.send((seq, Ok(out)));
+                        });
+                        seq += 1;
+                        first += n;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let _ = result_tx.send((seq, Err(e)));
+                        break;
+                    }
+                }
+            }
+        });
+        write_in_order(&mut state, result_rx, permit_tx, progress, &input_done, input_total)
+    });
+    written?;
+
+    let shards = state.writer.finish()?;
+    let manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        kind: "documents".into(),
+        dtype: tok.dtype,
+        vocab_size: tok.vocab_size,
+        n_records: shards.iter().map(|s| s.n_records).sum(),
+        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
+        special_tokens: SpecialTokens { bos, eos, pad: None },
+        bos_prepended: bos.is_some(),
+        eos_appended: eos.is_some(),
+        tokenizer: TokenizerInfo { file: Some(TOKENIZER_FILE.into()), xxh3: checksum_hex(tok.xxh3) },
+        shards,
+        provenance: Provenance {
+            prep_version: env!("CARGO_PKG_VERSION").into(),
+            command: "tokenize".into(),
+            created: crate::util::now_rfc3339(),
+            inputs,
+            options,
+            documents: state.counts,
+            fingerprint,
+        },
+    };
+    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    // The manifest is in place: the journal has served its purpose.
+    let journal_path = dir.join(JOURNAL_FILE);
+    if journal_path.exists() {
+        std::fs::remove_file(&journal_path).map_err(|e| TokenizeError::Io { path: journal_path, source: e })?;
+    }
+    progress.finish();
+    Ok(TokenizeReport {
+        manifest,
+        already_complete: false,
+        resumed_shards: kept.len(),
+        elapsed: started.elapsed(),
+        text_bytes: state.run_text_bytes,
+        tokens: state.run_tokens,
+        documents: state.run_documents,
+        threads,
+        eos_note,
+        warnings: state.warnings,
+    })
+}
+
+/// Parses and tokenizes one batch on a worker thread.
+fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
+    let slot = rayon::current_thread_index().unwrap_or(0) % shared.tokenizers.len();
+    let tokenizer = shared.tokenizers[slot].lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = BatchOut { tokens: Vec::new(), docs: Vec::with_capacity(docs.len()) };
+    for (i, doc) in docs.into_iter().enumerate() {
+        let replay = first + (i as u64) < shared.replay_until;
+        let text = match &doc.payload {
+            Payload::Json(line) => input::extract_text(line, &shared.key),
+            Payload::Text(text) => Ok(std::borrow::Cow::Borrowed(text.as_str())),
+            Payload::Bad(e) => Err(e.clone()),
+        };
+        let text = match text {
+            Ok(text) => text,
+            Err(e) => {
+                out.docs.push(if replay {
+                    Outcome::Replay { hash: None }
+                } else {
+                    Outcome::Bad { file: doc.file, loc: doc.loc, error: Bad::Doc(e) }
+                });
+                continue;
+            }
+        };
+        let hash = if shared.dedup { xxh3_128(text.as_bytes()) } else { 0 };
+        if replay {
+            out.docs.push(Outcome::Replay { hash: shared.dedup.then_some(hash) });
+            continue;
+        }
+        match tokenizer.encode_fast(text.as_ref(), false) {
+            Ok(encoding) => {
+                let ids = encoding.get_ids();
+                let start = out.tokens.len();
+                out.tokens.extend(shared.bos);
+                out.tokens.extend_from_slice(ids);
+                out.tokens.extend(shared.eos);
+                out.docs.push(Outcome::Doc { len: out.tokens.len() - start, hash, text_bytes: text.len() });
+            }
+            Err(e) => out.docs.push(Outcome::Bad { file: doc.file, loc: doc.loc, error: Bad::Encode(e.to_string()) }),
+        }
+    }
+    out
+}
+
+/// The writing side's state.
+struct WriteState {
+    dir: PathBuf,
+    writer: DatasetWriter,
+    journal: Journal,
+    counts: DocumentCounts,
+    text_bytes: u64,
+    seen: HashSet<u128>,
+    /// Input documents seen so far, in reading order.
+    position: u64,
+    dedup: bool,
+    skip_bad: bool,
+    paths: Vec<PathBuf>,
+    warnings: Vec<String>,
+    run_text_bytes: u64,
+    run_tokens: u64,
+    run_documents: u64,
+}
+
+/// Receives batches in any order and writes them in input order.
+fn write_in_order(
+    state: &mut WriteState,
+    results: Receiver<Message>,
+    permits: SyncSender<()>,
+    progress: &dyn Progress,
+    input_done: &std::sync::atomic::AtomicU64,
+    input_total: u64,
+) -> Result<(), TokenizeError> {
+    let mut pending = BTreeMap::new();
+    let mut next = 0u64;
+    for (seq, batch) in results {
+        pending.insert(seq, batch);
+        while let Some(batch) = pending.remove(&next) {
+            next += 1;
+            write_batch(state, batch?, progress)?;
+            // The reader may have finished; then a permit is not needed.
+            let _ = permits.send(());
+            progress.update(&ProgressSnapshot {
+                input_bytes: input_done.load(std::sync::atomic::Ordering::Relaxed),
+                input_total,
+                documents: state.counts.written,
+                text_bytes: state.text_bytes,
+                tokens: state.writer.shards().iter().map(|s| s.n_tokens).sum::<u64>() + state.run_tokens,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn write_batch(state: &mut WriteState, batch: BatchOut, progress: &dyn Progress) -> Result<(), TokenizeError> {
+    let mut cursor = 0usize;
+    for outcome in batch.docs {
+        let position = state.position;
+        state.position += 1;
+        match outcome {
+            Outcome::Replay { hash } => {
+                if let Some(hash) = hash {
+                    state.seen.insert(hash);
+                }
+            }
+            Outcome::Bad { file, loc, error } => {
+                let path = state.paths[file as usize].clone();
+                let error = match error {
+                    Bad::Doc(error) => TokenizeError::BadDocument { path, loc, error },
+                    Bad::Encode(message) => TokenizeError::Encode { path, loc, message },
+                };
+                if !state.skip_bad {
+                    return Err(error);
+                }
+                state.counts.read += 1;
+                state.counts.skipped += 1;
+                if state.warnings.len() < MAX_WARNINGS {
+                    let text = error.to_string();
+                    let text = text.trim_end_matches(" (pass --skip-bad to skip bad documents)").to_owned();
+                    progress.note(&format!("skipped: {text}"));
+                    state.warnings.push(text);
+                }
+            }
+            Outcome::Doc { len, hash, text_bytes } => {
+                let tokens = &batch.tokens[cursor..cursor + len];
+                cursor += len;
+                if state.dedup && !state.seen.insert(hash) {
+                    state.counts.read += 1;
+                    state.counts.deduplicated += 1;
+                    continue;
+                }
+                // The checkpoint of a shard completed to make room for this
+                // document: everything before it, nothing of it.
+                let before = Checkpoint { position, documents: state.counts, text_bytes: state.text_bytes };
+                if let Some(sealed) = state.writer.push(tokens)? {
+                    state.journal.shards.push(JournalShard { shard: sealed.clone(), checkpoint: before });
+                    state.journal.save(&state.dir)?;
+                }
+                state.counts.read += 1;
+                state.counts.written += 1;
+                state.counts.empty += u64::from(text_bytes == 0);
+                state.text_bytes += text_bytes as u64;
+                state.run_text_bytes += text_bytes as u64;
+                state.run_tokens += len as u64;
+                state.run_documents += 1;
+            }
+        }
+    }
+    Ok(())
+}
