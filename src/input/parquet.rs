@@ -269,3 +269,318 @@ fn resolve(top: &Fields, key: &TextKey, path: &Path) -> Result<Vec<String>, Inpu
     })
 }
 
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, LargeStringArray, StringArray, StringViewArray, StructArray};
+    use arrow::buffer::NullBuffer;
+    use arrow::datatypes::Field;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    use super::*;
+    use crate::input::{InputFile, InputKind, RawDoc, Reader};
+
+    /// Writes `columns` as one Parquet file with row groups of at most `group_rows`.
+    fn write(
+        dir: &Path,
+        name: &str,
+        columns: Vec<(&str, ArrayRef)>,
+        group_rows: usize,
+    ) -> InputFile {
+        let path = dir.join(name);
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group_rows))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        InputFile {
+            path,
+            kind: InputKind::Parquet,
+            bytes,
+        }
+    }
+
+    fn read(file: InputFile, key: &str) -> Result<Vec<RawDoc>, InputError> {
+        let mut reader = Reader::new(vec![file], TextKey::parse(key));
+        let mut docs = Vec::new();
+        while let Some(batch) = reader.next_batch(1 << 20, 1000)? {
+            docs.extend(batch);
+        }
+        Ok(docs)
+    }
+
+    /// Each document as its text, or `None` for a null.
+    fn texts(docs: &[RawDoc]) -> Vec<Option<String>> {
+        docs.iter()
+            .map(|d| match &d.payload {
+                Payload::Text(text) => Some(text.clone()),
+                Payload::Bad(DocError::Null { .. }) => None,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    fn ids(n: i64) -> ArrayRef {
+        Arc::new(Int64Array::from_iter_values(0..n))
+    }
+
+    #[test]
+    fn utf8_large_utf8_and_utf8_view_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = ["a", "", "ünïcødé 😀"];
+        let arrays: [(&str, ArrayRef); 3] = [
+            (
+                "utf8.parquet",
+                Arc::new(StringArray::from_iter_values(values)),
+            ),
+            (
+                "large.parquet",
+                Arc::new(LargeStringArray::from_iter_values(values)),
+            ),
+            (
+                "view.pq",
+                Arc::new(StringViewArray::from_iter_values(values)),
+            ),
+        ];
+        for (name, array) in arrays {
+            let file = write(
+                dir.path(),
+                name,
+                vec![("id", ids(3)), ("text", array)],
+                1000,
+            );
+            let docs = read(file, "text").unwrap();
+            let expected: Vec<_> = values.iter().map(|v| Some(v.to_string())).collect();
+            assert_eq!(texts(&docs), expected, "{name}");
+            assert_eq!(
+                docs[2].loc,
+                Location::Row {
+                    row_group: 0,
+                    row: 2
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_null_is_a_bad_document_at_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), None, Some("c")]));
+        let docs = read(
+            write(dir.path(), "n.parquet", vec![("text", text)], 1000),
+            "text",
+        )
+        .unwrap();
+        assert_eq!(texts(&docs), [Some("a".into()), None, Some("c".into())]);
+        assert_eq!(
+            docs[1].loc,
+            Location::Row {
+                row_group: 0,
+                row: 1
+            }
+        );
+        let Payload::Bad(err) = &docs[1].payload else {
+            panic!()
+        };
+        assert_eq!(err.to_string(), r#"field "text" is null"#);
+    }
+
+    #[test]
+    fn nested_struct_column_with_nulls_at_both_levels() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("x"),
+            None,
+            Some("hidden"),
+            Some("z"),
+        ]));
+        let other: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3, 4]));
+        let fields = vec![
+            Arc::new(Field::new("text", DataType::Utf8, true)),
+            Arc::new(Field::new("n", DataType::Int64, false)),
+        ];
+        let nulls = NullBuffer::from(vec![true, true, false, true]);
+        let meta = StructArray::try_new(fields.into(), vec![inner, other], Some(nulls)).unwrap();
+        let file = write(
+            dir.path(),
+            "s.parquet",
+            vec![("id", ids(4)), ("meta", Arc::new(meta))],
+            1000,
+        );
+        let docs = read(file.clone(), "meta.text").unwrap();
+        assert_eq!(
+            texts(&docs),
+            [Some("x".into()), None, None, Some("z".into())]
+        );
+
+        let err = read(file.clone(), "meta.nope").unwrap_err();
+        assert!(
+            matches!(err, InputError::MissingColumn { ref available, .. } if available == &["meta.text", "meta.n"])
+        );
+        let err = read(file.clone(), "meta.n").unwrap_err();
+        assert!(
+            matches!(err, InputError::ColumnType { ref found, .. } if found == "Int64"),
+            "{err:?}"
+        );
+        let err = read(file.clone(), "meta").unwrap_err();
+        assert!(matches!(err, InputError::ColumnType { .. }), "{err:?}");
+        let err = read(file, "id.text").unwrap_err();
+        assert!(
+            err.to_string().contains(
+                r#"column "id" has type Int64, not a struct, so "id.text" cannot be reached"#
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_column_named_with_a_dot_is_found_by_its_exact_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values(["flat"]));
+        let docs = read(
+            write(dir.path(), "d.parquet", vec![("meta.text", text)], 10),
+            "meta.text",
+        )
+        .unwrap();
+        assert_eq!(texts(&docs), [Some("flat".into())]);
+    }
+
+    #[test]
+    fn int_column_is_a_type_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(dir.path(), "i.parquet", vec![("text", ids(3))], 1000);
+        let err = read(file, "text").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("i.parquet") && message.contains(r#"column "text" has type Int64"#),
+            "{message}"
+        );
+        assert!(message.contains("expected a string column"), "{message}");
+    }
+
+    #[test]
+    fn missing_column_lists_the_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: ArrayRef = Arc::new(StringArray::from_iter_values(["a"]));
+        let file = write(
+            dir.path(),
+            "m.parquet",
+            vec![("id", ids(1)), ("body", body)],
+            1000,
+        );
+        let err = read(file, "text").unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with(r#"m.parquet: no column "text"; available columns: id, body"#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn locations_across_row_groups_and_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..10).map(|i| format!("doc {i}")),
+        ));
+        let file = write(dir.path(), "g.parquet", vec![("text", text)], 3);
+        let bytes = file.bytes;
+        let mut reader = Reader::new(vec![file], TextKey::parse("text"));
+        let progress = reader.progress();
+        let mut docs = Vec::new();
+        let mut last = 0;
+        while let Some(batch) = reader.next_batch(usize::MAX, 2).unwrap() {
+            let now = progress.load(Ordering::Relaxed);
+            assert!(now >= last && now <= bytes);
+            last = now;
+            docs.extend(batch);
+        }
+        assert_eq!(progress.load(Ordering::Relaxed), bytes);
+        let locs: Vec<_> = docs
+            .iter()
+            .map(|d| match d.loc {
+                Location::Row { row_group, row } => (row_group, row),
+                Location::Line(_) => panic!(),
+            })
+            .collect();
+        assert_eq!(
+            locs,
+            [
+                (0, 0),
+                (0, 1),
+                (0, 2),
+                (1, 0),
+                (1, 1),
+                (1, 2),
+                (2, 0),
+                (2, 1),
+                (2, 2),
+                (3, 0)
+            ]
+        );
+        assert_eq!(texts(&docs)[9], Some("doc 9".into()));
+    }
+
+    #[test]
+    fn many_rows_span_record_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3 * BATCH_ROWS + 7;
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values((0..n).map(|i| i.to_string())));
+        let docs = read(
+            write(dir.path(), "b.parquet", vec![("text", text)], 2000),
+            "text",
+        )
+        .unwrap();
+        assert_eq!(docs.len(), n);
+        assert_eq!(
+            docs[2500].loc,
+            Location::Row {
+                row_group: 1,
+                row: 500
+            }
+        );
+        assert_eq!(texts(&docs)[2500], Some("2500".into()));
+    }
+
+    #[test]
+    fn garbage_named_parquet_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, content) in [
+            (
+                "bad.parquet",
+                &b"this is not parquet at all, not even close"[..],
+            ),
+            ("empty.parquet", b""),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            let file = InputFile {
+                path,
+                kind: InputKind::Parquet,
+                bytes: content.len() as u64,
+            };
+            let err = read(file, "text").unwrap_err();
+            assert!(matches!(err, InputError::ParquetOpen { .. }), "{err:?}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_corrupt_data_page_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let text: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..2000).map(|i| format!("document {i}")),
+        ));
+        let file = write(dir.path(), "c.parquet", vec![("text", text)], 500);
+        let mut bytes = std::fs::read(&file.path).unwrap();
+        // Damage the data, well before the footer.
+        let half = bytes.len() / 2;
+        bytes[4..half].fill(0x5a);
+        std::fs::write(&file.path, &bytes).unwrap();
+        assert!(read(file, "text").is_err());
+    }
+}
