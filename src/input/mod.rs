@@ -710,3 +710,222 @@ impl Reader {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path, content: &[u8]) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    fn names(files: &[InputFile], root: &Path) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| {
+                f.path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    }
+
+    fn s(path: &Path) -> String {
+        path.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn kinds_by_extension() {
+        let kind = |name: &str| InputKind::from_path(Path::new(name));
+        assert_eq!(kind("a.jsonl"), Some(InputKind::Jsonl(Compression::None)));
+        assert_eq!(
+            kind("d/a.json.gz"),
+            Some(InputKind::Jsonl(Compression::Gzip))
+        );
+        assert_eq!(
+            kind("a.NDJSON.zst"),
+            Some(InputKind::Jsonl(Compression::Zstd))
+        );
+        assert_eq!(kind("a.parquet"), Some(InputKind::Parquet));
+        assert_eq!(kind("a.pq"), Some(InputKind::Parquet));
+        for name in [
+            "a.txt",
+            "a.gz",
+            "a.parquet.gz",
+            "jsonl",
+            "a.jsonl.bz2",
+            "a.jsonlx",
+        ] {
+            assert_eq!(kind(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn directories_are_walked_sorted_without_hidden_or_unknown_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "b/z.jsonl",
+            "b/a.parquet",
+            "a.jsonl.gz",
+            "B.jsonl",
+            "c/d/e.ndjson.zst",
+            "notes.txt",
+            ".hidden.jsonl",
+            ".git/x.jsonl",
+        ] {
+            touch(&root.join(name), b"{}\n");
+        }
+        let files = expand(&[s(root)]).unwrap();
+        assert_eq!(
+            names(&files, root),
+            [
+                "B.jsonl",
+                "a.jsonl.gz",
+                "b/a.parquet",
+                "b/z.jsonl",
+                "c/d/e.ndjson.zst"
+            ]
+        );
+        assert_eq!(files[0].bytes, 3);
+        assert_eq!(files[2].kind, InputKind::Parquet);
+
+        // Order of patterns and duplicates make no difference.
+        let again = expand(&[
+            s(&root.join("b/z.jsonl")),
+            s(&root.join("b")),
+            s(root),
+            format!("{}/./B.jsonl", s(root)),
+        ])
+        .unwrap();
+        assert_eq!(again, files);
+    }
+
+    #[test]
+    fn globs_expand_like_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "p2.jsonl",
+            "p10.jsonl",
+            "p1.jsonl",
+            ".p3.jsonl",
+            "sub/p4.jsonl",
+            "other.parquet",
+        ] {
+            touch(&root.join(name), b"");
+        }
+        let files = expand(&[format!("{}/p*.jsonl", s(root))]).unwrap();
+        assert_eq!(names(&files, root), ["p1.jsonl", "p10.jsonl", "p2.jsonl"]);
+        let files = expand(&[format!("{}/*", s(root))]).unwrap();
+        assert_eq!(
+            names(&files, root),
+            [
+                "other.parquet",
+                "p1.jsonl",
+                "p10.jsonl",
+                "p2.jsonl",
+                "sub/p4.jsonl"
+            ]
+        );
+
+        touch(&root.join("readme.md"), b"");
+        let err = expand(&[format!("{}/*", s(root))]).unwrap_err();
+        assert!(
+            matches!(err, InputError::UnknownExtension { ref path } if path.ends_with("readme.md"))
+        );
+    }
+
+    #[test]
+    fn a_glob_matching_nothing_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = format!("{}/*.jsonl", s(dir.path()));
+        let err = expand(std::slice::from_ref(&pattern)).unwrap_err();
+        assert!(matches!(err, InputError::NoMatch { pattern: ref p } if *p == pattern));
+        assert_eq!(
+            err.to_string(),
+            format!("--input {pattern:?} matched no file")
+        );
+        let err = expand(&["[".to_owned()]).unwrap_err();
+        assert!(matches!(err, InputError::BadPattern { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_empty_directory_matches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("notes.txt"), b"");
+        assert!(matches!(
+            expand(&[s(dir.path())]),
+            Err(InputError::NoMatch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.jsonl");
+        let err = expand(&[s(&path)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{}: No such file or directory", path.display())
+        );
+    }
+
+    #[test]
+    fn an_unknown_extension_lists_the_accepted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.csv");
+        touch(&path, b"");
+        let message = expand(&[s(&path)]).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}: unknown file extension", path.display())),
+            "{message}"
+        );
+        assert!(
+            message.contains(".jsonl") && message.contains(".zst") && message.contains(".parquet"),
+            "{message}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_loop_is_walked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("d/a.jsonl"), b"");
+        std::os::unix::fs::symlink(dir.path().join("d"), dir.path().join("d/loop")).unwrap();
+        let files = expand(&[s(dir.path())]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["d/a.jsonl"]);
+    }
+
+    #[test]
+    fn displays() {
+        assert_eq!(Location::Line(17).to_string(), "line 17");
+        assert_eq!(
+            Location::Row {
+                row_group: 2,
+                row: 5
+            }
+            .to_string(),
+            "row group 2, row 5"
+        );
+        let key = TextKey::parse("meta.text");
+        assert_eq!(key.to_string(), "meta.text");
+        assert_eq!(key.as_str(), "meta.text");
+        assert_eq!(key.parts(), ["meta", "text"]);
+    }
+
+    #[test]
+    fn the_reader_can_move_to_another_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Reader>();
+    }
+
+    #[test]
+    fn no_files_no_batches() {
+        let mut reader = Reader::new(Vec::new(), TextKey::parse("text"));
+        assert!(reader.next_batch(10, 10).unwrap().is_none());
+        assert_eq!(reader.progress().load(Ordering::Relaxed), 0);
+    }
+}
