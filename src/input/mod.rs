@@ -389,16 +389,17 @@ pub struct InputFile {
 /// Expands `--input` values into a sorted, de-duplicated list of files.
 ///
 /// Each pattern is one of:
-/// - a glob (it contains `*`, `?` or `[`): every match is taken as if it had
-///   been named by itself, so quoting a glob or letting the shell expand it
-///   gives the same list. As in a shell, wildcards do not match a leading dot.
+/// - a glob (it contains `*`, `?` or `[` and is not itself an existing path):
+///   every match is taken as if it had been named by itself, so quoting a
+///   glob or letting the shell expand it gives the same list. As in a shell,
+///   wildcards do not match a leading dot.
 /// - a directory: searched recursively for files with a known extension;
 ///   hidden files and directories (name starting with `.`) and files with
 ///   other extensions are skipped. Symbolic links are followed, each
 ///   directory visited once.
 /// - a file: it must have a known extension (see [`InputKind::from_path`]).
 ///
-/// The result is sorted byte-wise by path (after dropping `.` components and
+/// No patterns give an empty list. The result is sorted byte-wise by path (after dropping `.` components and
 /// doubled separators), without duplicates, so it never depends on the order
 /// of the patterns or of a directory listing.
 ///
@@ -412,7 +413,10 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
     let mut visited_dirs = HashSet::new();
     for pattern in patterns {
         let before = files.len();
-        if pattern.contains(['*', '?', '[']) {
+        // A shell that expanded `data/*` may hand us `data/a[1].jsonl`: an
+        // existing path is taken literally, never re-read as a glob.
+        let is_glob = pattern.contains(['*', '?', '[']) && !Path::new(pattern).exists();
+        if is_glob {
             let options = glob::MatchOptions {
                 case_sensitive: true,
                 require_literal_separator: true,
@@ -836,6 +840,17 @@ mod tests {
         assert!(
             matches!(err, InputError::UnknownExtension { ref path } if path.ends_with("readme.md"))
         );
+    }
+
+    #[test]
+    fn an_existing_path_with_glob_characters_is_taken_literally() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("a[1].jsonl"), b"");
+        touch(&dir.path().join("a1.jsonl"), b"");
+        let files = expand(&[s(&dir.path().join("a[1].jsonl"))]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["a[1].jsonl"]);
+        let files = expand(&[s(&dir.path().join("a[0-9].jsonl"))]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["a1.jsonl"]);
     }
 
     #[test]
