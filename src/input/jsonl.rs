@@ -133,6 +133,22 @@ pub(crate) fn extract_text<'a>(line: &'a [u8], key: &TextKey) -> Result<Cow<'a, 
     let text = std::str::from_utf8(line).map_err(|e| DocError::InvalidUtf8 {
         offset: e.valid_up_to(),
     })?;
+    match extract_from_str(text, key) {
+        // Python's json.dumps writes NaN and Infinity by default and its
+        // json.loads reads them back; serde_json refuses them. Only on that
+        // failure is the line rewritten and parsed again.
+        Err(err @ DocError::Malformed { .. }) => match replace_non_finite(text) {
+            Some(rewritten) => {
+                extract_from_str(&rewritten, key).map(|t| Cow::Owned(t.into_owned()))
+            }
+            None => Err(err),
+        },
+        other => other,
+    }
+}
+
+/// [`extract_text`] on a line already known to be UTF-8.
+fn extract_from_str<'a>(text: &'a str, key: &TextKey) -> Result<Cow<'a, str>, DocError> {
     let first = text.bytes().find(|&b| !is_json_whitespace(b));
     if first != Some(b'{') {
         // Rare, so it is fine to parse twice: once to tell a malformed line
@@ -186,6 +202,46 @@ pub(crate) fn extract_text<'a>(line: &'a [u8], key: &TextKey) -> Result<Cow<'a, 
     Err(DocError::MissingField {
         key: dotted.to_owned(),
     })
+}
+
+/// The line with each bare `NaN`, `Infinity` and `-Infinity` value (outside
+/// strings, where JSON expects a value) replaced by a number of the same
+/// width, `0` and spaces, so columns in later errors stay true; `None` when
+/// there is none.
+fn replace_non_finite(text: &str) -> Option<String> {
+    const TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
+    let bytes = text.as_bytes();
+    let mut out = bytes.to_vec();
+    let mut changed = false;
+    let mut in_string = false;
+    // The last byte outside strings that was not whitespace.
+    let mut previous = None;
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+            previous = Some(b);
+        } else if !is_json_whitespace(b) {
+            let at_value = matches!(previous, None | Some(b':' | b'[' | b','));
+            let token = TOKENS.iter().find(|t| bytes[i..].starts_with(t));
+            if let (true, Some(token)) = (at_value, token) {
+                out[i] = b'0';
+                out[i + 1..i + token.len()].fill(b' ');
+                changed = true;
+                i += token.len() - 1;
+            }
+            previous = Some(b);
+        }
+        i += 1;
+    }
+    // Only ASCII bytes were replaced, by ASCII bytes: still UTF-8.
+    changed.then(|| String::from_utf8(out).ok()).flatten()
 }
 
 /// Turns the raw JSON value found at the key into its text.
@@ -389,6 +445,39 @@ mod tests {
             text(r#"{"text": "a", "text": 1}"#, "text"),
             Err(DocError::NotAString { .. })
         ));
+    }
+
+    #[test]
+    fn nan_and_infinity_are_read_as_python_reads_them() {
+        let line =
+            r#"{"score": NaN, "text": "a\n", "x": [Infinity, -Infinity,NaN], "y": {"z":NaN}}"#;
+        assert_eq!(text(line, "text").unwrap(), "a\n");
+        let err = text(r#"{"text": NaN}"#, "text").unwrap_err();
+        assert_eq!(
+            err,
+            DocError::NotAString {
+                key: "text".into(),
+                found: "a number"
+            }
+        );
+        // Inside strings and glued to other tokens they stay what they were.
+        assert_eq!(text(r#"{"text": "NaN"}"#, "text").unwrap(), "NaN");
+        for line in [
+            r#"{"a": 1NaN, "text": "x"}"#,
+            r#"{"a": NaNa, "text": "x"}"#,
+            r#"{"text": "NaN", "a": }"#,
+        ] {
+            assert!(
+                matches!(text(line, "text"), Err(DocError::Malformed { .. })),
+                "{line}"
+            );
+        }
+        // Columns in errors still count the original line.
+        let err = text(r#"{"a": NaN, "text": "x",}"#, "text").unwrap_err();
+        assert_eq!(
+            err,
+            text(r#"{"a": 123, "text": "x",}"#, "text").unwrap_err()
+        );
     }
 
     #[test]

@@ -541,6 +541,8 @@ fn normalize(path: &Path) -> PathBuf {
 /// last occurrence wins, as in Python's `json.loads`. Escapes decode exactly
 /// as `json.loads` decodes them, except that an unpaired surrogate escape is
 /// refused ([`DocError::LoneSurrogate`]) since the result must be UTF-8.
+/// Like `json.loads`, bare `NaN`, `Infinity` and `-Infinity` values are
+/// accepted (lines holding them take a slower path and are not borrowed).
 /// Whitespace (including a `\r`) around the object is allowed.
 ///
 /// # Errors
