@@ -399,9 +399,10 @@ pub struct InputFile {
 ///   directory visited once.
 /// - a file: it must have a known extension (see [`InputKind::from_path`]).
 ///
-/// No patterns give an empty list. The result is sorted byte-wise by path (after dropping `.` components and
-/// doubled separators), without duplicates, so it never depends on the order
-/// of the patterns or of a directory listing.
+/// The result is sorted byte-wise by path (after dropping `.` components
+/// and doubled separators), without duplicates, so it never depends on the
+/// order of the patterns or of a directory listing. No patterns give an
+/// empty list.
 ///
 /// # Errors
 /// [`InputError::NoMatch`] when a glob or directory yields no file,
