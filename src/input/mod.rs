@@ -5,16 +5,31 @@
 //! [`RawDoc`]s. JSONL lines are handed out unparsed, so that JSON parsing runs
 //! on the worker threads with tokenization ([`extract_text`]); Parquet text
 //! arrives already decoded from its column.
+//!
+//! Where the text is found is named by a [`TextKey`], the same way for both
+//! formats: at each level the whole remaining dotted name is tried as one
+//! field name first (so a column literally called `meta.text` is found), and
+//! only if there is no such field is the first part split off and followed
+//! into a nested object (JSON) or struct column (Parquet).
 
 use std::borrow::Cow;
-use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub mod jsonl;
 pub mod parquet;
 
+/// The extensions [`expand`] accepts, for error messages.
+const ACCEPTED_EXTENSIONS: &str =
+    ".jsonl, .json, .ndjson (each optionally followed by .gz or .zst), .parquet, .pq";
+
 /// A fatal problem with an input file: the job stops.
+///
+/// Every variant that concerns a file names it; those raised while reading
+/// also say where in the file reading stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// A pattern given to `--input` matched no file.
@@ -23,9 +38,141 @@ pub enum InputError {
         /// The pattern as given.
         pattern: String,
     },
+    /// A glob pattern is not valid glob syntax.
+    #[error("--input {pattern:?} is not a valid glob pattern: {source}")]
+    BadPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What is wrong with it.
+        #[source]
+        source: glob::PatternError,
+    },
+    /// A file or directory named on the command line does not exist.
+    #[error("{}: No such file or directory", path.display())]
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// A path exists but its metadata or directory listing could not be read
+    /// (for example, permission denied).
+    #[error("{}: cannot read: {source}", path.display())]
+    Stat {
+        /// The path that could not be examined.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file named explicitly (or matched by a glob) has an extension that
+    /// says neither JSONL nor Parquet.
+    #[error("{}: unknown file extension; accepted are {ACCEPTED_EXTENSIONS}", path.display())]
+    UnknownExtension {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An input file could not be opened (or its decompressor set up).
+    #[error("{}: cannot open: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading or decompressing a JSONL file failed part way (a truncated
+    /// `.gz`, a corrupt `.zst`, a disk error).
+    #[error("{}: reading failed at line {line}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// 1-based number of the line being read when the error occurred;
+        /// every line before it was read completely and handed out. Reading
+        /// runs ahead by up to a buffer (1 MiB decompressed), so the damage
+        /// itself lies at or after this line.
+        line: u64,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `.parquet` file is not a readable Parquet file (bad magic, corrupt
+    /// footer or metadata).
+    #[error("{}: not a readable Parquet file: {source}", path.display())]
+    ParquetOpen {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: ::parquet::errors::ParquetError,
+    },
+    /// Decoding the data of a Parquet file failed part way.
+    #[error("{}: reading row group {row_group} failed: {source}", path.display())]
+    ParquetRead {
+        /// The file.
+        path: PathBuf,
+        /// 0-based row group being decoded when the error occurred.
+        row_group: usize,
+        /// The underlying error.
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    /// The text column (or a struct field on its path) is not in the file.
+    #[error(
+        "{}: no column {column:?}; available columns: {}",
+        path.display(),
+        list_names(available)
+    )]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// The dotted name that was looked for.
+        column: String,
+        /// The fields at the level where the lookup failed, dotted from the
+        /// top, in schema order.
+        available: Vec<String>,
+    },
+    /// The text column exists but does not hold strings.
+    #[error(
+        "{}: column {column:?} has type {found}; expected a string column (Utf8, LargeUtf8 or Utf8View)",
+        path.display()
+    )]
+    ColumnType {
+        /// The file.
+        path: PathBuf,
+        /// The dotted name of the column.
+        column: String,
+        /// The Arrow type found, as Arrow prints it.
+        found: String,
+    },
+    /// A column on the way to a nested text field is not a struct.
+    #[error(
+        "{}: column {column:?} has type {found}, not a struct, so {key:?} cannot be reached",
+        path.display()
+    )]
+    NotAStruct {
+        /// The file.
+        path: PathBuf,
+        /// The dotted name of the column that should have been a struct.
+        column: String,
+        /// The whole text key.
+        key: String,
+        /// The Arrow type found, as Arrow prints it.
+        found: String,
+    },
+}
+
+/// Joins column names for an error message, saying so when there are none.
+fn list_names(names: &[String]) -> String {
+    if names.is_empty() {
+        "(none)".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// A problem with one document. Fatal unless the user asked to skip bad documents.
+///
+/// The messages do not name the file or line: the caller pairs them with the
+/// [`RawDoc`]'s file and [`Location`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DocError {
     /// The line is not valid UTF-8.
@@ -34,18 +181,97 @@ pub enum DocError {
         /// Byte offset of the first invalid byte within the line.
         offset: usize,
     },
+    /// The line is not valid JSON.
+    #[error("malformed JSON: {message} at column {column}")]
+    Malformed {
+        /// What the JSON parser expected or found.
+        message: String,
+        /// 1-based byte column in the line where the parser stopped.
+        column: usize,
+    },
+    /// The line is valid JSON but not an object.
+    #[error("not a JSON object (found {found})")]
+    NotAnObject {
+        /// What was found instead, e.g. `an array`.
+        found: &'static str,
+    },
+    /// An object on the way to a nested key is not an object.
+    #[error("field {field:?} is {found}, not an object, cannot reach {key:?}")]
+    NotAnObjectField {
+        /// The dotted path of the field that should have been an object.
+        field: String,
+        /// The whole text key.
+        key: String,
+        /// What was found instead, e.g. `a number`.
+        found: &'static str,
+    },
+    /// The text field is absent.
+    #[error("no field {key:?}")]
+    MissingField {
+        /// The whole text key.
+        key: String,
+    },
+    /// The text field is present but null (a JSON `null`, or a null in a
+    /// Parquet column).
+    #[error("field {key:?} is null")]
+    Null {
+        /// The whole text key.
+        key: String,
+    },
+    /// The text field holds something other than a string.
+    #[error("field {key:?} is {found}, expected a string")]
+    NotAString {
+        /// The whole text key.
+        key: String,
+        /// What was found instead, e.g. `a number`.
+        found: &'static str,
+    },
+    /// The text contains a `\uXXXX` escape of an unpaired UTF-16 surrogate,
+    /// which no UTF-8 string can hold.
+    #[error(
+        "text has an unpaired UTF-16 surrogate escape (such as \\ud800) near column {column}; \
+         it cannot be represented in UTF-8"
+    )]
+    LoneSurrogate {
+        /// 1-based byte column in the line near which the escape ends.
+        column: usize,
+    },
 }
 
 /// The `--text-key` path: `text`, or `a.b` for a nested field.
+///
+/// See the [module docs](self) for how a dotted key is resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TextKey {
+    dotted: String,
     parts: Vec<String>,
 }
 
 impl TextKey {
-    /// Parses a dotted path.
+    /// Parses a dotted path. Every string is a valid key (an empty one names
+    /// the field `""`).
     pub fn parse(key: &str) -> TextKey {
-        TextKey { parts: key.split('.').map(str::to_owned).collect() }
+        TextKey {
+            dotted: key.to_owned(),
+            parts: key.split('.').map(str::to_owned).collect(),
+        }
+    }
+
+    /// The key as given, in dotted form.
+    pub fn as_str(&self) -> &str {
+        &self.dotted
+    }
+
+    /// The parts between the dots, in order; never empty.
+    pub fn parts(&self) -> &[String] {
+        &self.parts
+    }
+}
+
+impl fmt::Display for TextKey {
+    /// Writes the dotted form, as given.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.dotted)
     }
 }
 
@@ -63,6 +289,16 @@ pub enum Location {
     },
 }
 
+impl fmt::Display for Location {
+    /// Writes `line 17` or `row group 2, row 5`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Line(line) => write!(f, "line {line}"),
+            Location::Row { row_group, row } => write!(f, "row group {row_group}, row {row}"),
+        }
+    }
+}
+
 /// What a reader hands out for one document.
 #[derive(Debug)]
 pub enum Payload {
@@ -72,6 +308,17 @@ pub enum Payload {
     Text(String),
     /// A document that could not be read (a null in a Parquet column).
     Bad(DocError),
+}
+
+impl Payload {
+    /// Bytes this payload holds, the measure of a batch's size.
+    fn len(&self) -> usize {
+        match self {
+            Payload::Json(line) => line.len(),
+            Payload::Text(text) => text.len(),
+            Payload::Bad(_) => 0,
+        }
+    }
 }
 
 /// One raw document and where it came from.
@@ -105,6 +352,29 @@ pub enum InputKind {
     Parquet,
 }
 
+impl InputKind {
+    /// The kind a file name says, case-insensitively, or `None` when its
+    /// extension is not one [`expand`] accepts.
+    pub fn from_path(path: &Path) -> Option<InputKind> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let (stem, compression) = if let Some(stem) = name.strip_suffix(".gz") {
+            (stem, Compression::Gzip)
+        } else if let Some(stem) = name.strip_suffix(".zst") {
+            (stem, Compression::Zstd)
+        } else {
+            (name.as_str(), Compression::None)
+        };
+        let is_json = [".jsonl", ".json", ".ndjson"]
+            .iter()
+            .any(|ext| stem.ends_with(ext));
+        if is_json {
+            return Some(InputKind::Jsonl(compression));
+        }
+        let is_parquet = [".parquet", ".pq"].iter().any(|ext| stem.ends_with(ext));
+        (is_parquet && compression == Compression::None).then_some(InputKind::Parquet)
+    }
+}
+
 /// One input file after expansion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputFile {
@@ -117,37 +387,563 @@ pub struct InputFile {
 }
 
 /// Expands `--input` values into a sorted, de-duplicated list of files.
-pub fn expand(_patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
-    todo!()
+///
+/// Each pattern is one of:
+/// - a glob (it contains `*`, `?` or `[` and is not itself an existing path):
+///   every match is taken as if it had been named by itself, so quoting a
+///   glob or letting the shell expand it gives the same list. As in a shell,
+///   wildcards do not match a leading dot.
+/// - a directory: searched recursively for files with a known extension;
+///   hidden files and directories (name starting with `.`) and files with
+///   other extensions are skipped. Symbolic links are followed, each
+///   directory visited once.
+/// - a file: it must have a known extension (see [`InputKind::from_path`]).
+///
+/// The result is sorted byte-wise by path (after dropping `.` components
+/// and doubled separators), without duplicates, so it never depends on the
+/// order of the patterns or of a directory listing. No patterns give an
+/// empty list.
+///
+/// # Errors
+/// [`InputError::NoMatch`] when a glob or directory yields no file,
+/// [`InputError::NotFound`] for a missing path, [`InputError::UnknownExtension`]
+/// for a named file of another type, [`InputError::BadPattern`] and
+/// [`InputError::Stat`] for unreadable patterns and paths.
+pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
+    let mut files = Vec::new();
+    let mut visited_dirs = HashSet::new();
+    for pattern in patterns {
+        let before = files.len();
+        // A shell that expanded `data/*` may hand us `data/a[1].jsonl`: an
+        // existing path is taken literally, never re-read as a glob.
+        let is_glob = pattern.contains(['*', '?', '[']) && !Path::new(pattern).exists();
+        if is_glob {
+            let options = glob::MatchOptions {
+                case_sensitive: true,
+                require_literal_separator: true,
+                require_literal_leading_dot: true,
+            };
+            let matches =
+                glob::glob_with(pattern, options).map_err(|source| InputError::BadPattern {
+                    pattern: pattern.clone(),
+                    source,
+                })?;
+            for entry in matches {
+                let path = entry.map_err(|e| InputError::Stat {
+                    path: e.path().to_owned(),
+                    source: e.into(),
+                })?;
+                add_named(&path, &mut files, &mut visited_dirs)?;
+            }
+        } else {
+            add_named(Path::new(pattern), &mut files, &mut visited_dirs)?;
+        }
+        if files.len() == before {
+            return Err(InputError::NoMatch {
+                pattern: pattern.clone(),
+            });
+        }
+    }
+    files.sort_by(|a, b| {
+        a.path
+            .as_os_str()
+            .as_encoded_bytes()
+            .cmp(b.path.as_os_str().as_encoded_bytes())
+    });
+    files.dedup_by(|a, b| a.path == b.path);
+    Ok(files)
+}
+
+/// Adds a path given by the user (or matched by a glob): a directory is walked,
+/// a file must have a known extension.
+fn add_named(
+    path: &Path,
+    files: &mut Vec<InputFile>,
+    visited_dirs: &mut HashSet<PathBuf>,
+) -> Result<(), InputError> {
+    let meta = std::fs::metadata(path).map_err(|source| stat_error(path, source))?;
+    if meta.is_dir() {
+        return walk_dir(path, files, visited_dirs);
+    }
+    let kind = InputKind::from_path(path).ok_or_else(|| InputError::UnknownExtension {
+        path: path.to_owned(),
+    })?;
+    files.push(InputFile {
+        path: normalize(path),
+        kind,
+        bytes: meta.len(),
+    });
+    Ok(())
+}
+
+/// Recursively collects the files with known extensions under `dir`.
+fn walk_dir(
+    dir: &Path,
+    files: &mut Vec<InputFile>,
+    visited_dirs: &mut HashSet<PathBuf>,
+) -> Result<(), InputError> {
+    // A symlink back up the tree would otherwise recurse forever.
+    let canonical = std::fs::canonicalize(dir).map_err(|source| stat_error(dir, source))?;
+    if !visited_dirs.insert(canonical) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|source| stat_error(dir, source))?;
+    for entry in entries {
+        let entry = entry.map_err(|source| stat_error(dir, source))?;
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        // `fs::metadata` follows symlinks, unlike `DirEntry::metadata`.
+        let meta = match std::fs::metadata(&path) {
+            Ok(meta) => meta,
+            // A dangling symlink inside a directory is not an input; skip it as
+            // we skip any other file we were not asked for by name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(stat_error(&path, source)),
+        };
+        if meta.is_dir() {
+            walk_dir(&path, files, visited_dirs)?;
+        } else if let Some(kind) = InputKind::from_path(&path) {
+            files.push(InputFile {
+                path: normalize(&path),
+                kind,
+                bytes: meta.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn stat_error(path: &Path, source: std::io::Error) -> InputError {
+    if source.kind() == std::io::ErrorKind::NotFound {
+        InputError::NotFound {
+            path: path.to_owned(),
+        }
+    } else {
+        InputError::Stat {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Drops `.` components and doubled separators, so that `data//a.jsonl`,
+/// `data/./a.jsonl` and `data/a.jsonl` sort and de-duplicate as one file.
+fn normalize(path: &Path) -> PathBuf {
+    path.components().collect()
 }
 
 /// Extracts the text field from one JSONL line.
-pub fn extract_text<'a>(_line: &'a [u8], _key: &TextKey) -> Result<Cow<'a, str>, DocError> {
-    todo!()
+///
+/// The line is checked to be UTF-8, then parsed without building a tree:
+/// fields other than the key are skipped, and the text is borrowed from the
+/// line when it holds no escapes. When a key occurs twice in one object the
+/// last occurrence wins, as in Python's `json.loads`. Escapes decode exactly
+/// as `json.loads` decodes them, except that an unpaired surrogate escape is
+/// refused ([`DocError::LoneSurrogate`]) since the result must be UTF-8.
+/// Like `json.loads`, bare `NaN`, `Infinity` and `-Infinity` values are
+/// accepted (lines holding them take a slower path and are not borrowed).
+/// Whitespace (including a `\r`) around the object is allowed.
+///
+/// # Errors
+/// One [`DocError`] per way the line can fail; never panics.
+pub fn extract_text<'a>(line: &'a [u8], key: &TextKey) -> Result<Cow<'a, str>, DocError> {
+    jsonl::extract_text(line, key)
 }
 
 /// Reads all input files in order, in batches.
+///
+/// Memory stays bounded by the batch being built: JSONL is streamed line by
+/// line (a single line may be of any length) and Parquet is decoded about a
+/// thousand rows at a time, reading only the text column.
 pub struct Reader {
-    _files: Vec<InputFile>,
+    files: Vec<InputFile>,
+    key: TextKey,
+    /// Index of the next file to open.
+    next_file: usize,
+    /// The file being read and its index.
+    current: Option<(u32, Source)>,
+    /// An error met while a batch already held documents: it is returned by
+    /// the next call, so that no document before it is lost.
+    pending: Option<InputError>,
+    /// Sum of the sizes of the files left behind.
+    done_bytes: u64,
+    progress: Arc<AtomicU64>,
+}
+
+/// An open input file.
+enum Source {
+    Jsonl(jsonl::JsonlSource),
+    Parquet(parquet::ParquetSource),
 }
 
 impl Reader {
-    /// A reader over `files`, in the given order.
-    pub fn new(files: Vec<InputFile>, _key: TextKey) -> Reader {
-        Reader { _files: files }
+    /// A reader over `files`, in the given order. Nothing is opened until the
+    /// first [`Reader::next_batch`].
+    pub fn new(files: Vec<InputFile>, key: TextKey) -> Reader {
+        Reader {
+            files,
+            key,
+            next_file: 0,
+            current: None,
+            pending: None,
+            done_bytes: 0,
+            progress: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// The next batch: documents up to `max_bytes` of payload or `max_docs` documents.
+    ///
+    /// Documents are added until the batch holds at least `max_bytes` bytes of
+    /// payload or `max_docs` documents (so a batch may end one document past
+    /// `max_bytes`, and always holds at least one document). A batch may span
+    /// files. Returns `Ok(None)` once every file has been read.
+    ///
+    /// # Errors
+    /// An [`InputError`] for a file that cannot be opened or read. Documents
+    /// read before the failure are returned first, in the batch that ends at
+    /// it; the error comes with the next call. The failed file is then
+    /// abandoned, and a further call goes on with the next file.
     pub fn next_batch(
         &mut self,
-        _max_bytes: usize,
-        _max_docs: usize,
+        max_bytes: usize,
+        max_docs: usize,
     ) -> Result<Option<Vec<RawDoc>>, InputError> {
-        todo!()
+        if let Some(err) = self.pending.take() {
+            return Err(err);
+        }
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            let doc = match self.next_doc() {
+                Ok(Some(doc)) => doc,
+                Ok(None) => break,
+                Err(err) if batch.is_empty() => return Err(err),
+                Err(err) => {
+                    self.pending = Some(err);
+                    break;
+                }
+            };
+            bytes = bytes.saturating_add(doc.payload.len());
+            batch.push(doc);
+            if bytes >= max_bytes || batch.len() >= max_docs {
+                break;
+            }
+        }
+        Ok((!batch.is_empty()).then_some(batch))
+    }
+
+    /// The next document of the current file, opening files as needed.
+    fn next_doc(&mut self) -> Result<Option<RawDoc>, InputError> {
+        loop {
+            if self.current.is_none() {
+                let Some(file) = self.files.get(self.next_file) else {
+                    return Ok(None);
+                };
+                // More than 4 billion input files cannot be indexed by RawDoc::file.
+                let index = u32::try_from(self.next_file).unwrap_or(u32::MAX);
+                self.next_file += 1;
+                let source = match file.kind {
+                    InputKind::Jsonl(compression) => jsonl::JsonlSource::open(
+                        &file.path,
+                        compression,
+                        Arc::clone(&self.progress),
+                    )
+                    .map(Source::Jsonl),
+                    InputKind::Parquet => parquet::ParquetSource::open(
+                        &file.path,
+                        &self.key,
+                        Arc::clone(&self.progress),
+                    )
+                    .map(Source::Parquet),
+                };
+                match source {
+                    Ok(source) => self.current = Some((index, source)),
+                    Err(err) => {
+                        self.leave_file();
+                        return Err(err);
+                    }
+                }
+            }
+            let Some((index, source)) = self.current.as_mut() else {
+                continue;
+            };
+            let next = match source {
+                Source::Jsonl(source) => source.next_doc(),
+                Source::Parquet(source) => source.next_doc(),
+            };
+            match next {
+                Ok(Some((loc, payload))) => {
+                    return Ok(Some(RawDoc {
+                        file: *index,
+                        loc,
+                        payload,
+                    }))
+                }
+                Ok(None) => self.leave_file(),
+                Err(err) => {
+                    self.leave_file();
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// Closes the current file (if any) and counts the whole of it as
+    /// consumed, whatever the decoder managed to count.
+    fn leave_file(&mut self) {
+        self.current = None;
+        let left = self
+            .next_file
+            .checked_sub(1)
+            .and_then(|i| self.files.get(i));
+        if let Some(file) = left {
+            self.done_bytes = self.done_bytes.saturating_add(file.bytes);
+            // fetch_max keeps the counter monotone even if a file grew while
+            // it was read and its reader counted past its listed size.
+            self.progress.fetch_max(self.done_bytes, Ordering::Relaxed);
+        }
     }
 
     /// A counter of on-disk input bytes consumed so far.
+    ///
+    /// It only grows, and reaches the sum of [`InputFile::bytes`] once every
+    /// file has been read (more if a file grew meanwhile). JSONL files count
+    /// as their compressed bytes are read; Parquet files count row group by
+    /// row group. Meant for a progress bar: read it from any thread.
     pub fn progress(&self) -> Arc<AtomicU64> {
-        todo!()
+        Arc::clone(&self.progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path, content: &[u8]) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    fn names(files: &[InputFile], root: &Path) -> Vec<String> {
+        files
+            .iter()
+            .map(|f| {
+                f.path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect()
+    }
+
+    fn s(path: &Path) -> String {
+        path.to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn kinds_by_extension() {
+        let kind = |name: &str| InputKind::from_path(Path::new(name));
+        assert_eq!(kind("a.jsonl"), Some(InputKind::Jsonl(Compression::None)));
+        assert_eq!(
+            kind("d/a.json.gz"),
+            Some(InputKind::Jsonl(Compression::Gzip))
+        );
+        assert_eq!(
+            kind("a.NDJSON.zst"),
+            Some(InputKind::Jsonl(Compression::Zstd))
+        );
+        assert_eq!(kind("a.parquet"), Some(InputKind::Parquet));
+        assert_eq!(kind("a.pq"), Some(InputKind::Parquet));
+        for name in [
+            "a.txt",
+            "a.gz",
+            "a.parquet.gz",
+            "jsonl",
+            "a.jsonl.bz2",
+            "a.jsonlx",
+        ] {
+            assert_eq!(kind(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn directories_are_walked_sorted_without_hidden_or_unknown_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "b/z.jsonl",
+            "b/a.parquet",
+            "a.jsonl.gz",
+            "B.jsonl",
+            "c/d/e.ndjson.zst",
+            "notes.txt",
+            ".hidden.jsonl",
+            ".git/x.jsonl",
+        ] {
+            touch(&root.join(name), b"{}\n");
+        }
+        let files = expand(&[s(root)]).unwrap();
+        assert_eq!(
+            names(&files, root),
+            [
+                "B.jsonl",
+                "a.jsonl.gz",
+                "b/a.parquet",
+                "b/z.jsonl",
+                "c/d/e.ndjson.zst"
+            ]
+        );
+        assert_eq!(files[0].bytes, 3);
+        assert_eq!(files[2].kind, InputKind::Parquet);
+
+        // Order of patterns and duplicates make no difference.
+        let again = expand(&[
+            s(&root.join("b/z.jsonl")),
+            s(&root.join("b")),
+            s(root),
+            format!("{}/./B.jsonl", s(root)),
+        ])
+        .unwrap();
+        assert_eq!(again, files);
+    }
+
+    #[test]
+    fn globs_expand_like_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for name in [
+            "p2.jsonl",
+            "p10.jsonl",
+            "p1.jsonl",
+            ".p3.jsonl",
+            "sub/p4.jsonl",
+            "other.parquet",
+        ] {
+            touch(&root.join(name), b"");
+        }
+        let files = expand(&[format!("{}/p*.jsonl", s(root))]).unwrap();
+        assert_eq!(names(&files, root), ["p1.jsonl", "p10.jsonl", "p2.jsonl"]);
+        let files = expand(&[format!("{}/*", s(root))]).unwrap();
+        assert_eq!(
+            names(&files, root),
+            [
+                "other.parquet",
+                "p1.jsonl",
+                "p10.jsonl",
+                "p2.jsonl",
+                "sub/p4.jsonl"
+            ]
+        );
+
+        touch(&root.join("readme.md"), b"");
+        let err = expand(&[format!("{}/*", s(root))]).unwrap_err();
+        assert!(
+            matches!(err, InputError::UnknownExtension { ref path } if path.ends_with("readme.md"))
+        );
+    }
+
+    #[test]
+    fn an_existing_path_with_glob_characters_is_taken_literally() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("a[1].jsonl"), b"");
+        touch(&dir.path().join("a1.jsonl"), b"");
+        let files = expand(&[s(&dir.path().join("a[1].jsonl"))]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["a[1].jsonl"]);
+        let files = expand(&[s(&dir.path().join("a[0-9].jsonl"))]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["a1.jsonl"]);
+    }
+
+    #[test]
+    fn a_glob_matching_nothing_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = format!("{}/*.jsonl", s(dir.path()));
+        let err = expand(std::slice::from_ref(&pattern)).unwrap_err();
+        assert!(matches!(err, InputError::NoMatch { pattern: ref p } if *p == pattern));
+        assert_eq!(
+            err.to_string(),
+            format!("--input {pattern:?} matched no file")
+        );
+        let err = expand(&["[".to_owned()]).unwrap_err();
+        assert!(matches!(err, InputError::BadPattern { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_empty_directory_matches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("notes.txt"), b"");
+        assert!(matches!(
+            expand(&[s(dir.path())]),
+            Err(InputError::NoMatch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.jsonl");
+        let err = expand(&[s(&path)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{}: No such file or directory", path.display())
+        );
+    }
+
+    #[test]
+    fn an_unknown_extension_lists_the_accepted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data.csv");
+        touch(&path, b"");
+        let message = expand(&[s(&path)]).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}: unknown file extension", path.display())),
+            "{message}"
+        );
+        assert!(
+            message.contains(".jsonl") && message.contains(".zst") && message.contains(".parquet"),
+            "{message}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_loop_is_walked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("d/a.jsonl"), b"");
+        std::os::unix::fs::symlink(dir.path().join("d"), dir.path().join("d/loop")).unwrap();
+        let files = expand(&[s(dir.path())]).unwrap();
+        assert_eq!(names(&files, dir.path()), ["d/a.jsonl"]);
+    }
+
+    #[test]
+    fn displays() {
+        assert_eq!(Location::Line(17).to_string(), "line 17");
+        assert_eq!(
+            Location::Row {
+                row_group: 2,
+                row: 5
+            }
+            .to_string(),
+            "row group 2, row 5"
+        );
+        let key = TextKey::parse("meta.text");
+        assert_eq!(key.to_string(), "meta.text");
+        assert_eq!(key.as_str(), "meta.text");
+        assert_eq!(key.parts(), ["meta", "text"]);
+    }
+
+    #[test]
+    fn the_reader_can_move_to_another_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Reader>();
+    }
+
+    #[test]
+    fn no_files_no_batches() {
+        let mut reader = Reader::new(Vec::new(), TextKey::parse("text"));
+        assert!(reader.next_batch(10, 10).unwrap().is_none());
+        assert_eq!(reader.progress().load(Ordering::Relaxed), 0);
     }
 }
