@@ -1,0 +1,100 @@
+//! Shared by the integration tests: a fresh directory per test and a command
+//! for the built `prep` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root, where fixtures/ lives.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fixture path.
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("fixtures").join(rel)
+}
+
+/// The GPT-2 tokenizer fixture.
+pub fn gpt2() -> PathBuf {
+    fixture("tokenizers/gpt2.tokenizer.json.zst")
+}
+
+/// A test's own temporary directory, removed when dropped.
+pub struct TestDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        TestDir { dir: tempfile::Builder::new().prefix("prep-test-").tempdir().expect("a temp dir") }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Writes a file and returns its path.
+    pub fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// A `prep` command running in this directory.
+    pub fn prep(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_prep"));
+        cmd.current_dir(self.dir.path());
+        cmd
+    }
+}
+
+/// `prep tokenize` with the GPT-2 fixture, quiet, on `inputs`, into `out`.
+pub fn tokenize_cmd(t: &TestDir, inputs: &[&Path], out: &Path) -> Command {
+    let mut cmd = t.prep();
+    cmd.arg("tokenize").arg("--tokenizer").arg(gpt2()).arg("--output").arg(out).arg("--quiet");
+    for input in inputs {
+        cmd.arg("--input").arg(input);
+    }
+    cmd
+}
+
+/// Runs a command and returns its output, whatever the exit status.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("prep runs")
+}
+
+/// Runs a command that must succeed, and returns its output.
+pub fn ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "command failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs a command that must fail with `code`, and returns its stderr.
+pub fn fails(cmd: &mut Command, code: i32) -> String {
+    let out = run(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "expected exit {code}; stderr: {stderr}");
+    stderr
+}
+
+/// Every record of the dataset in `dir`, widened to u32.
+pub fn records(dir: &Path) -> Vec<Vec<u32>> {
+    let ds = prep::Dataset::open(dir).expect("the dataset opens");
+    ds.records().map(|r| r.to_vec()).collect()
+}
+
+/// JSONL with one `{"text": ...}` per text.
+pub fn jsonl(texts: &[&str]) -> String {
+    texts.iter().map(|t| serde_json::json!({ "text": t }).to_string() + "\n").collect()
+}
