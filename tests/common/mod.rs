@@ -53,11 +53,11 @@ impl TestDir {
 }
 
 /// `prep tokenize` with the GPT-2 fixture, quiet, on `inputs`, into `out`.
-pub fn tokenize_cmd(t: &TestDir, inputs: &[&Path], out: &Path) -> Command {
+pub fn tokenize_cmd<P: AsRef<Path>>(t: &TestDir, inputs: &[P], out: &Path) -> Command {
     let mut cmd = t.prep();
     cmd.arg("tokenize").arg("--tokenizer").arg(gpt2()).arg("--output").arg(out).arg("--quiet");
     for input in inputs {
-        cmd.arg("--input").arg(input);
+        cmd.arg("--input").arg(input.as_ref());
     }
     cmd
 }

@@ -1,0 +1,273 @@
+//! `prep tokenize` as a whole: determinism, the manifest schema, resuming,
+//! re-runs, and bounded memory.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use prep::tokenize::{self, NoProgress, TokenizeConfig};
+
+fn corpus() -> PathBuf {
+    fixture("corpus/debian-sample.jsonl.zst")
+}
+
+/// Every file of a dataset directory with its bytes; the manifest without its timestamp.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut bytes = std::fs::read(entry.path()).unwrap();
+        if name == "manifest.json" {
+            let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            m["provenance"]["created"] = serde_json::Value::Null;
+            bytes = serde_json::to_vec(&m).unwrap();
+        }
+        files.insert(name, bytes);
+    }
+    files
+}
+
+fn assert_same_dataset(a: &Path, b: &Path) {
+    let (sa, sb) = (snapshot(a), snapshot(b));
+    assert_eq!(sa.keys().collect::<Vec<_>>(), sb.keys().collect::<Vec<_>>(), "file lists differ");
+    for (name, bytes) in &sa {
+        assert!(bytes == &sb[name], "{name} differs between {} and {}", a.display(), b.display());
+    }
+}
+
+#[test]
+fn output_is_byte_identical_for_any_thread_count() {
+    let t = TestDir::new();
+    for threads in ["1", "2", "3"] {
+        let out = t.path(&format!("t{threads}"));
+        ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--threads", threads, "--shard-size", "300KiB"]));
+    }
+    assert!(prep::Dataset::open(t.path("t1")).unwrap().manifest().shards.len() > 3);
+    assert_same_dataset(&t.path("t1"), &t.path("t2"));
+    assert_same_dataset(&t.path("t1"), &t.path("t3"));
+}
+
+#[test]
+fn tiny_batches_and_windows_do_not_change_the_output() {
+    // Many small batches in flight and finishing out of order exercise the
+    // reorder window far more than the default 1 MiB batches do.
+    let t = TestDir::new();
+    let run = |name: &str, threads: usize, batch_bytes: usize, window: usize| {
+        let mut config = TokenizeConfig::new(gpt2(), vec![corpus().display().to_string()], t.path(name));
+        config.threads = threads;
+        config.batch_bytes = batch_bytes;
+        config.window_per_thread = window;
+        config.shard_size = 200 << 10;
+        tokenize::run(&config, &NoProgress).unwrap();
+    };
+    run("reference", 1, 1 << 20, 4);
+    run("small", 4, 2 << 10, 8);
+    run("narrow", 3, 16 << 10, 1);
+    assert_same_dataset(&t.path("reference"), &t.path("small"));
+    assert_same_dataset(&t.path("reference"), &t.path("narrow"));
+}
+
+#[test]
+fn manifest_matches_the_schema_and_the_files() {
+    let t = TestDir::new();
+    let out = t.path("ds");
+    ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--shard-size", "1MiB", "--dedup"]));
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("schemas/manifest.schema.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator.iter_errors(&manifest).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "manifest does not match its schema: {errors:#?}");
+
+    // The manifest's sizes and checksums are those of the files.
+    let ds = prep::Dataset::open(&out).unwrap();
+    for shard in &ds.manifest().shards {
+        for (name, bytes, sum) in [(&shard.bin, shard.bin_bytes, &shard.bin_xxh3), (&shard.idx, shard.idx_bytes, &shard.idx_xxh3)] {
+            let data = std::fs::read(out.join(name)).unwrap();
+            assert_eq!(data.len() as u64, bytes, "{name}");
+            assert_eq!(&format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&data)), sum, "{name}");
+        }
+    }
+    let tokenizer = std::fs::read(out.join("tokenizer.json")).unwrap();
+    let original = zstd::decode_all(std::fs::File::open(gpt2()).unwrap()).unwrap();
+    assert_eq!(tokenizer, original, "the dataset carries the tokenizer it was made with");
+    assert_eq!(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&tokenizer)), ds.manifest().tokenizer.xxh3);
+    let total: u64 = ds.records().map(|r| r.len() as u64).sum();
+    assert_eq!(total, ds.n_tokens());
+}
+
+/// Starts a run, waits until its journal lists `shards` completed shards, and kills it.
+fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usize) {
+    let mut child = cmd.spawn().unwrap();
+    let journal = dir.join(".prep-journal.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = std::fs::read(&journal)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map_or(0, |j| j["shards"].as_array().map_or(0, Vec::len));
+        if done >= shards {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(!dir.join("manifest.json").exists(), "the killed run must not have finished");
+}
+
+#[test]
+fn a_killed_run_resumes_and_equals_an_uninterrupted_one() {
+    let t = TestDir::new();
+    let args = ["--threads", "1", "--shard-size", "64KiB"];
+    ok(tokenize_cmd(&t, &[&corpus()], &t.path("whole")).args(args));
+
+    let out = t.path("resumed");
+    let mut first = tokenize_cmd(&t, &[&corpus()], &out);
+    first.args(args);
+    kill_after_shards(first, &out, 3);
+    let inode = |p: PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let kept = inode(out.join("shard-00000.bin"));
+
+    let run = ok(t.prep().args(["tokenize", "--tokenizer"]).arg(gpt2()).arg("--input").arg(corpus()).arg("--output").arg(&out).args(args));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("resuming: kept"), "{stderr}");
+    assert_eq!(inode(out.join("shard-00000.bin")), kept, "a complete shard was rewritten instead of kept");
+    assert!(!out.join(".prep-journal.json").exists());
+    assert_same_dataset(&t.path("whole"), &out);
+}
+
+#[test]
+fn a_damaged_shard_is_made_again_on_resume() {
+    let t = TestDir::new();
+    let args = ["--threads", "2", "--shard-size", "64KiB", "--dedup"];
+    ok(tokenize_cmd(&t, &[&corpus()], &t.path("whole")).args(args));
+
+    let out = t.path("resumed");
+    let mut first = tokenize_cmd(&t, &[&corpus()], &out);
+    first.args(args);
+    kill_after_shards(first, &out, 4);
+    // Damage shard 1: shards 0 is kept, 1 and everything after are made again.
+    let victim = out.join("shard-00001.bin");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    std::fs::write(out.join("shard-00007.bin.tmp"), b"left over").unwrap();
+
+    ok(tokenize_cmd(&t, &[&corpus()], &out).args(args));
+    assert_same_dataset(&t.path("whole"), &out);
+}
+
+#[test]
+fn a_finished_dataset_is_left_alone_and_other_options_are_refused() {
+    let t = TestDir::new();
+    let out = t.path("ds");
+    ok(&mut tokenize_cmd(&t, &[&corpus()], &out));
+    let before = snapshot(&out);
+    let manifest_time = std::fs::metadata(out.join("manifest.json")).unwrap().modified().unwrap();
+
+    let again = ok(t.prep().args(["tokenize", "--tokenizer"]).arg(gpt2()).arg("-i").arg(corpus()).arg("-o").arg(&out));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already complete"));
+    assert_eq!(std::fs::metadata(out.join("manifest.json")).unwrap().modified().unwrap(), manifest_time);
+    assert_eq!(snapshot(&out), before);
+
+    let err = fails(tokenize_cmd(&t, &[&corpus()], &out).args(["--bos", "<|endoftext|>"]), 2);
+    assert!(err.contains("other inputs or options") && err.contains("--overwrite"), "{err}");
+    assert_eq!(snapshot(&out), before, "a refused run must not touch the dataset");
+
+    ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--bos", "<|endoftext|>", "--overwrite"]));
+    let ds = prep::Dataset::open(&out).unwrap();
+    assert_eq!(ds.record(0).unwrap().get(0), Some(50256));
+}
+
+/// A WordLevel tokenizer over `words`, with a whitespace pre-tokenizer: fast,
+/// so that a test can push hundreds of megabytes through the pipeline.
+fn word_tokenizer(t: &TestDir, words: &[String]) -> PathBuf {
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("[UNK]".into(), 0.into());
+    vocab.insert("<eos>".into(), 1.into());
+    for (i, w) in words.iter().enumerate() {
+        vocab.insert(w.clone(), (i + 2).into());
+    }
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 1, "content": "<eos>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    t.write("words.tokenizer.json", json.to_string())
+}
+
+/// Peak resident memory of a child process, from wait4.
+fn run_measuring_peak(cmd: &mut std::process::Command) -> (i32, u64) {
+    let child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child with valid out-pointers.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
+    const INPUT_BYTES: usize = 256 << 20;
+    // The bound the README states for a small tokenizer on 2 threads.
+    const BOUND: u64 = 64 << 20;
+    let t = TestDir::new();
+    let words: Vec<String> = (0..2000).map(|i| format!("w{i:x}")).collect();
+    let tokenizer = word_tokenizer(&t, &words);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // 4 MiB of random words; documents of 1 to 64 KiB are slices of it, so
+    // generating hundreds of megabytes costs little more than writing them.
+    let mut pool = String::new();
+    while pool.len() < 4 << 20 {
+        pool.push_str(&words[(next() % words.len() as u64) as usize]);
+        pool.push(' ');
+    }
+    let path = t.path("big.jsonl");
+    {
+        use std::io::Write;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut written = 0;
+        while written < INPUT_BYTES {
+            let len = 1024 + (next() % (64 << 10)) as usize;
+            let start = (next() % (pool.len() - len) as u64) as usize;
+            let start = start + pool[start..].find(' ').unwrap() + 1;
+            let text = &pool[start..start + len];
+            let end = text.rfind(' ').unwrap();
+            for part in [b"{\"text\": \"".as_slice(), text[..end].as_bytes(), b"\"}\n"] {
+                out.write_all(part).unwrap();
+                written += part.len();
+            }
+        }
+    }
+    let out = t.path("ds");
+    let (code, peak) = run_measuring_peak(
+        t.prep()
+            .args(["tokenize", "--quiet", "--threads", "2", "--eos", "<eos>", "--shard-size", "64MiB", "--tokenizer"])
+            .arg(&tokenizer)
+            .arg("--input")
+            .arg(&path)
+            .arg("--output")
+            .arg(&out),
+    );
+    assert_eq!(code, 0);
+    let ds = prep::Dataset::open(&out).unwrap();
+    assert!(ds.n_tokens() > 40_000_000, "the input must be large: {} tokens", ds.n_tokens());
+    eprintln!("peak RSS {} MiB for {} MiB of input", peak >> 20, INPUT_BYTES >> 20);
+    assert!(peak < BOUND, "peak RSS {} MiB exceeds the bound of {} MiB", peak >> 20, BOUND >> 20);
+}
