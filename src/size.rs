@@ -6,7 +6,9 @@
 /// space. Returns an error message naming what was wrong.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let unit = unit.trim();
     let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
@@ -26,12 +28,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
     };
     if number.is_empty() {
-        return Err(format!("invalid size {s:?}: expected a number, e.g. 1GiB or 500MB"));
+        return Err(format!(
+            "invalid size {s:?}: expected a number, e.g. 1GiB or 500MB"
+        ));
     }
     if let Ok(n) = number.parse::<u64>() {
-        return n.checked_mul(multiplier).ok_or_else(|| format!("size {s:?} is too large"));
+        return n
+            .checked_mul(multiplier)
+            .ok_or_else(|| format!("size {s:?} is too large"));
     }
-    let x: f64 = number.parse().map_err(|_| format!("invalid size {s:?}: {number:?} is not a number"))?;
+    let x: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: {number:?} is not a number"))?;
     let bytes = x * multiplier as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
         return Err(format!("size {s:?} is too large"));
@@ -74,7 +82,9 @@ mod tests {
     fn errors_say_what_is_wrong() {
         assert!(parse_size("1XB").unwrap_err().contains("unknown unit"));
         assert!(parse_size("GiB").unwrap_err().contains("expected a number"));
-        assert!(parse_size("99999999999TiB").unwrap_err().contains("too large"));
+        assert!(parse_size("99999999999TiB")
+            .unwrap_err()
+            .contains("too large"));
         assert!(parse_size("1.2.3MB").unwrap_err().contains("not a number"));
     }
 

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use prep::format::{
-    atomic_write, DatasetWriter, DocumentCounts, Dtype, FormatError, IdxHeader, Manifest, Provenance, ShardInfo,
-    SpecialTokens, TokenizerInfo, MANIFEST_FILE,
+    atomic_write, DatasetWriter, DocumentCounts, Dtype, FormatError, IdxHeader, Manifest,
+    Provenance, ShardInfo, SpecialTokens, TokenizerInfo, MANIFEST_FILE,
 };
 use prep::Dataset;
 use proptest::prelude::*;
@@ -23,7 +23,10 @@ fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
         special_tokens: SpecialTokens::default(),
         bos_prepended: false,
         eos_appended: false,
-        tokenizer: TokenizerInfo { file: None, xxh3: "0000000000000000".into() },
+        tokenizer: TokenizerInfo {
+            file: None,
+            xxh3: "0000000000000000".into(),
+        },
         shards,
         provenance: Provenance {
             prep_version: "test".into(),
@@ -37,13 +40,22 @@ fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
     }
 }
 
-fn write_dataset(dir: &Path, dtype: Dtype, shard_size: u64, records: &[Vec<u32>]) -> Vec<ShardInfo> {
+fn write_dataset(
+    dir: &Path,
+    dtype: Dtype,
+    shard_size: u64,
+    records: &[Vec<u32>],
+) -> Vec<ShardInfo> {
     let mut writer = DatasetWriter::new(dir, dtype, shard_size, Vec::new());
     for r in records {
         writer.push(r).unwrap();
     }
     let shards = writer.finish().unwrap();
-    atomic_write(&dir.join(MANIFEST_FILE), manifest(dtype, shards.clone()).to_json().as_bytes()).unwrap();
+    atomic_write(
+        &dir.join(MANIFEST_FILE),
+        manifest(dtype, shards.clone()).to_json().as_bytes(),
+    )
+    .unwrap();
     shards
 }
 
@@ -52,7 +64,13 @@ fn records_strategy() -> impl Strategy<Value = (bool, Vec<Vec<u32>>)> {
         let max = if wide { u32::MAX } else { u32::from(u16::MAX) };
         // Lengths 0 and 1 are common on purpose: empty documents are records too.
         let len = prop_oneof![Just(0usize), Just(1usize), 0usize..40, 0usize..400];
-        (Just(wide), prop::collection::vec(len.prop_flat_map(move |n| prop::collection::vec(0..=max, n)), 0..60))
+        (
+            Just(wide),
+            prop::collection::vec(
+                len.prop_flat_map(move |n| prop::collection::vec(0..=max, n)),
+                0..60,
+            ),
+        )
     })
 }
 
@@ -121,10 +139,23 @@ fn a_manifest_of_a_newer_version_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     write_dataset(dir.path(), Dtype::U16, 100, &[vec![1, 2]]);
     let path = dir.path().join(MANIFEST_FILE);
-    let text = std::fs::read_to_string(&path).unwrap().replacen("\"version\": 1", "\"version\": 7", 1);
+    let text =
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replacen("\"version\": 1", "\"version\": 7", 1);
     std::fs::write(&path, text).unwrap();
     let err = Dataset::open(dir.path()).err().expect("refused");
-    assert!(matches!(err, FormatError::UnsupportedVersion { found: 7, supported: 1, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsupportedVersion {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -132,9 +163,16 @@ fn a_manifest_cannot_point_outside_the_dataset() {
     let dir = tempfile::tempdir().unwrap();
     let mut shards = write_dataset(dir.path(), Dtype::U16, 100, &[vec![1, 2]]);
     shards[0].bin = "../../etc/passwd".into();
-    atomic_write(&dir.path().join(MANIFEST_FILE), manifest(Dtype::U16, shards).to_json().as_bytes()).unwrap();
+    atomic_write(
+        &dir.path().join(MANIFEST_FILE),
+        manifest(Dtype::U16, shards).to_json().as_bytes(),
+    )
+    .unwrap();
     let err = Dataset::open(dir.path()).err().expect("refused");
-    assert!(err.to_string().contains("not a plain relative path"), "{err}");
+    assert!(
+        err.to_string().contains("not a plain relative path"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -146,7 +184,11 @@ fn a_bin_of_the_wrong_size_is_refused() {
     std::fs::write(&bin, &bytes[..bytes.len() - 4]).unwrap();
     let err = Dataset::open(dir.path()).err().expect("refused");
     assert!(matches!(err, FormatError::Mismatch { .. }), "{err}");
-    assert!(err.to_string().contains("12 bytes, but 4 tokens of uint32 need 16"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("12 bytes, but 4 tokens of uint32 need 16"),
+        "{err}"
+    );
 }
 
 /// A dataset past every 32-bit limit: a .bin of more than 4 GiB holding more
@@ -160,10 +202,20 @@ fn offsets_and_sizes_past_4_gib_and_2_pow_32_tokens() {
     let bin = std::fs::File::create(dir.path().join("big.bin")).unwrap();
     bin.set_len(n_tokens * 2).unwrap();
     // Markers: the last token of record 0, the first and last of record 2.
-    for (token, value) in [((1u64 << 31) - 1, 11u16), ((1 << 32) + 5, 22), (n_tokens - 1, 33)] {
+    for (token, value) in [
+        ((1u64 << 31) - 1, 11u16),
+        ((1 << 32) + 5, 22),
+        (n_tokens - 1, 33),
+    ] {
         bin.write_all_at(&value.to_le_bytes(), token * 2).unwrap();
     }
-    let mut idx = IdxHeader { dtype: Dtype::U16, n_records: 3, n_tokens }.encode().to_vec();
+    let mut idx = IdxHeader {
+        dtype: Dtype::U16,
+        n_records: 3,
+        n_tokens,
+    }
+    .encode()
+    .to_vec();
     for o in offsets {
         idx.extend_from_slice(&o.to_le_bytes());
     }
@@ -178,7 +230,11 @@ fn offsets_and_sizes_past_4_gib_and_2_pow_32_tokens() {
         bin_xxh3: "0000000000000000".into(),
         idx_xxh3: "0000000000000000".into(),
     };
-    atomic_write(&dir.path().join(MANIFEST_FILE), manifest(Dtype::U16, vec![shard]).to_json().as_bytes()).unwrap();
+    atomic_write(
+        &dir.path().join(MANIFEST_FILE),
+        manifest(Dtype::U16, vec![shard]).to_json().as_bytes(),
+    )
+    .unwrap();
 
     let ds = Dataset::open(dir.path()).unwrap();
     assert_eq!(ds.n_tokens(), n_tokens);

@@ -33,9 +33,18 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 
 fn assert_same_dataset(a: &Path, b: &Path) {
     let (sa, sb) = (snapshot(a), snapshot(b));
-    assert_eq!(sa.keys().collect::<Vec<_>>(), sb.keys().collect::<Vec<_>>(), "file lists differ");
+    assert_eq!(
+        sa.keys().collect::<Vec<_>>(),
+        sb.keys().collect::<Vec<_>>(),
+        "file lists differ"
+    );
     for (name, bytes) in &sa {
-        assert!(bytes == &sb[name], "{name} differs between {} and {}", a.display(), b.display());
+        assert!(
+            bytes == &sb[name],
+            "{name} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
     }
 }
 
@@ -44,9 +53,21 @@ fn output_is_byte_identical_for_any_thread_count() {
     let t = TestDir::new();
     for threads in ["1", "2", "3"] {
         let out = t.path(&format!("t{threads}"));
-        ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--threads", threads, "--shard-size", "300KiB"]));
+        ok(tokenize_cmd(&t, &[&corpus()], &out).args([
+            "--threads",
+            threads,
+            "--shard-size",
+            "300KiB",
+        ]));
     }
-    assert!(prep::Dataset::open(t.path("t1")).unwrap().manifest().shards.len() > 3);
+    assert!(
+        prep::Dataset::open(t.path("t1"))
+            .unwrap()
+            .manifest()
+            .shards
+            .len()
+            > 3
+    );
     assert_same_dataset(&t.path("t1"), &t.path("t2"));
     assert_same_dataset(&t.path("t1"), &t.path("t3"));
 }
@@ -57,7 +78,8 @@ fn tiny_batches_and_windows_do_not_change_the_output() {
     // reorder window far more than the default 1 MiB batches do.
     let t = TestDir::new();
     let run = |name: &str, threads: usize, batch_bytes: usize, window: usize| {
-        let mut config = TokenizeConfig::new(gpt2(), vec![corpus().display().to_string()], t.path(name));
+        let mut config =
+            TokenizeConfig::new(gpt2(), vec![corpus().display().to_string()], t.path(name));
         config.threads = threads;
         config.batch_bytes = batch_bytes;
         config.window_per_thread = window;
@@ -76,26 +98,48 @@ fn manifest_matches_the_schema_and_the_files() {
     let t = TestDir::new();
     let out = t.path("ds");
     ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--shard-size", "1MiB", "--dedup"]));
-    let schema: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(root().join("schemas/manifest.schema.json")).unwrap()).unwrap();
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let schema: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("schemas/manifest.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator.iter_errors(&manifest).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "manifest does not match its schema: {errors:#?}");
+    let errors: Vec<String> = validator
+        .iter_errors(&manifest)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "manifest does not match its schema: {errors:#?}"
+    );
 
     // The manifest's sizes and checksums are those of the files.
     let ds = prep::Dataset::open(&out).unwrap();
     for shard in &ds.manifest().shards {
-        for (name, bytes, sum) in [(&shard.bin, shard.bin_bytes, &shard.bin_xxh3), (&shard.idx, shard.idx_bytes, &shard.idx_xxh3)] {
+        for (name, bytes, sum) in [
+            (&shard.bin, shard.bin_bytes, &shard.bin_xxh3),
+            (&shard.idx, shard.idx_bytes, &shard.idx_xxh3),
+        ] {
             let data = std::fs::read(out.join(name)).unwrap();
             assert_eq!(data.len() as u64, bytes, "{name}");
-            assert_eq!(&format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&data)), sum, "{name}");
+            assert_eq!(
+                &format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&data)),
+                sum,
+                "{name}"
+            );
         }
     }
     let tokenizer = std::fs::read(out.join("tokenizer.json")).unwrap();
     let original = zstd::decode_all(std::fs::File::open(gpt2()).unwrap()).unwrap();
-    assert_eq!(tokenizer, original, "the dataset carries the tokenizer it was made with");
-    assert_eq!(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&tokenizer)), ds.manifest().tokenizer.xxh3);
+    assert_eq!(
+        tokenizer, original,
+        "the dataset carries the tokenizer it was made with"
+    );
+    assert_eq!(
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&tokenizer)),
+        ds.manifest().tokenizer.xxh3
+    );
     let total: u64 = ds.records().map(|r| r.len() as u64).sum();
     assert_eq!(total, ds.n_tokens());
 }
@@ -113,13 +157,19 @@ fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usize) 
         if done >= shards {
             break;
         }
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be killed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it could be killed"
+        );
         assert!(Instant::now() < deadline, "no progress");
         std::thread::sleep(Duration::from_millis(2));
     }
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
-    assert!(!dir.join("manifest.json").exists(), "the killed run must not have finished");
+    assert!(
+        !dir.join("manifest.json").exists(),
+        "the killed run must not have finished"
+    );
 }
 
 #[test]
@@ -135,10 +185,22 @@ fn a_killed_run_resumes_and_equals_an_uninterrupted_one() {
     let inode = |p: PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
     let kept = inode(out.join("shard-00000.bin"));
 
-    let run = ok(t.prep().args(["tokenize", "--tokenizer"]).arg(gpt2()).arg("--input").arg(corpus()).arg("--output").arg(&out).args(args));
+    let run = ok(t
+        .prep()
+        .args(["tokenize", "--tokenizer"])
+        .arg(gpt2())
+        .arg("--input")
+        .arg(corpus())
+        .arg("--output")
+        .arg(&out)
+        .args(args));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("resuming: kept"), "{stderr}");
-    assert_eq!(inode(out.join("shard-00000.bin")), kept, "a complete shard was rewritten instead of kept");
+    assert_eq!(
+        inode(out.join("shard-00000.bin")),
+        kept,
+        "a complete shard was rewritten instead of kept"
+    );
     assert!(!out.join(".prep-journal.json").exists());
     assert_same_dataset(&t.path("whole"), &out);
 }
@@ -170,16 +232,42 @@ fn a_finished_dataset_is_left_alone_and_other_options_are_refused() {
     let out = t.path("ds");
     ok(&mut tokenize_cmd(&t, &[&corpus()], &out));
     let before = snapshot(&out);
-    let manifest_time = std::fs::metadata(out.join("manifest.json")).unwrap().modified().unwrap();
+    let manifest_time = std::fs::metadata(out.join("manifest.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
 
-    let again = ok(t.prep().args(["tokenize", "--tokenizer"]).arg(gpt2()).arg("-i").arg(corpus()).arg("-o").arg(&out));
+    let again = ok(t
+        .prep()
+        .args(["tokenize", "--tokenizer"])
+        .arg(gpt2())
+        .arg("-i")
+        .arg(corpus())
+        .arg("-o")
+        .arg(&out));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already complete"));
-    assert_eq!(std::fs::metadata(out.join("manifest.json")).unwrap().modified().unwrap(), manifest_time);
+    assert_eq!(
+        std::fs::metadata(out.join("manifest.json"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        manifest_time
+    );
     assert_eq!(snapshot(&out), before);
 
-    let err = fails(tokenize_cmd(&t, &[&corpus()], &out).args(["--bos", "<|endoftext|>"]), 2);
-    assert!(err.contains("other inputs or options") && err.contains("--overwrite"), "{err}");
-    assert_eq!(snapshot(&out), before, "a refused run must not touch the dataset");
+    let err = fails(
+        tokenize_cmd(&t, &[&corpus()], &out).args(["--bos", "<|endoftext|>"]),
+        2,
+    );
+    assert!(
+        err.contains("other inputs or options") && err.contains("--overwrite"),
+        "{err}"
+    );
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "a refused run must not touch the dataset"
+    );
 
     ok(tokenize_cmd(&t, &[&corpus()], &out).args(["--bos", "<|endoftext|>", "--overwrite"]));
     let ds = prep::Dataset::open(&out).unwrap();
@@ -206,6 +294,8 @@ fn word_tokenizer(t: &TestDir, words: &[String]) -> PathBuf {
 }
 
 /// Peak resident memory of a child process, from wait4.
+// wait4 reaps the child, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn run_measuring_peak(cmd: &mut std::process::Command) -> (i32, u64) {
     let child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
     let mut status = 0;
@@ -249,7 +339,11 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
             let start = start + pool[start..].find(' ').unwrap() + 1;
             let text = &pool[start..start + len];
             let end = text.rfind(' ').unwrap();
-            for part in [b"{\"text\": \"".as_slice(), text[..end].as_bytes(), b"\"}\n"] {
+            for part in [
+                b"{\"text\": \"".as_slice(),
+                &text.as_bytes()[..end],
+                b"\"}\n",
+            ] {
                 out.write_all(part).unwrap();
                 written += part.len();
             }
@@ -258,7 +352,17 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
     let out = t.path("ds");
     let (code, peak) = run_measuring_peak(
         t.prep()
-            .args(["tokenize", "--quiet", "--threads", "2", "--eos", "<eos>", "--shard-size", "64MiB", "--tokenizer"])
+            .args([
+                "tokenize",
+                "--quiet",
+                "--threads",
+                "2",
+                "--eos",
+                "<eos>",
+                "--shard-size",
+                "64MiB",
+                "--tokenizer",
+            ])
             .arg(&tokenizer)
             .arg("--input")
             .arg(&path)
@@ -267,7 +371,20 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
     );
     assert_eq!(code, 0);
     let ds = prep::Dataset::open(&out).unwrap();
-    assert!(ds.n_tokens() > 40_000_000, "the input must be large: {} tokens", ds.n_tokens());
-    eprintln!("peak RSS {} MiB for {} MiB of input", peak >> 20, INPUT_BYTES >> 20);
-    assert!(peak < BOUND, "peak RSS {} MiB exceeds the bound of {} MiB", peak >> 20, BOUND >> 20);
+    assert!(
+        ds.n_tokens() > 40_000_000,
+        "the input must be large: {} tokens",
+        ds.n_tokens()
+    );
+    eprintln!(
+        "peak RSS {} MiB for {} MiB of input",
+        peak >> 20,
+        INPUT_BYTES >> 20
+    );
+    assert!(
+        peak < BOUND,
+        "peak RSS {} MiB exceeds the bound of {} MiB",
+        peak >> 20,
+        BOUND >> 20
+    );
 }

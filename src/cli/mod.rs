@@ -48,10 +48,25 @@ pub fn run() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("prep: error: {e:#}");
+            eprintln!("prep: error: {}", describe(&e));
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// The error and its causes, each cause added only when the message does not
+/// already say it (most of prep's errors embed their cause).
+fn describe(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+    }
+    message
 }
 
 /// A closed stdout (`prep ... | head`) is not an error.

@@ -23,7 +23,11 @@ impl Bar {
             );
             bar
         });
-        Bar { bar, quiet, started: Instant::now() }
+        Bar {
+            bar,
+            quiet,
+            started: Instant::now(),
+        }
     }
 }
 

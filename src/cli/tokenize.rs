@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Parser;
 
 use crate::size::{format_bytes, parse_size};
@@ -18,8 +17,10 @@ use crate::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
 /// Interrupted runs resume where they stopped when started again with the
 /// same arguments.
 #[derive(Debug, Parser)]
-#[command(after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage, input or I/O error.")]
+#[command(
+    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
+Exit codes: 0 success, 2 usage, input or I/O error."
+)]
 pub(crate) struct Args {
     /// HuggingFace tokenizer.json (may be .zst or .gz compressed). Truncation
     /// and padding in the file are ignored.
@@ -97,7 +98,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.skip_bad = args.skip_bad;
     config.overwrite = args.overwrite;
     let bar = super::progress::Bar::new(args.quiet);
-    let report = tokenize::run(&config, &bar).context("tokenize failed")?;
+    let report = tokenize::run(&config, &bar)?;
     if !args.quiet {
         eprintln!("{}", summary(&config, &report));
     }
@@ -130,7 +131,10 @@ fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
         r.documents as f64 / secs,
     );
     if r.resumed_shards > 0 {
-        s += &format!(" Resumed after {} complete shards of an interrupted run.", r.resumed_shards);
+        s += &format!(
+            " Resumed after {} complete shards of an interrupted run.",
+            r.resumed_shards
+        );
     }
     s += &format!(
         " Wrote {}: {} records, {} tokens, {}, vocab {}, in {} shards ({}); {}.",

@@ -42,7 +42,10 @@ impl IdxHeader {
         let len = bytes.len() as u64;
         let head = bytes
             .get(..IDX_HEADER_LEN)
-            .ok_or_else(|| FormatError::IdxTooShort { path: path.into(), len })?;
+            .ok_or_else(|| FormatError::IdxTooShort {
+                path: path.into(),
+                len,
+            })?;
         if head[0..8] != IDX_MAGIC {
             return Err(FormatError::IdxBadMagic { path: path.into() });
         }
@@ -54,8 +57,10 @@ impl IdxHeader {
                 supported: IDX_VERSION.into(),
             });
         }
-        let dtype = Dtype::from_size(head[12])
-            .ok_or(FormatError::IdxBadTokenSize { path: path.into(), size: head[12] })?;
+        let dtype = Dtype::from_size(head[12]).ok_or(FormatError::IdxBadTokenSize {
+            path: path.into(),
+            size: head[12],
+        })?;
         if head[13..16] != [0, 0, 0] {
             return Err(FormatError::IdxReserved { path: path.into() });
         }
@@ -67,10 +72,15 @@ impl IdxHeader {
                 path: path.into(),
                 len,
                 n_records,
-                expected: expected.map_or_else(|| "more bytes than a u64 holds".into(), |e| e.to_string()),
+                expected: expected
+                    .map_or_else(|| "more bytes than a u64 holds".into(), |e| e.to_string()),
             });
         }
-        Ok(IdxHeader { dtype, n_records, n_tokens })
+        Ok(IdxHeader {
+            dtype,
+            n_records,
+            n_tokens,
+        })
     }
 
     /// The size of an `.idx` file with `n_records` records, or `None` if it
@@ -86,7 +96,11 @@ impl IdxHeader {
 /// Checks that `offsets` start at 0, never decrease and end at `n_tokens`.
 ///
 /// Reports the first offending position.
-pub(crate) fn check_offsets(path: &Path, offsets: &[u64], n_tokens: u64) -> Result<(), FormatError> {
+pub(crate) fn check_offsets(
+    path: &Path,
+    offsets: &[u64],
+    n_tokens: u64,
+) -> Result<(), FormatError> {
     let bad = |position: usize, found: u64, expected: String| FormatError::IdxOffsets {
         path: path.into(),
         position: position as u64,
@@ -103,7 +117,10 @@ pub(crate) fn check_offsets(path: &Path, offsets: &[u64], n_tokens: u64) -> Resu
         return Err(bad(
             i + 1,
             offsets[i + 1],
-            format!("smaller than offsets[{}] = {}; offsets must not decrease", i, offsets[i]),
+            format!(
+                "smaller than offsets[{}] = {}; offsets must not decrease",
+                i, offsets[i]
+            ),
         ));
     }
     let last = offsets[offsets.len() - 1];
@@ -135,7 +152,11 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let h = IdxHeader { dtype: Dtype::U32, n_records: 2, n_tokens: 7 };
+        let h = IdxHeader {
+            dtype: Dtype::U32,
+            n_records: 2,
+            n_tokens: 7,
+        };
         let bytes = file(h, &[0, 3, 7]);
         assert_eq!(IdxHeader::parse(p(), &bytes).unwrap(), h);
     }
@@ -143,56 +164,132 @@ mod tests {
     #[test]
     fn too_short() {
         let err = IdxHeader::parse(p(), b"PREPIDX\0\x01").unwrap_err();
-        assert!(matches!(err, FormatError::IdxTooShort { len: 9, .. }), "{err}");
+        assert!(
+            matches!(err, FormatError::IdxTooShort { len: 9, .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_magic() {
-        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        let mut bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: 0,
+                n_tokens: 0,
+            },
+            &[0],
+        );
         bytes[0] = b'X';
-        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxBadMagic { .. })));
+        assert!(matches!(
+            IdxHeader::parse(p(), &bytes),
+            Err(FormatError::IdxBadMagic { .. })
+        ));
     }
 
     #[test]
     fn newer_version_is_refused_by_name() {
-        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        let mut bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: 0,
+                n_tokens: 0,
+            },
+            &[0],
+        );
         bytes[8] = 2;
         let err = IdxHeader::parse(p(), &bytes).unwrap_err();
-        assert!(matches!(err, FormatError::UnsupportedVersion { found: 2, supported: 1, .. }));
+        assert!(matches!(
+            err,
+            FormatError::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ));
         assert!(err.to_string().contains("upgrade prep"), "{err}");
     }
 
     #[test]
     fn bad_token_size_and_reserved() {
-        let mut bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 0, n_tokens: 0 }, &[0]);
+        let mut bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: 0,
+                n_tokens: 0,
+            },
+            &[0],
+        );
         bytes[12] = 3;
-        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxBadTokenSize { size: 3, .. })));
+        assert!(matches!(
+            IdxHeader::parse(p(), &bytes),
+            Err(FormatError::IdxBadTokenSize { size: 3, .. })
+        ));
         bytes[12] = 2;
         bytes[14] = 1;
-        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxReserved { .. })));
+        assert!(matches!(
+            IdxHeader::parse(p(), &bytes),
+            Err(FormatError::IdxReserved { .. })
+        ));
     }
 
     #[test]
     fn hostile_record_count_does_not_overflow() {
-        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: u64::MAX, n_tokens: 0 }, &[0]);
+        let bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: u64::MAX,
+                n_tokens: 0,
+            },
+            &[0],
+        );
         let err = IdxHeader::parse(p(), &bytes).unwrap_err();
         assert!(matches!(err, FormatError::IdxSize { .. }), "{err}");
-        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: u64::MAX / 8, n_tokens: 0 }, &[0]);
-        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxSize { .. })));
+        let bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: u64::MAX / 8,
+                n_tokens: 0,
+            },
+            &[0],
+        );
+        assert!(matches!(
+            IdxHeader::parse(p(), &bytes),
+            Err(FormatError::IdxSize { .. })
+        ));
     }
 
     #[test]
     fn size_must_match_record_count() {
-        let bytes = file(IdxHeader { dtype: Dtype::U16, n_records: 3, n_tokens: 0 }, &[0, 0]);
-        assert!(matches!(IdxHeader::parse(p(), &bytes), Err(FormatError::IdxSize { n_records: 3, .. })));
+        let bytes = file(
+            IdxHeader {
+                dtype: Dtype::U16,
+                n_records: 3,
+                n_tokens: 0,
+            },
+            &[0, 0],
+        );
+        assert!(matches!(
+            IdxHeader::parse(p(), &bytes),
+            Err(FormatError::IdxSize { n_records: 3, .. })
+        ));
     }
 
     #[test]
     fn offsets_checked() {
         assert!(check_offsets(p(), &[0, 2, 2, 5], 5).is_ok());
-        assert!(matches!(check_offsets(p(), &[1, 2], 2), Err(FormatError::IdxOffsets { position: 0, .. })));
-        assert!(matches!(check_offsets(p(), &[0, 3, 2, 5], 5), Err(FormatError::IdxOffsets { position: 2, .. })));
-        assert!(matches!(check_offsets(p(), &[0, 3], 4), Err(FormatError::IdxOffsets { position: 1, .. })));
+        assert!(matches!(
+            check_offsets(p(), &[1, 2], 2),
+            Err(FormatError::IdxOffsets { position: 0, .. })
+        ));
+        assert!(matches!(
+            check_offsets(p(), &[0, 3, 2, 5], 5),
+            Err(FormatError::IdxOffsets { position: 2, .. })
+        ));
+        assert!(matches!(
+            check_offsets(p(), &[0, 3], 4),
+            Err(FormatError::IdxOffsets { position: 1, .. })
+        ));
         assert!(check_offsets(p(), &[], 0).is_err());
     }
 }

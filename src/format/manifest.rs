@@ -155,10 +155,14 @@ impl Manifest {
 
     /// Parses and checks manifest bytes; `path` only names the file in errors.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Manifest, FormatError> {
-        let bad = |message: String| FormatError::BadManifest { path: path.into(), message };
+        let bad = |message: String| FormatError::BadManifest {
+            path: path.into(),
+            message,
+        };
         // Look at format and version before the full parse, so a newer
         // manifest is refused by its version rather than by a missing field.
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
             return Err(bad(format!("`format` is not {FORMAT_NAME:?}")));
         }
@@ -180,7 +184,10 @@ impl Manifest {
 
     /// Internal consistency: safe shard paths and totals that add up.
     fn check(&self, path: &Path) -> Result<(), FormatError> {
-        let bad = |message: String| FormatError::BadManifest { path: path.into(), message };
+        let bad = |message: String| FormatError::BadManifest {
+            path: path.into(),
+            message,
+        };
         if self.kind != "documents" && self.kind != "packed" {
             return Err(bad(format!("unknown kind {:?}", self.kind)));
         }
@@ -188,7 +195,9 @@ impl Manifest {
         for (i, shard) in self.shards.iter().enumerate() {
             for name in [&shard.bin, &shard.idx] {
                 if !is_safe_relative(name) {
-                    return Err(bad(format!("shard {i}: path {name:?} is not a plain relative path")));
+                    return Err(bad(format!(
+                        "shard {i}: path {name:?} is not a plain relative path"
+                    )));
                 }
             }
             records = records
@@ -205,7 +214,10 @@ impl Manifest {
             )));
         }
         if tokens != self.n_tokens {
-            return Err(bad(format!("n_tokens is {} but the shards hold {tokens}", self.n_tokens)));
+            return Err(bad(format!(
+                "n_tokens is {} but the shards hold {tokens}",
+                self.n_tokens
+            )));
         }
         Ok(())
     }

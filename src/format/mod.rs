@@ -18,8 +18,8 @@ pub use manifest::{
     FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 pub use reader::{Dataset, Tokens};
-pub use writer::{atomic_write, hash_file, DatasetWriter, ShardWriter};
 pub(crate) use writer::TMP_SUFFIX;
+pub use writer::{atomic_write, hash_file, DatasetWriter, ShardWriter};
 
 /// The type of every token in a dataset's `.bin` files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -192,6 +192,9 @@ pub enum FormatError {
 
 impl FormatError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FormatError {
-        FormatError::Io { path: path.into(), source }
+        FormatError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -101,7 +101,12 @@ impl Dataset {
             start += info.n_records; // cannot overflow: Manifest::read summed them
         }
         starts.push(start);
-        Ok(Dataset { dir, manifest, shards, starts })
+        Ok(Dataset {
+            dir,
+            manifest,
+            shards,
+            starts,
+        })
     }
 
     /// The dataset directory.
@@ -137,7 +142,10 @@ impl Dataset {
     /// Record `index`, borrowed from the mapped shard: no copy, no allocation.
     pub fn record(&self, index: u64) -> Result<Tokens<'_>, FormatError> {
         if index >= self.len() {
-            return Err(FormatError::RecordOutOfRange { index, len: self.len() });
+            return Err(FormatError::RecordOutOfRange {
+                index,
+                len: self.len(),
+            });
         }
         // The last shard whose first record is at or before `index`; empty
         // shards share a start with their successor and are skipped over.
@@ -164,7 +172,10 @@ fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, Forma
     let bin_path = dir.join(&info.bin);
     let idx = Mapped::open(&idx_path)?;
     let header = IdxHeader::parse(&idx_path, idx.bytes())?;
-    let mismatch = |path: &Path, message: String| FormatError::Mismatch { path: path.into(), message };
+    let mismatch = |path: &Path, message: String| FormatError::Mismatch {
+        path: path.into(),
+        message,
+    };
     if header.dtype != dtype {
         return Err(mismatch(
             &idx_path,
@@ -180,9 +191,8 @@ fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, Forma
             ),
         ));
     }
-    let offsets = cast::<u64>(&idx.bytes()[IDX_HEADER_LEN..]).ok_or_else(|| {
-        mismatch(&idx_path, "offsets are not 8-byte aligned in memory".into())
-    })?;
+    let offsets = cast::<u64>(&idx.bytes()[IDX_HEADER_LEN..])
+        .ok_or_else(|| mismatch(&idx_path, "offsets are not 8-byte aligned in memory".into()))?;
     check_offsets(&idx_path, offsets, header.n_tokens)?;
     let bin = Mapped::open(&bin_path)?;
     let expected = header.n_tokens.checked_mul(dtype.size() as u64);
@@ -202,7 +212,10 @@ fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, Forma
         Dtype::U32 => cast::<u32>(bin.bytes()).is_some(),
     };
     if !aligned {
-        return Err(mismatch(&bin_path, "tokens are not aligned in memory".into()));
+        return Err(mismatch(
+            &bin_path,
+            "tokens are not aligned in memory".into(),
+        ));
     }
     Ok(Shard { bin, idx })
 }

@@ -36,8 +36,14 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
 fn sync_dir(path: &Path) -> Result<(), FormatError> {
     #[cfg(unix)]
     if let Some(dir) = path.parent() {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| FormatError::io(dir, e))?;
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| FormatError::io(dir, e))?;
     }
     Ok(())
 }
@@ -64,7 +70,13 @@ impl ShardWriter {
         let idx_path = dir.join(format!("{stem}.idx"));
         let open = |path: &Path| {
             let tmp = tmp_path(path);
-            File::create(&tmp)
+            // Read access too: the index is read back to checksum it.
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
                 .map(|f| BufWriter::with_capacity(WRITE_BUFFER, f))
                 .map_err(|e| FormatError::io(&tmp, e))
         };
@@ -75,7 +87,8 @@ impl ShardWriter {
         // memory does not grow with the number of records.
         let mut first = [0u8; IDX_HEADER_LEN + 8];
         first[..8].copy_from_slice(b"PREPTMP\0");
-        idx.write_all(&first).map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
+        idx.write_all(&first)
+            .map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
         Ok(ShardWriter {
             bin_path,
             idx_path,
@@ -138,10 +151,20 @@ impl ShardWriter {
     pub fn finish(self) -> Result<ShardInfo, FormatError> {
         let bin_tmp = tmp_path(&self.bin_path);
         let idx_tmp = tmp_path(&self.idx_path);
-        let bin = self.bin.into_inner().map_err(|e| FormatError::io(&bin_tmp, e.into_error()))?;
+        let bin = self
+            .bin
+            .into_inner()
+            .map_err(|e| FormatError::io(&bin_tmp, e.into_error()))?;
         bin.sync_all().map_err(|e| FormatError::io(&bin_tmp, e))?;
-        let mut idx = self.idx.into_inner().map_err(|e| FormatError::io(&idx_tmp, e.into_error()))?;
-        let header = IdxHeader { dtype: self.dtype, n_records: self.n_records, n_tokens: self.n_tokens };
+        let mut idx = self
+            .idx
+            .into_inner()
+            .map_err(|e| FormatError::io(&idx_tmp, e.into_error()))?;
+        let header = IdxHeader {
+            dtype: self.dtype,
+            n_records: self.n_records,
+            n_tokens: self.n_tokens,
+        };
         let io = |e| FormatError::io(&idx_tmp, e);
         idx.seek(SeekFrom::Start(0)).map_err(io)?;
         idx.write_all(&header.encode()).map_err(io)?;
@@ -157,10 +180,17 @@ impl ShardWriter {
                 message: format!("wrote {idx_bytes} index bytes, expected {expected}"),
             });
         }
-        std::fs::rename(&bin_tmp, &self.bin_path).map_err(|e| FormatError::io(&self.bin_path, e))?;
-        std::fs::rename(&idx_tmp, &self.idx_path).map_err(|e| FormatError::io(&self.idx_path, e))?;
+        std::fs::rename(&bin_tmp, &self.bin_path)
+            .map_err(|e| FormatError::io(&self.bin_path, e))?;
+        std::fs::rename(&idx_tmp, &self.idx_path)
+            .map_err(|e| FormatError::io(&self.idx_path, e))?;
         sync_dir(&self.idx_path)?;
-        let name = |p: &Path| p.file_name().expect("a file").to_string_lossy().into_owned();
+        let name = |p: &Path| {
+            p.file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned()
+        };
         Ok(ShardInfo {
             bin: name(&self.bin_path),
             idx: name(&self.idx_path),
@@ -212,7 +242,13 @@ impl DatasetWriter {
     /// A writer into `dir` that continues after the shards already `done`
     /// (empty for a fresh dataset; a resumed run passes the shards it kept).
     pub fn new(dir: &Path, dtype: Dtype, shard_size: u64, done: Vec<ShardInfo>) -> DatasetWriter {
-        DatasetWriter { dir: dir.into(), dtype, shard_size: shard_size.max(1), shards: done, current: None }
+        DatasetWriter {
+            dir: dir.into(),
+            dtype,
+            shard_size: shard_size.max(1),
+            shards: done,
+            current: None,
+        }
     }
 
     /// The file stem of shard number `n`.
@@ -235,7 +271,8 @@ impl DatasetWriter {
             Some(c) => c,
             None => {
                 let stem = Self::shard_stem(self.shards.len());
-                self.current.insert(ShardWriter::create(&self.dir, &stem, self.dtype)?)
+                self.current
+                    .insert(ShardWriter::create(&self.dir, &stem, self.dtype)?)
             }
         };
         current.push(tokens)?;

@@ -6,7 +6,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::TokenizeError;
-use crate::format::{atomic_write, hash_file, DocumentCounts, FormatError, Manifest, ShardInfo, MANIFEST_FILE, TMP_SUFFIX};
+use crate::format::{
+    atomic_write, hash_file, DocumentCounts, FormatError, Manifest, ShardInfo, MANIFEST_FILE,
+    TMP_SUFFIX,
+};
 
 /// The journal's file name inside the output directory.
 pub(crate) const JOURNAL_FILE: &str = ".prep-journal.json";
@@ -69,16 +72,29 @@ pub(crate) enum Start {
 /// - Anything else of prep's is removed only with `overwrite`; a directory
 ///   holding other files is refused unless `overwrite` (and even then only
 ///   prep's own files are removed).
-pub(crate) fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, TokenizeError> {
-    let io = |e| TokenizeError::Io { path: dir.into(), source: e };
+pub(crate) fn prepare(
+    dir: &Path,
+    fingerprint: &str,
+    overwrite: bool,
+) -> Result<Start, TokenizeError> {
+    let io = |e| TokenizeError::Io {
+        path: dir.into(),
+        source: e,
+    };
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(io)?;
         return Ok(Start::Fresh);
     }
     if !dir.is_dir() {
-        return Err(TokenizeError::OutputExists { dir: dir.into(), why: "is a file, not a directory".into() });
+        return Err(TokenizeError::OutputExists {
+            dir: dir.into(),
+            why: "is a file, not a directory".into(),
+        });
     }
-    let refuse = |why: &str| TokenizeError::OutputExists { dir: dir.into(), why: why.into() };
+    let refuse = |why: &str| TokenizeError::OutputExists {
+        dir: dir.into(),
+        why: why.into(),
+    };
     if overwrite {
         clean(dir)?;
         return Ok(Start::Fresh);
@@ -108,7 +124,10 @@ pub(crate) fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<
     }
     let journal_path = dir.join(JOURNAL_FILE);
     if journal_path.exists() {
-        let bytes = std::fs::read(&journal_path).map_err(|e| TokenizeError::Io { path: journal_path.clone(), source: e })?;
+        let bytes = std::fs::read(&journal_path).map_err(|e| TokenizeError::Io {
+            path: journal_path.clone(),
+            source: e,
+        })?;
         let journal: Option<Journal> = serde_json::from_slice(&bytes).ok();
         match journal {
             Some(j) if j.fingerprint == fingerprint => {
@@ -128,7 +147,9 @@ pub(crate) fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<
         .filter_map(Result::ok)
         .any(|e| !is_ours(&e.file_name().to_string_lossy()));
     if foreign {
-        return Err(refuse("is not empty (choose an empty or new directory, or pass --overwrite)"));
+        return Err(refuse(
+            "is not empty (choose an empty or new directory, or pass --overwrite)",
+        ));
     }
     clean(dir)?;
     Ok(Start::Fresh)
@@ -136,16 +157,22 @@ pub(crate) fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<
 
 /// The shards whose files still have their recorded sizes and checksums, up
 /// to the first that does not.
-fn intact_prefix(dir: &Path, shards: Vec<JournalShard>) -> Result<Vec<JournalShard>, TokenizeError> {
+fn intact_prefix(
+    dir: &Path,
+    shards: Vec<JournalShard>,
+) -> Result<Vec<JournalShard>, TokenizeError> {
     let mut kept = Vec::with_capacity(shards.len());
     for js in shards {
         let s = &js.shard;
-        let ok = [(&s.bin, s.bin_bytes, &s.bin_xxh3), (&s.idx, s.idx_bytes, &s.idx_xxh3)]
-            .into_iter()
-            .all(|(name, bytes, sum)| match hash_file(&dir.join(name)) {
-                Ok((hash, len)) => len == bytes && crate::format::checksum_hex(hash) == *sum,
-                Err(_) => false,
-            });
+        let ok = [
+            (&s.bin, s.bin_bytes, &s.bin_xxh3),
+            (&s.idx, s.idx_bytes, &s.idx_xxh3),
+        ]
+        .into_iter()
+        .all(|(name, bytes, sum)| match hash_file(&dir.join(name)) {
+            Ok((hash, len)) => len == bytes && crate::format::checksum_hex(hash) == *sum,
+            Err(_) => false,
+        });
         if !ok {
             break;
         }
@@ -156,10 +183,18 @@ fn intact_prefix(dir: &Path, shards: Vec<JournalShard>) -> Result<Vec<JournalSha
 
 /// Removes prep's files that are not among the `kept` shards.
 fn clean_beyond(dir: &Path, kept: &[JournalShard]) -> Result<(), TokenizeError> {
-    let keep: std::collections::HashSet<&str> =
-        kept.iter().flat_map(|k| [k.shard.bin.as_str(), k.shard.idx.as_str()]).collect();
-    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io { path: dir.into(), source: e })? {
-        let entry = entry.map_err(|e| TokenizeError::Io { path: dir.into(), source: e })?;
+    let keep: std::collections::HashSet<&str> = kept
+        .iter()
+        .flat_map(|k| [k.shard.bin.as_str(), k.shard.idx.as_str()])
+        .collect();
+    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io {
+        path: dir.into(),
+        source: e,
+    })? {
+        let entry = entry.map_err(|e| TokenizeError::Io {
+            path: dir.into(),
+            source: e,
+        })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let shard_file = is_shard_file(&name) || name.ends_with(TMP_SUFFIX);
         if shard_file && !keep.contains(name.as_str()) {
@@ -171,8 +206,14 @@ fn clean_beyond(dir: &Path, kept: &[JournalShard]) -> Result<(), TokenizeError> 
 
 /// Removes prep's own files from `dir`.
 fn clean(dir: &Path) -> Result<(), TokenizeError> {
-    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io { path: dir.into(), source: e })? {
-        let entry = entry.map_err(|e| TokenizeError::Io { path: dir.into(), source: e })?;
+    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io {
+        path: dir.into(),
+        source: e,
+    })? {
+        let entry = entry.map_err(|e| TokenizeError::Io {
+            path: dir.into(),
+            source: e,
+        })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if is_ours(&name) && entry.path().is_file() {
             remove(&entry.path())?;
@@ -182,7 +223,10 @@ fn clean(dir: &Path) -> Result<(), TokenizeError> {
 }
 
 fn remove(path: &Path) -> Result<(), TokenizeError> {
-    std::fs::remove_file(path).map_err(|e| TokenizeError::Io { path: path.into(), source: e })
+    std::fs::remove_file(path).map_err(|e| TokenizeError::Io {
+        path: path.into(),
+        source: e,
+    })
 }
 
 fn is_shard_file(name: &str) -> bool {

@@ -65,7 +65,11 @@ pub struct TokenizeConfig {
 
 impl TokenizeConfig {
     /// A config with the CLI's defaults for everything but the required paths.
-    pub fn new(tokenizer: impl Into<PathBuf>, inputs: Vec<String>, output: impl Into<PathBuf>) -> Self {
+    pub fn new(
+        tokenizer: impl Into<PathBuf>,
+        inputs: Vec<String>,
+        output: impl Into<PathBuf>,
+    ) -> Self {
         TokenizeConfig {
             tokenizer: tokenizer.into(),
             inputs,
@@ -226,12 +230,20 @@ pub struct TokenizeReport {
 }
 
 /// Runs `prep tokenize`.
-pub fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<TokenizeReport, TokenizeError> {
+pub fn run(
+    config: &TokenizeConfig,
+    progress: &dyn Progress,
+) -> Result<TokenizeReport, TokenizeError> {
     pipeline::run(config, progress)
 }
 
 /// The options recorded in the manifest: those that shape the output.
-fn options_json(config: &TokenizeConfig, eos: Option<u32>, bos: Option<u32>, dtype: Dtype) -> serde_json::Value {
+fn options_json(
+    config: &TokenizeConfig,
+    eos: Option<u32>,
+    bos: Option<u32>,
+    dtype: Dtype,
+) -> serde_json::Value {
     json!({
         "tokenizer": display_path(&config.tokenizer),
         "text_key": config.text_key,
@@ -258,7 +270,10 @@ fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3
 fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {
     files
         .iter()
-        .map(|f| InputInfo { path: display_path(&f.path), bytes: f.bytes })
+        .map(|f| InputInfo {
+            path: display_path(&f.path),
+            bytes: f.bytes,
+        })
         .collect()
 }
 

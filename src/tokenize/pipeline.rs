@@ -9,11 +9,13 @@ use std::time::Instant;
 use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::journal::{self, Checkpoint, Journal, JournalShard, Start, JOURNAL_FILE, TOKENIZER_FILE};
+use super::journal::{
+    self, Checkpoint, Journal, JournalShard, Start, JOURNAL_FILE, TOKENIZER_FILE,
+};
 use super::tokenizer::LoadedTokenizer;
 use super::{
-    fingerprint, input_infos, options_json, thread_count, Eos, Progress, ProgressSnapshot, TokenizeConfig,
-    TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
+    fingerprint, input_infos, options_json, thread_count, Eos, Progress, ProgressSnapshot,
+    TokenizeConfig, TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
 use crate::format::{
     atomic_write, checksum_hex, DatasetWriter, DocumentCounts, Manifest, Provenance, SpecialTokens,
@@ -38,11 +40,19 @@ struct Shared {
 /// One document's fate, as a worker saw it.
 enum Outcome {
     /// Tokenized: `len` ids in the batch's token buffer.
-    Doc { len: usize, hash: u128, text_bytes: usize },
+    Doc {
+        len: usize,
+        hash: u128,
+        text_bytes: usize,
+    },
     /// Written by an earlier run; its hash when deduplicating.
     Replay { hash: Option<u128> },
     /// Could not be read or tokenized.
-    Bad { file: u32, loc: Location, error: Bad },
+    Bad {
+        file: u32,
+        loc: Location,
+        error: Bad,
+    },
 }
 
 enum Bad {
@@ -58,7 +68,10 @@ struct BatchOut {
 
 type Message = (u64, Result<BatchOut, InputError>);
 
-pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<TokenizeReport, TokenizeError> {
+pub(super) fn run(
+    config: &TokenizeConfig,
+    progress: &dyn Progress,
+) -> Result<TokenizeReport, TokenizeError> {
     let started = Instant::now();
     // One level of parallelism: ours. The tokenizer must not start its own.
     tokenizers::utils::parallelism::set_parallelism(false);
@@ -80,7 +93,11 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
             ),
         },
     };
-    let bos = config.bos.as_deref().map(|b| tok.resolve("--bos", b)).transpose()?;
+    let bos = config
+        .bos
+        .as_deref()
+        .map(|b| tok.resolve("--bos", b))
+        .transpose()?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let options = options_json(config, eos, bos, tok.dtype);
@@ -109,7 +126,10 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
     };
     progress.note(&eos_note);
     if !kept.is_empty() {
-        progress.note(&format!("resuming: kept {} complete shards of an interrupted run", kept.len()));
+        progress.note(&format!(
+            "resuming: kept {} complete shards of an interrupted run",
+            kept.len()
+        ));
     }
     atomic_write(&dir.join(TOKENIZER_FILE), &tok.json)?;
 
@@ -117,10 +137,15 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
         .num_threads(threads)
         .thread_name(|i| format!("prep-tokenize-{i}"))
         .build()
-        .map_err(|e| TokenizeError::Threads { threads, message: e.to_string() })?;
+        .map_err(|e| TokenizeError::Threads {
+            threads,
+            message: e.to_string(),
+        })?;
     let checkpoint = kept.last().map(|k| k.checkpoint).unwrap_or_default();
     let shared = Arc::new(Shared {
-        tokenizers: (0..threads).map(|_| Mutex::new(tok.tokenizer.clone())).collect(),
+        tokenizers: (0..threads)
+            .map(|_| Mutex::new(tok.tokenizer.clone()))
+            .collect(),
         key: TextKey::parse(&config.text_key),
         bos,
         eos,
@@ -140,8 +165,16 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
     let (result_tx, result_rx) = mpsc::channel::<Message>();
     let mut state = WriteState {
         dir: dir.clone(),
-        writer: DatasetWriter::new(&dir, tok.dtype, config.shard_size, kept.iter().map(|k| k.shard.clone()).collect()),
-        journal: Journal { fingerprint: fingerprint.clone(), shards: kept.clone() },
+        writer: DatasetWriter::new(
+            &dir,
+            tok.dtype,
+            config.shard_size,
+            kept.iter().map(|k| k.shard.clone()).collect(),
+        ),
+        journal: Journal {
+            fingerprint: fingerprint.clone(),
+            shards: kept.clone(),
+        },
         counts: checkpoint.documents,
         text_bytes: checkpoint.text_bytes,
         seen: HashSet::new(),
@@ -185,7 +218,14 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
                 }
             }
         });
-        write_in_order(&mut state, result_rx, permit_tx, progress, &input_done, input_total)
+        write_in_order(
+            &mut state,
+            result_rx,
+            permit_tx,
+            progress,
+            &input_done,
+            input_total,
+        )
     });
     written?;
 
@@ -198,10 +238,17 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
         vocab_size: tok.vocab_size,
         n_records: shards.iter().map(|s| s.n_records).sum(),
         n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        special_tokens: SpecialTokens { bos, eos, pad: None },
+        special_tokens: SpecialTokens {
+            bos,
+            eos,
+            pad: None,
+        },
         bos_prepended: bos.is_some(),
         eos_appended: eos.is_some(),
-        tokenizer: TokenizerInfo { file: Some(TOKENIZER_FILE.into()), xxh3: checksum_hex(tok.xxh3) },
+        tokenizer: TokenizerInfo {
+            file: Some(TOKENIZER_FILE.into()),
+            xxh3: checksum_hex(tok.xxh3),
+        },
         shards,
         provenance: Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
@@ -217,7 +264,10 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
     // The manifest is in place: the journal has served its purpose.
     let journal_path = dir.join(JOURNAL_FILE);
     if journal_path.exists() {
-        std::fs::remove_file(&journal_path).map_err(|e| TokenizeError::Io { path: journal_path, source: e })?;
+        std::fs::remove_file(&journal_path).map_err(|e| TokenizeError::Io {
+            path: journal_path,
+            source: e,
+        })?;
     }
     progress.finish();
     Ok(TokenizeReport {
@@ -237,8 +287,13 @@ pub(super) fn run(config: &TokenizeConfig, progress: &dyn Progress) -> Result<To
 /// Parses and tokenizes one batch on a worker thread.
 fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
     let slot = rayon::current_thread_index().unwrap_or(0) % shared.tokenizers.len();
-    let tokenizer = shared.tokenizers[slot].lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = BatchOut { tokens: Vec::new(), docs: Vec::with_capacity(docs.len()) };
+    let tokenizer = shared.tokenizers[slot]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let mut out = BatchOut {
+        tokens: Vec::new(),
+        docs: Vec::with_capacity(docs.len()),
+    };
     for (i, doc) in docs.into_iter().enumerate() {
         let replay = first + (i as u64) < shared.replay_until;
         let text = match &doc.payload {
@@ -252,14 +307,24 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
                 out.docs.push(if replay {
                     Outcome::Replay { hash: None }
                 } else {
-                    Outcome::Bad { file: doc.file, loc: doc.loc, error: Bad::Doc(e) }
+                    Outcome::Bad {
+                        file: doc.file,
+                        loc: doc.loc,
+                        error: Bad::Doc(e),
+                    }
                 });
                 continue;
             }
         };
-        let hash = if shared.dedup { xxh3_128(text.as_bytes()) } else { 0 };
+        let hash = if shared.dedup {
+            xxh3_128(text.as_bytes())
+        } else {
+            0
+        };
         if replay {
-            out.docs.push(Outcome::Replay { hash: shared.dedup.then_some(hash) });
+            out.docs.push(Outcome::Replay {
+                hash: shared.dedup.then_some(hash),
+            });
             continue;
         }
         match tokenizer.encode_fast(text.as_ref(), false) {
@@ -269,9 +334,17 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
                 out.tokens.extend(shared.bos);
                 out.tokens.extend_from_slice(ids);
                 out.tokens.extend(shared.eos);
-                out.docs.push(Outcome::Doc { len: out.tokens.len() - start, hash, text_bytes: text.len() });
+                out.docs.push(Outcome::Doc {
+                    len: out.tokens.len() - start,
+                    hash,
+                    text_bytes: text.len(),
+                });
             }
-            Err(e) => out.docs.push(Outcome::Bad { file: doc.file, loc: doc.loc, error: Bad::Encode(e.to_string()) }),
+            Err(e) => out.docs.push(Outcome::Bad {
+                file: doc.file,
+                loc: doc.loc,
+                error: Bad::Encode(e.to_string()),
+            }),
         }
     }
     out
@@ -319,14 +392,24 @@ fn write_in_order(
                 input_total,
                 documents: state.counts.written,
                 text_bytes: state.text_bytes,
-                tokens: state.writer.shards().iter().map(|s| s.n_tokens).sum::<u64>() + state.run_tokens,
+                tokens: state
+                    .writer
+                    .shards()
+                    .iter()
+                    .map(|s| s.n_tokens)
+                    .sum::<u64>()
+                    + state.run_tokens,
             });
         }
     }
     Ok(())
 }
 
-fn write_batch(state: &mut WriteState, batch: BatchOut, progress: &dyn Progress) -> Result<(), TokenizeError> {
+fn write_batch(
+    state: &mut WriteState,
+    batch: BatchOut,
+    progress: &dyn Progress,
+) -> Result<(), TokenizeError> {
     let mut cursor = 0usize;
     for outcome in batch.docs {
         let position = state.position;
@@ -350,12 +433,18 @@ fn write_batch(state: &mut WriteState, batch: BatchOut, progress: &dyn Progress)
                 state.counts.skipped += 1;
                 if state.warnings.len() < MAX_WARNINGS {
                     let text = error.to_string();
-                    let text = text.trim_end_matches(" (pass --skip-bad to skip bad documents)").to_owned();
+                    let text = text
+                        .trim_end_matches(" (pass --skip-bad to skip bad documents)")
+                        .to_owned();
                     progress.note(&format!("skipped: {text}"));
                     state.warnings.push(text);
                 }
             }
-            Outcome::Doc { len, hash, text_bytes } => {
+            Outcome::Doc {
+                len,
+                hash,
+                text_bytes,
+            } => {
                 let tokens = &batch.tokens[cursor..cursor + len];
                 cursor += len;
                 if state.dedup && !state.seen.insert(hash) {
@@ -365,9 +454,16 @@ fn write_batch(state: &mut WriteState, batch: BatchOut, progress: &dyn Progress)
                 }
                 // The checkpoint of a shard completed to make room for this
                 // document: everything before it, nothing of it.
-                let before = Checkpoint { position, documents: state.counts, text_bytes: state.text_bytes };
+                let before = Checkpoint {
+                    position,
+                    documents: state.counts,
+                    text_bytes: state.text_bytes,
+                };
                 if let Some(sealed) = state.writer.push(tokens)? {
-                    state.journal.shards.push(JournalShard { shard: sealed.clone(), checkpoint: before });
+                    state.journal.shards.push(JournalShard {
+                        shard: sealed.clone(),
+                        checkpoint: before,
+                    });
                     state.journal.save(&state.dir)?;
                 }
                 state.counts.read += 1;

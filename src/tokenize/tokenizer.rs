@@ -38,7 +38,10 @@ pub(crate) const EOS_CANDIDATES: &[&str] = &[
 impl LoadedTokenizer {
     /// Reads `path` (`.json`, or `.json.zst` / `.json.gz`).
     pub(crate) fn load(path: &Path) -> Result<LoadedTokenizer, TokenizeError> {
-        let bad = |message: String| TokenizeError::Tokenizer { path: path.into(), message };
+        let bad = |message: String| TokenizeError::Tokenizer {
+            path: path.into(),
+            message,
+        };
         let json = read_maybe_compressed(path).map_err(|e| bad(e.to_string()))?;
         let mut tokenizer = Tokenizer::from_bytes(&json)
             .map_err(|e| bad(format!("not a HuggingFace tokenizer.json: {e}")))?;
@@ -75,19 +78,27 @@ impl LoadedTokenizer {
                 return Ok(id);
             }
         }
-        Err(TokenizeError::UnknownToken { flag, value: value.into(), vocab_size: self.vocab_size })
+        Err(TokenizeError::UnknownToken {
+            flag,
+            value: value.into(),
+            vocab_size: self.vocab_size,
+        })
     }
 
     /// The usual end-of-text token of this tokenizer, if it has one.
     pub(crate) fn default_eos(&self) -> Option<(String, u32)> {
-        EOS_CANDIDATES
-            .iter()
-            .find_map(|t| self.tokenizer.token_to_id(t).map(|id| ((*t).to_owned(), id)))
+        EOS_CANDIDATES.iter().find_map(|t| {
+            self.tokenizer
+                .token_to_id(t)
+                .map(|id| ((*t).to_owned(), id))
+        })
     }
 
     /// The token string of `id`, for messages.
     pub(crate) fn token(&self, id: u32) -> String {
-        self.tokenizer.id_to_token(id).unwrap_or_else(|| format!("#{id}"))
+        self.tokenizer
+            .id_to_token(id)
+            .unwrap_or_else(|| format!("#{id}"))
     }
 }
 

@@ -27,7 +27,12 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn new() -> TestDir {
-        TestDir { dir: tempfile::Builder::new().prefix("prep-test-").tempdir().expect("a temp dir") }
+        TestDir {
+            dir: tempfile::Builder::new()
+                .prefix("prep-test-")
+                .tempdir()
+                .expect("a temp dir"),
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -55,7 +60,12 @@ impl TestDir {
 /// `prep tokenize` with the GPT-2 fixture, quiet, on `inputs`, into `out`.
 pub fn tokenize_cmd<P: AsRef<Path>>(t: &TestDir, inputs: &[P], out: &Path) -> Command {
     let mut cmd = t.prep();
-    cmd.arg("tokenize").arg("--tokenizer").arg(gpt2()).arg("--output").arg(out).arg("--quiet");
+    cmd.arg("tokenize")
+        .arg("--tokenizer")
+        .arg(gpt2())
+        .arg("--output")
+        .arg(out)
+        .arg("--quiet");
     for input in inputs {
         cmd.arg("--input").arg(input.as_ref());
     }
@@ -84,7 +94,11 @@ pub fn ok(cmd: &mut Command) -> Output {
 pub fn fails(cmd: &mut Command, code: i32) -> String {
     let out = run(cmd);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "expected exit {code}; stderr: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}; stderr: {stderr}"
+    );
     stderr
 }
 
@@ -96,5 +110,8 @@ pub fn records(dir: &Path) -> Vec<Vec<u32>> {
 
 /// JSONL with one `{"text": ...}` per text.
 pub fn jsonl(texts: &[&str]) -> String {
-    texts.iter().map(|t| serde_json::json!({ "text": t }).to_string() + "\n").collect()
+    texts
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string() + "\n")
+        .collect()
 }
