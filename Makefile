@@ -1,0 +1,65 @@
+# prep: the two commands a new machine needs are `make demo` and `make test`.
+
+CARGO      ?= cargo
+PYTHON     ?= python3
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+VENV       := $(TARGET_DIR)/venv
+VPY        := $(VENV)/bin/python
+RELEASE    := $(TARGET_DIR)/release/prep
+DEBUG      := $(TARGET_DIR)/debug/prep
+NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
+
+.PHONY: all build demo test test-rust test-python lint bench fixtures clean
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+# Tokenize the small real corpus in fixtures/ with the GPT-2 tokenizer in fixtures/.
+demo: build
+	rm -rf $(TARGET_DIR)/demo
+	$(RELEASE) tokenize \
+		--tokenizer fixtures/tokenizers/gpt2.tokenizer.json.zst \
+		--input fixtures/corpus/debian-sample.jsonl.zst \
+		--output $(TARGET_DIR)/demo/debian-gpt2 \
+		--shard-size 1MiB
+	@echo
+	@echo "Dataset written to $(TARGET_DIR)/demo/debian-gpt2:"
+	@ls -l $(TARGET_DIR)/demo/debian-gpt2
+
+# A virtual environment with the Python reference (tokenizers) and test tools.
+$(VENV)/.installed: tools/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	touch $@
+
+test: test-rust test-python
+
+test-rust:
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --no-fail-fast
+else
+	$(CARGO) test --no-fail-fast
+endif
+	$(CARGO) test --doc
+
+test-python: $(VENV)/.installed
+	$(CARGO) build
+	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Throughput and peak memory against the Python tokenizers baseline, in one run.
+bench: build $(VENV)/.installed
+	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
+
+# Regenerate fixtures/ (corpus excerpt, golden ids) from ../shared and the Python reference.
+fixtures: $(VENV)/.installed
+	$(VPY) tools/make_fixtures.py
+	$(VPY) tools/gen_golden.py
+
+clean:
+	$(CARGO) clean
