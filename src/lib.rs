@@ -17,5 +17,6 @@ pub mod input;
 pub mod size;
 pub mod tokenize;
 pub mod util;
+pub mod validate;
 
 pub use format::{Dataset, Dtype, FormatError, Manifest, Tokens};

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod progress;
 mod tokenize;
+mod validate;
 
 /// Offline dataset preparation for LLM pretraining: tokenize raw text into
 /// sharded, mmap-able token datasets.
@@ -24,6 +25,8 @@ pub struct Cli {
 enum Command {
     /// Tokenize JSONL (plain, .gz, .zst) or Parquet into a sharded token dataset.
     Tokenize(tokenize::Args),
+    /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
+    Validate(validate::Args),
 }
 
 /// Exit code for usage, input and I/O errors.
@@ -41,6 +44,7 @@ pub fn run() -> ExitCode {
     };
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Validate(args) => validate::run(args),
     };
     match result {
         Ok(code) => code,

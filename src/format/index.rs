@@ -93,45 +93,77 @@ impl IdxHeader {
     }
 }
 
-/// Checks that `offsets` start at 0, never decrease and end at `n_tokens`.
-///
-/// Reports the first offending position.
+/// One way an offsets array breaks the rules: which offset, its value, and
+/// what was expected of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetViolation {
+    /// Index into the offsets array.
+    pub position: u64,
+    /// The offset found there.
+    pub found: u64,
+    /// What the format requires of it.
+    pub expected: String,
+}
+
+/// Every place where `offsets` breaks the rules: the first is not 0, one is
+/// smaller than the one before it, the last is not `n_tokens`. In order of
+/// position; the reader stops at the first, `prep validate` lists them all.
+pub fn offset_violations(
+    offsets: &[u64],
+    n_tokens: u64,
+) -> impl Iterator<Item = OffsetViolation> + '_ {
+    let first = match offsets.first() {
+        None => Some(OffsetViolation {
+            position: 0,
+            found: 0,
+            expected: "the index has no offsets".into(),
+        }),
+        Some(&0) => None,
+        Some(&f) => Some(OffsetViolation {
+            position: 0,
+            found: f,
+            expected: "expected 0".into(),
+        }),
+    };
+    let decreasing = offsets
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w[1] < w[0])
+        .map(|(i, w)| OffsetViolation {
+            position: i as u64 + 1,
+            found: w[1],
+            expected: format!(
+                "smaller than offsets[{i}] = {}; offsets must not decrease",
+                w[0]
+            ),
+        });
+    let last = offsets
+        .last()
+        .filter(|&&l| l != n_tokens)
+        .map(|&l| OffsetViolation {
+            position: offsets.len() as u64 - 1,
+            found: l,
+            expected: format!("expected the header's token count {n_tokens}"),
+        });
+    first.into_iter().chain(decreasing).chain(last)
+}
+
+/// Checks that `offsets` start at 0, never decrease and end at `n_tokens`;
+/// the error names the first offending position.
 pub(crate) fn check_offsets(
     path: &Path,
     offsets: &[u64],
     n_tokens: u64,
 ) -> Result<(), FormatError> {
-    let bad = |position: usize, found: u64, expected: String| FormatError::IdxOffsets {
-        path: path.into(),
-        position: position as u64,
-        found,
-        expected,
-    };
-    let Some(&first) = offsets.first() else {
-        return Err(bad(0, 0, "the index has no offsets".into()));
-    };
-    if first != 0 {
-        return Err(bad(0, first, "expected 0".into()));
+    match offset_violations(offsets, n_tokens).next() {
+        None => Ok(()),
+        Some(v) => Err(FormatError::IdxOffsets {
+            path: path.into(),
+            position: v.position,
+            found: v.found,
+            expected: v.expected,
+        }),
     }
-    if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
-        return Err(bad(
-            i + 1,
-            offsets[i + 1],
-            format!(
-                "smaller than offsets[{}] = {}; offsets must not decrease",
-                i, offsets[i]
-            ),
-        ));
-    }
-    let last = offsets[offsets.len() - 1];
-    if last != n_tokens {
-        return Err(bad(
-            offsets.len() - 1,
-            last,
-            format!("expected the header's token count {n_tokens}"),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -184,42 +184,51 @@ impl Manifest {
 
     /// Internal consistency: safe shard paths and totals that add up.
     fn check(&self, path: &Path) -> Result<(), FormatError> {
-        let bad = |message: String| FormatError::BadManifest {
-            path: path.into(),
-            message,
-        };
-        if self.kind != "documents" && self.kind != "packed" {
-            return Err(bad(format!("unknown kind {:?}", self.kind)));
+        match self.consistency_problems().into_iter().next() {
+            None => Ok(()),
+            Some(message) => Err(FormatError::BadManifest {
+                path: path.into(),
+                message,
+            }),
         }
-        let (mut records, mut tokens) = (0u64, 0u64);
+    }
+
+    /// Everything internally inconsistent: a known kind, shard paths that
+    /// stay inside the dataset, and totals equal to the sums over shards.
+    pub fn consistency_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.kind != "documents" && self.kind != "packed" {
+            problems.push(format!("unknown kind {:?}", self.kind));
+        }
+        let (mut records, mut tokens) = (Some(0u64), Some(0u64));
         for (i, shard) in self.shards.iter().enumerate() {
             for name in [&shard.bin, &shard.idx] {
                 if !is_safe_relative(name) {
-                    return Err(bad(format!(
+                    problems.push(format!(
                         "shard {i}: path {name:?} is not a plain relative path"
-                    )));
+                    ));
                 }
             }
-            records = records
-                .checked_add(shard.n_records)
-                .ok_or_else(|| bad("record counts overflow".into()))?;
-            tokens = tokens
-                .checked_add(shard.n_tokens)
-                .ok_or_else(|| bad("token counts overflow".into()))?;
+            records = records.and_then(|r| r.checked_add(shard.n_records));
+            tokens = tokens.and_then(|t| t.checked_add(shard.n_tokens));
         }
-        if records != self.n_records {
-            return Err(bad(format!(
-                "n_records is {} but the shards hold {records}",
+        match records {
+            Some(r) if r == self.n_records => {}
+            Some(r) => problems.push(format!(
+                "n_records is {} but the shards hold {r}",
                 self.n_records
-            )));
+            )),
+            None => problems.push("the shards' record counts overflow".into()),
         }
-        if tokens != self.n_tokens {
-            return Err(bad(format!(
-                "n_tokens is {} but the shards hold {tokens}",
+        match tokens {
+            Some(t) if t == self.n_tokens => {}
+            Some(t) => problems.push(format!(
+                "n_tokens is {} but the shards hold {t}",
                 self.n_tokens
-            )));
+            )),
+            None => problems.push("the shards' token counts overflow".into()),
         }
-        Ok(())
+        problems
     }
 
     /// The manifest as written: pretty JSON with a final newline.
@@ -231,7 +240,7 @@ impl Manifest {
 }
 
 /// A relative path that stays inside the dataset directory.
-fn is_safe_relative(name: &str) -> bool {
+pub(crate) fn is_safe_relative(name: &str) -> bool {
     let p = Path::new(name);
     !name.is_empty()
         && !name.contains('\\')

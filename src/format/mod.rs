@@ -12,13 +12,32 @@ mod mmap;
 mod reader;
 mod writer;
 
-pub use index::{IdxHeader, IDX_HEADER_LEN, IDX_MAGIC, IDX_VERSION};
+pub use index::{
+    offset_violations, IdxHeader, OffsetViolation, IDX_HEADER_LEN, IDX_MAGIC, IDX_VERSION,
+};
+pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
     DocumentCounts, InputInfo, Manifest, Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
     FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
+pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
 pub(crate) use writer::TMP_SUFFIX;
+
+/// Views mapped bytes as u16 tokens (None if misaligned or of odd length).
+pub(crate) fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {
+    mmap::cast(bytes)
+}
+
+/// Views mapped bytes as u32 tokens (None if misaligned or of ragged length).
+pub(crate) fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
+    mmap::cast(bytes)
+}
+
+/// Views mapped bytes as u64 offsets (None if misaligned or of ragged length).
+pub(crate) fn mmap_cast_u64(bytes: &[u8]) -> Option<&[u64]> {
+    mmap::cast(bytes)
+}
 pub use writer::{atomic_write, hash_file, DatasetWriter, ShardWriter};
 
 /// The type of every token in a dataset's `.bin` files.

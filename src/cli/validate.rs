@@ -1,0 +1,120 @@
+//! `prep validate`: flags to a [`ValidateConfig`], the report to stdout.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::size::format_bytes;
+use crate::validate::{self, Report, ValidateConfig};
+
+/// Check a dataset: everything a reader relies on.
+///
+/// The manifest against its schema; every listed file present with its size
+/// and checksum, and no unlisted shard; each index header against the
+/// manifest and its .bin; offsets from 0, never decreasing, ending at the
+/// token count; every id below vocab_size; eos (bos) at the end (start) of
+/// every record when the manifest says they were added. Every problem is
+/// reported with its file and position, up to a number per kind.
+#[derive(Debug, Parser)]
+#[command(
+    after_help = "Exit codes: 0 valid, 1 problems found, 2 could not run (no such directory, unreadable manifest)."
+)]
+pub(crate) struct Args {
+    /// The dataset directory.
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+
+    /// Print the report as JSON (schemas/validate-report.schema.json).
+    #[arg(long)]
+    json: bool,
+
+    /// Skip the checksums; every other check still runs.
+    #[arg(long)]
+    quick: bool,
+
+    /// Worker threads; 0 uses every core.
+    #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
+    threads: usize,
+
+    /// Problems listed per kind; the rest are counted.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    max_per_kind: usize,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = ValidateConfig::new(args.dir);
+    config.quick = args.quick;
+    config.threads = args.threads;
+    config.max_per_kind = args.max_per_kind;
+    let report = validate::validate(&config)?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", human(&report))?;
+    }
+    out.flush()?;
+    Ok(if report.valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The report for people: a verdict, one line per problem, what was checked.
+fn human(r: &Report) -> String {
+    let mut s = String::new();
+    let c = &r.checked;
+    if r.valid {
+        s += &format!("{}: valid\n", r.dataset);
+    } else {
+        s += &format!("{}: INVALID, {} problems\n", r.dataset, r.total_problems());
+        for p in &r.problems {
+            let mut at = Vec::new();
+            if let Some(shard) = p.shard {
+                at.push(format!("shard {shard}"));
+            }
+            if let Some(file) = &p.file {
+                at.push(file.clone());
+            }
+            if let Some(record) = p.record {
+                at.push(format!("record {record}"));
+            }
+            if let Some(token) = p.token {
+                at.push(format!("token {token}"));
+            }
+            let kind = serde_json::to_value(p.kind).expect("a kind serializes");
+            s += &format!(
+                "  {}: {}: {}\n",
+                kind.as_str().unwrap_or("problem"),
+                at.join(", "),
+                p.message
+            );
+        }
+        for (kind, n) in &r.omitted {
+            let kind = serde_json::to_value(kind).expect("a kind serializes");
+            s += &format!(
+                "  ... and {n} more {} problems\n",
+                kind.as_str().unwrap_or("other")
+            );
+        }
+    }
+    s += &format!(
+        "Checked {} shards, {} records, {} tokens, {} ({}) in {:.2}s: {:.0} MB/s.\n",
+        c.shards,
+        c.records,
+        c.tokens,
+        format_bytes(c.bytes),
+        if c.checksums {
+            "checksums verified"
+        } else {
+            "checksums skipped, --quick"
+        },
+        c.seconds,
+        c.bytes as f64 / 1e6 / c.seconds.max(1e-9),
+    );
+    s
+}

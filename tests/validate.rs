@@ -1,0 +1,305 @@
+//! `prep validate` on the family of broken datasets in fixtures/validate/
+//! (made by tools/make_validate_fixtures.py from fixtures/validate/good), and
+//! the library reader refusing the same corruptions.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+fn case(name: &str) -> PathBuf {
+    fixture(&format!("validate/{name}"))
+}
+
+/// Runs `prep validate --json` and returns (exit code, report).
+fn validate(dir: &std::path::Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let t = TestDir::new();
+    let out = run(t.prep().arg("validate").arg("--json").args(extra).arg(dir));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    let schema: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("schemas/validate-report.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&report)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "report does not match its schema: {errors:#?}"
+    );
+    (out.status.code().unwrap(), report)
+}
+
+/// The report's problems as (kind, file, shard, record, token) tuples.
+fn problems(
+    report: &serde_json::Value,
+) -> Vec<(String, String, Option<u64>, Option<u64>, Option<u64>)> {
+    let mut out: Vec<_> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["kind"].as_str().unwrap().to_owned(),
+                p["file"].as_str().unwrap_or("").to_owned(),
+                p["shard"].as_u64(),
+                p["record"].as_u64(),
+                p["token"].as_u64(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+type Expected<'a> = &'a [(&'a str, &'a str, Option<u64>, Option<u64>, Option<u64>)];
+
+fn assert_problems(name: &str, expected: Expected) {
+    let (code, report) = validate(&case(name), &[]);
+    assert_eq!(code, 1, "{name}: {report:#}");
+    assert_eq!(report["valid"], false);
+    let mut expected: Vec<_> = expected
+        .iter()
+        .map(|(k, f, s, r, t)| ((*k).to_owned(), (*f).to_owned(), *s, *r, *t))
+        .collect();
+    expected.sort();
+    assert_eq!(problems(&report), expected, "{name}: {report:#}");
+}
+
+#[test]
+fn the_good_dataset_is_valid() {
+    let (code, report) = validate(&case("good"), &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["checked"]["shards"], 4);
+    assert_eq!(report["checked"]["records"], 36);
+    assert_eq!(report["checked"]["checksums"], true);
+    prep::Dataset::open(case("good")).unwrap();
+}
+
+#[test]
+fn truncated_bin() {
+    assert_problems(
+        "truncated_bin",
+        &[
+            ("file_size", "shard-00001.bin", Some(1), None, None),
+            ("bin_size", "shard-00001.bin", Some(1), None, None),
+            ("checksum", "shard-00001.bin", Some(1), None, None),
+        ],
+    );
+}
+
+#[test]
+fn truncated_idx() {
+    assert_problems(
+        "truncated_idx",
+        &[
+            ("file_size", "shard-00001.idx", Some(1), None, None),
+            ("idx_header", "shard-00001.idx", Some(1), None, None),
+            ("checksum", "shard-00001.idx", Some(1), None, None),
+        ],
+    );
+}
+
+#[test]
+fn flipped_byte_in_bin() {
+    assert_problems(
+        "flipped_bin",
+        &[("checksum", "shard-00001.bin", Some(1), None, None)],
+    );
+    // --quick skips only the checksums: this dataset then passes.
+    let (code, report) = validate(&case("flipped_bin"), &["--quick"]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["checked"]["checksums"], false);
+}
+
+#[test]
+fn flipped_byte_in_idx() {
+    assert_problems(
+        "flipped_idx",
+        &[
+            ("idx_header", "shard-00001.idx", Some(1), None, None),
+            ("checksum", "shard-00001.idx", Some(1), None, None),
+        ],
+    );
+}
+
+#[test]
+fn decreasing_offsets() {
+    assert_problems(
+        "decreasing_offsets",
+        &[("offsets", "shard-00001.idx", Some(1), Some(2), None)],
+    );
+}
+
+#[test]
+fn token_id_not_below_vocab_size() {
+    assert_problems(
+        "token_out_of_range",
+        &[(
+            "token_out_of_range",
+            "shard-00002.bin",
+            Some(2),
+            Some(0),
+            Some(10),
+        )],
+    );
+}
+
+#[test]
+fn wrong_dtype_in_a_header() {
+    assert_problems(
+        "wrong_dtype",
+        &[
+            ("dtype_mismatch", "shard-00000.idx", Some(0), None, None),
+            ("bin_size", "shard-00000.bin", Some(0), None, None),
+        ],
+    );
+}
+
+#[test]
+fn missing_shard() {
+    assert_problems(
+        "missing_shard",
+        &[
+            ("missing_file", "shard-00001.bin", Some(1), None, None),
+            ("missing_file", "shard-00001.idx", Some(1), None, None),
+        ],
+    );
+}
+
+#[test]
+fn extra_shard() {
+    assert_problems(
+        "extra_shard",
+        &[
+            ("unlisted_file", "shard-00004.bin", None, None, None),
+            ("unlisted_file", "shard-00004.idx", None, None, None),
+        ],
+    );
+}
+
+#[test]
+fn manifest_count_edited() {
+    assert_problems(
+        "manifest_count_edited",
+        &[("manifest_counts", "manifest.json", None, None, None)],
+    );
+}
+
+#[test]
+fn missing_eos() {
+    assert_problems(
+        "missing_eos",
+        &[("missing_eos", "shard-00000.bin", Some(0), Some(0), Some(20))],
+    );
+}
+
+#[test]
+fn manifest_not_of_the_schema() {
+    assert_problems(
+        "bad_schema",
+        &[("manifest_schema", "manifest.json", None, None, None)],
+    );
+}
+
+#[test]
+fn the_human_report_names_file_and_position() {
+    let t = TestDir::new();
+    let out = run(t.prep().arg("validate").arg(case("token_out_of_range")));
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("INVALID, 1 problems"), "{text}");
+    assert!(
+        text.contains("token_out_of_range: shard 2, shard-00002.bin, record 0, token 10: token id 47 is not below vocab_size 42"),
+        "{text}"
+    );
+}
+
+#[test]
+fn could_not_run_is_exit_code_2() {
+    let t = TestDir::new();
+    let err = fails(t.prep().arg("validate").arg(t.path("nowhere")), 2);
+    assert!(err.contains("no such directory"), "{err}");
+    std::fs::create_dir(t.path("empty")).unwrap();
+    let err = fails(t.prep().arg("validate").arg(t.path("empty")), 2);
+    assert!(err.contains("no manifest.json"), "{err}");
+    t.write("garbled/manifest.json", "{ not json");
+    let err = fails(t.prep().arg("validate").arg(t.path("garbled")), 2);
+    assert!(err.contains("not JSON"), "{err}");
+    t.write(
+        "future/manifest.json",
+        r#"{"format": "prep", "version": 9}"#,
+    );
+    let err = fails(t.prep().arg("validate").arg(t.path("future")), 2);
+    assert!(
+        err.contains("version 9") && err.contains("upgrade prep"),
+        "{err}"
+    );
+}
+
+#[test]
+fn many_problems_are_capped_per_kind_and_counted() {
+    // Every token of a copy pushed out of range: far more problems than the cap.
+    let t = TestDir::new();
+    let dir = t.path("ds");
+    copy_dir(&case("good"), &dir);
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    manifest["vocab_size"] = 1.into();
+    std::fs::write(dir.join("manifest.json"), manifest.to_string()).unwrap();
+    let (code, report) = validate(&dir, &["--max-per-kind", "5"]);
+    assert_eq!(code, 1);
+    let listed = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "token_out_of_range")
+        .count();
+    assert_eq!(listed, 5);
+    let omitted = report["omitted"]["token_out_of_range"].as_u64().unwrap();
+    // Every token but ids 0 is out of range; eos (1) is too.
+    assert_eq!(
+        listed as u64 + omitted,
+        report["checked"]["tokens"].as_u64().unwrap()
+    );
+}
+
+/// The reader runs the quick structural checks: it refuses what would make it
+/// read out of bounds, and opens what only a checksum or a scan can tell.
+#[test]
+fn the_reader_refuses_the_same_structural_corruptions() {
+    for name in [
+        "truncated_bin",
+        "truncated_idx",
+        "flipped_idx",
+        "decreasing_offsets",
+        "wrong_dtype",
+        "missing_shard",
+        "manifest_count_edited",
+        "bad_schema",
+    ] {
+        let err = prep::Dataset::open(case(name)).err();
+        assert!(err.is_some(), "{name}: the reader opened a corrupt dataset");
+    }
+    for name in [
+        "flipped_bin",
+        "token_out_of_range",
+        "missing_eos",
+        "extra_shard",
+    ] {
+        prep::Dataset::open(case(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
