@@ -388,3 +388,62 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
         BOUND >> 20
     );
 }
+
+#[test]
+fn a_run_stopped_by_a_bad_line_resumes_with_skip_bad_as_its_error_suggests() {
+    let t = TestDir::new();
+    // 1,500 good lines, then a malformed one, then more good lines.
+    let mut text = String::new();
+    for i in 0..2000 {
+        if i == 1500 {
+            text.push_str("{\"text\": oops}\n");
+        } else {
+            text.push_str(&format!(
+                "{{\"text\": \"document {i} says hello to the tokenizer\"}}\n"
+            ));
+        }
+    }
+    let input = t.write("late.jsonl", text);
+    let args = ["--shard-size", "16KiB", "--threads", "2"];
+    let out = t.path("ds");
+    let err = fails(tokenize_cmd(&t, &[&input], &out).args(args), 2);
+    assert!(
+        err.contains("line 1501") && err.contains("--skip-bad"),
+        "{err}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "a failed run left temporary files: {leftovers:?}"
+    );
+    assert!(
+        out.join(".prep-journal.json").exists(),
+        "completed shards are kept for a resume"
+    );
+
+    let resumed = ok(t
+        .prep()
+        .args(["tokenize", "--tokenizer"])
+        .arg(gpt2())
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&out)
+        .args(args)
+        .arg("--skip-bad"));
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("resuming: kept"));
+    ok(tokenize_cmd(&t, &[&input], &t.path("fresh"))
+        .args(args)
+        .arg("--skip-bad"));
+    assert_same_dataset(&t.path("fresh"), &out);
+    let ds = prep::Dataset::open(&out).unwrap();
+    assert_eq!(ds.manifest().provenance.documents.skipped, 1);
+
+    // The dataset skipped a document: without --skip-bad it is not this run's output.
+    let err = fails(tokenize_cmd(&t, &[&input], &out).args(args), 2);
+    assert!(err.contains("skipped 1 bad documents"), "{err}");
+}

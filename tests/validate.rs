@@ -34,10 +34,11 @@ fn validate(dir: &std::path::Path, extra: &[&str]) -> (i32, serde_json::Value) {
     (out.status.code().unwrap(), report)
 }
 
-/// The report's problems as (kind, file, shard, record, token) tuples.
-fn problems(
-    report: &serde_json::Value,
-) -> Vec<(String, String, Option<u64>, Option<u64>, Option<u64>)> {
+/// A problem as (kind, file, shard, record, token).
+type Found = (String, String, Option<u64>, Option<u64>, Option<u64>);
+
+/// The report's problems, sorted.
+fn problems(report: &serde_json::Value) -> Vec<Found> {
     let mut out: Vec<_> = report["problems"]
         .as_array()
         .unwrap()

@@ -52,6 +52,9 @@ fn sync_dir(path: &Path) -> Result<(), FormatError> {
 /// `STEM.idx.tmp`; [`ShardWriter::finish`] writes the header, checksums both
 /// files and renames them into place.
 pub struct ShardWriter {
+    /// Removes the temporary files if the shard is dropped unfinished (an
+    /// error, or a bad document that stops the run).
+    guard: TmpGuard,
     bin_path: PathBuf,
     idx_path: PathBuf,
     bin: BufWriter<File>,
@@ -90,6 +93,9 @@ impl ShardWriter {
         idx.write_all(&first)
             .map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
         Ok(ShardWriter {
+            guard: TmpGuard {
+                paths: vec![tmp_path(&bin_path), tmp_path(&idx_path)],
+            },
             bin_path,
             idx_path,
             bin,
@@ -180,10 +186,12 @@ impl ShardWriter {
                 message: format!("wrote {idx_bytes} index bytes, expected {expected}"),
             });
         }
+        let mut guard = self.guard;
         std::fs::rename(&bin_tmp, &self.bin_path)
             .map_err(|e| FormatError::io(&self.bin_path, e))?;
         std::fs::rename(&idx_tmp, &self.idx_path)
             .map_err(|e| FormatError::io(&self.idx_path, e))?;
+        guard.paths.clear();
         sync_dir(&self.idx_path)?;
         let name = |p: &Path| {
             p.file_name()
@@ -201,6 +209,19 @@ impl ShardWriter {
             bin_xxh3: checksum_hex(self.bin_hash.digest()),
             idx_xxh3: checksum_hex(idx_xxh3),
         })
+    }
+}
+
+/// Deletes its files when dropped, unless cleared first.
+struct TmpGuard {
+    paths: Vec<PathBuf>,
+}
+
+impl Drop for TmpGuard {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

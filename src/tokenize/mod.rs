@@ -257,7 +257,16 @@ fn options_json(
 }
 
 /// Equal fingerprints mean a run would write the same bytes.
+///
+/// `skip_bad` is left out: it changes nothing until a bad document is met,
+/// and a run that stopped at one must be resumable with `--skip-bad`, as its
+/// error message suggests. A resumed or finished run that did skip documents
+/// is only accepted with `--skip-bad` (see the pipeline).
 fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3: u64) -> String {
+    let mut options = options.clone();
+    if let Some(map) = options.as_object_mut() {
+        map.remove("skip_bad");
+    }
     let canonical = json!({
         "prep_version": env!("CARGO_PKG_VERSION"),
         "options": options,

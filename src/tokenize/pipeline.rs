@@ -107,6 +107,12 @@ pub(super) fn run(
 
     let kept = match journal::prepare(&dir, &fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
+            refuse_skipped(
+                &dir,
+                manifest.provenance.documents.skipped,
+                config.skip_bad,
+                "made",
+            )?;
             progress.note("the dataset is already complete; nothing to do");
             return Ok(TokenizeReport {
                 manifest: *manifest,
@@ -121,7 +127,11 @@ pub(super) fn run(
                 warnings: Vec::new(),
             });
         }
-        Start::Resume(kept) => kept,
+        Start::Resume(kept) => {
+            let skipped = kept.last().map_or(0, |k| k.checkpoint.documents.skipped);
+            refuse_skipped(&dir, skipped, config.skip_bad, "started")?;
+            kept
+        }
         Start::Fresh => Vec::new(),
     };
     progress.note(&eos_note);
@@ -282,6 +292,26 @@ pub(super) fn run(
         eos_note,
         warnings: state.warnings,
     })
+}
+
+/// A dataset that skipped bad documents is this run's output only if this
+/// run skips them too.
+fn refuse_skipped(
+    dir: &std::path::Path,
+    skipped: u64,
+    skip_bad: bool,
+    what: &str,
+) -> Result<(), TokenizeError> {
+    if skipped > 0 && !skip_bad {
+        return Err(TokenizeError::OutputExists {
+            dir: dir.into(),
+            why: format!(
+                "holds a run {what} with --skip-bad that skipped {skipped} bad documents; \
+                 pass --skip-bad to go on with it, or --overwrite to start over"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Parses and tokenizes one batch on a worker thread.
