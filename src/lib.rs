@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod format;
 pub mod input;
+pub mod inspect;
 pub mod size;
 pub mod tokenize;
 pub mod util;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod inspect;
 mod progress;
 mod tokenize;
 mod validate;
@@ -27,6 +28,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
+    /// Show what a dataset holds: counts, shards, record lengths, one record.
+    Inspect(inspect::Args),
 }
 
 /// Exit code for usage, input and I/O errors.
@@ -45,6 +48,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Inspect(args) => inspect::run(args),
     };
     match result {
         Ok(code) => code,

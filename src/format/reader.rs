@@ -161,6 +161,14 @@ impl Dataset {
         })
     }
 
+    /// The length in tokens of every record, in order, read from the
+    /// offsets alone (no token is touched).
+    pub fn record_lengths(&self) -> impl Iterator<Item = u64> + '_ {
+        self.shards
+            .iter()
+            .flat_map(|s| s.offsets().windows(2).map(|w| w[1] - w[0]))
+    }
+
     /// Every record in order.
     pub fn records(&self) -> impl Iterator<Item = Tokens<'_>> + '_ {
         (0..self.len()).map(move |i| self.record(i).expect("index in range"))

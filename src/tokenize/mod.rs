@@ -20,6 +20,7 @@ mod pipeline;
 mod tokenizer;
 
 use tokenizer::display_path;
+pub(crate) use tokenizer::read_maybe_compressed as read_tokenizer_bytes;
 
 /// How the end-of-document token is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -103,7 +103,7 @@ impl LoadedTokenizer {
 }
 
 /// Reads a whole file, decompressing `.zst` and `.gz` by extension.
-fn read_maybe_compressed(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_maybe_compressed(path: &Path) -> std::io::Result<Vec<u8>> {
     let file = std::fs::File::open(path)?;
     let mut out = Vec::new();
     match path.extension().and_then(|e| e.to_str()) {

@@ -1,0 +1,153 @@
+//! `prep inspect`: what a dataset holds.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::inspect::{self, Inspection};
+use crate::size::format_bytes;
+
+/// Show what a dataset holds: its kind, dtype, tokenizer, special tokens,
+/// counts, shards, the distribution of record lengths, and how many tokens
+/// sit in documents longer than common context lengths.
+#[derive(Debug, Parser)]
+#[command(
+    after_help = "Exit codes: 0 success, 2 the dataset cannot be opened or the record does not exist."
+)]
+pub(crate) struct Args {
+    /// The dataset directory.
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+
+    /// Print as JSON (schemas/inspect.schema.json).
+    #[arg(long)]
+    json: bool,
+
+    /// Also print record K: its ids, and its text when a tokenizer is found.
+    #[arg(long, value_name = "K")]
+    record: Option<u64>,
+
+    /// Tokenizer to decode --record with. [default: the dataset's tokenizer.json]
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let inspection = inspect::inspect(&args.dir, args.record, args.tokenizer.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &inspection)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", human(&inspection))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human(i: &Inspection) -> String {
+    let m = &i.manifest;
+    let special = |id: Option<u32>| id.map_or("none".to_owned(), |id| id.to_string());
+    let mut s = format!("{}\n", i.dataset);
+    s += &format!("  kind        {}\n", m.kind);
+    s += &format!("  dtype       {}\n", m.dtype);
+    s += &format!("  vocab_size  {}\n", m.vocab_size);
+    s += &format!(
+        "  tokenizer   {} (xxh3 {})\n",
+        m.tokenizer.file.as_deref().unwrap_or("not copied"),
+        m.tokenizer.xxh3
+    );
+    s += &format!(
+        "  special     bos {}{}, eos {}{}, pad {}\n",
+        special(m.special_tokens.bos),
+        if m.bos_prepended { " (prepended)" } else { "" },
+        special(m.special_tokens.eos),
+        if m.eos_appended { " (appended)" } else { "" },
+        special(m.special_tokens.pad)
+    );
+    s += &format!(
+        "  records     {}\n  tokens      {}\n",
+        m.n_records, m.n_tokens
+    );
+    let bytes: u64 = i.shards.iter().map(|r| r.bytes).sum();
+    s += &format!(
+        "  shards      {} ({})\n",
+        i.shards.len(),
+        format_bytes(bytes)
+    );
+    if !i.shards.is_empty() {
+        s += &format!(
+            "\n  {:<24} {:>12} {:>14} {:>12}\n",
+            "shard", "records", "tokens", "size"
+        );
+        for r in &i.shards {
+            s += &format!(
+                "  {:<24} {:>12} {:>14} {:>12}\n",
+                r.bin,
+                r.n_records,
+                r.n_tokens,
+                format_bytes(r.bytes)
+            );
+        }
+    }
+    if let Some(l) = &i.lengths {
+        s += &format!(
+            "\nRecord length in tokens: min {}, mean {:.1}, max {}\n  ",
+            l.min, l.mean, l.max
+        );
+        let ps: Vec<String> = l
+            .percentiles
+            .iter()
+            .map(|(p, v)| format!("p{} {v}", p * 100.0))
+            .collect();
+        s += &ps.join(", ");
+        s += "\n";
+        let top = l
+            .histogram
+            .iter()
+            .map(|b| b.records)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let total: u64 = l.histogram.iter().map(|b| b.records).sum();
+        for b in &l.histogram {
+            let range = if b.min == b.max {
+                b.min.to_string()
+            } else {
+                format!("{}-{}", b.min, b.max)
+            };
+            let bar = "#".repeat(((b.records as f64 / top as f64) * 40.0).round() as usize);
+            s += &format!(
+                "  {range:>15} {:>10} {:>6.2}% {bar}\n",
+                b.records,
+                100.0 * b.records as f64 / total.max(1) as f64
+            );
+        }
+    }
+    if !i.overflow.is_empty() && m.n_records > 0 {
+        s += "\nDocuments longer than a context length:\n";
+        for o in &i.overflow {
+            s += &format!(
+                "  > {:>6} tokens: {:>10} documents, {:>6.2}% of all tokens\n",
+                o.context,
+                o.records,
+                100.0 * o.token_share
+            );
+        }
+    }
+    if let Some(r) = &i.record {
+        s += &format!(
+            "\nRecord {} ({} tokens):\n  ids: {:?}\n",
+            r.index,
+            r.ids.len(),
+            r.ids
+        );
+        match &r.text {
+            Some(text) => s += &format!("  text: {text:?}\n"),
+            None => s += "  text: (no tokenizer found; pass --tokenizer to decode)\n",
+        }
+    }
+    s
+}

@@ -1,0 +1,351 @@
+//! `prep inspect`: what a dataset holds, for people and for machines.
+//!
+//! Everything is computed from the manifest and the record offsets, in one
+//! pass over the indexes and in memory that does not grow with the dataset:
+//! record lengths go into a log-linear histogram (exact below 256 tokens,
+//! within 1% above), from which the percentiles are read.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::format::{Dataset, FormatError, Manifest};
+
+/// Context lengths whose overflow `inspect` reports.
+pub const CONTEXT_LENGTHS: [u64; 4] = [2048, 4096, 8192, 32768];
+/// Percentiles reported.
+pub const PERCENTILES: [f64; 5] = [0.10, 0.50, 0.90, 0.99, 0.999];
+
+/// Why `inspect` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// The dataset cannot be opened (missing, or it fails the quick checks).
+    #[error("{0} (prep validate tells every problem)")]
+    Open(#[from] FormatError),
+    /// `--record` past the end.
+    #[error("record {index} does not exist: the dataset has {len} records")]
+    NoRecord {
+        /// Asked for.
+        index: u64,
+        /// Records in the dataset.
+        len: u64,
+    },
+    /// The tokenizer for decoding cannot be loaded.
+    #[error("tokenizer {}: {message}", path.display())]
+    Tokenizer {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One shard's row in the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardRow {
+    /// Token file.
+    pub bin: String,
+    /// Records.
+    pub n_records: u64,
+    /// Tokens.
+    pub n_tokens: u64,
+    /// Bytes of `.bin` and `.idx` together.
+    pub bytes: u64,
+}
+
+/// One bar of the length histogram: records of `min..=max` tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bucket {
+    /// Shortest length in the bucket.
+    pub min: u64,
+    /// Longest length in the bucket.
+    pub max: u64,
+    /// Records in it.
+    pub records: u64,
+}
+
+/// Record lengths in tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lengths {
+    /// Shortest record.
+    pub min: u64,
+    /// Longest record.
+    pub max: u64,
+    /// Mean length.
+    pub mean: f64,
+    /// `(p, length)`: `p` of the records are at most `length` tokens long
+    /// (exact below 256 tokens, within 1% above).
+    pub percentiles: Vec<(f64, u64)>,
+    /// Power-of-two buckets, from 0 up to the longest record.
+    pub histogram: Vec<Bucket>,
+}
+
+/// Tokens in records longer than a context length.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overflow {
+    /// The context length.
+    pub context: u64,
+    /// Records longer than it.
+    pub records: u64,
+    /// Share of all tokens that sit in such records.
+    pub token_share: f64,
+}
+
+/// One record, shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordView {
+    /// Its index.
+    pub index: u64,
+    /// Its ids.
+    pub ids: Vec<u32>,
+    /// Its text, when a tokenizer was found.
+    pub text: Option<String>,
+}
+
+/// Everything `prep inspect` reports; its JSON form is described by
+/// schemas/inspect.schema.json.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspection {
+    /// The dataset directory.
+    pub dataset: String,
+    /// The manifest, as read.
+    pub manifest: Manifest,
+    /// One row per shard.
+    pub shards: Vec<ShardRow>,
+    /// Record lengths (absent for an empty dataset).
+    pub lengths: Option<Lengths>,
+    /// Overflow of common context lengths (documents datasets).
+    pub overflow: Vec<Overflow>,
+    /// The record asked for with `--record`.
+    pub record: Option<RecordView>,
+}
+
+/// Lengths histogram: exact below 256, then 128 sub-buckets per power of two.
+struct LogLinear {
+    counts: Vec<u64>,
+}
+
+impl LogLinear {
+    const EXACT: u64 = 256;
+    const SUB: u64 = 128;
+
+    fn new() -> LogLinear {
+        LogLinear {
+            counts: vec![0; (Self::EXACT + 56 * Self::SUB) as usize],
+        }
+    }
+
+    fn index(len: u64) -> usize {
+        if len < Self::EXACT {
+            return len as usize;
+        }
+        let e = 63 - u64::from(len.leading_zeros()); // >= 8
+        let sub = (len >> (e - 7)) & (Self::SUB - 1);
+        (Self::EXACT + (e - 8) * Self::SUB + sub) as usize
+    }
+
+    /// The largest length that falls in bucket `i`.
+    fn upper(i: usize) -> u64 {
+        let i = i as u64;
+        if i < Self::EXACT {
+            return i;
+        }
+        let (e, sub) = (
+            8 + (i - Self::EXACT) / Self::SUB,
+            (i - Self::EXACT) % Self::SUB,
+        );
+        // In u128: the top bucket's bound is 2^64 - 1.
+        ((u128::from(Self::SUB + sub + 1) << (e - 7)) - 1).min(u128::from(u64::MAX)) as u64
+    }
+
+    fn add(&mut self, len: u64) {
+        self.counts[Self::index(len)] += 1;
+    }
+
+    /// The smallest length that at least `p` of the `n` records do not exceed.
+    fn quantile(&self, p: f64, n: u64, max: u64) -> u64 {
+        let rank = ((p * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Self::upper(i).min(max);
+            }
+        }
+        max
+    }
+}
+
+/// Inspects the dataset in `dir`; with `record`, also shows that record,
+/// decoded with `tokenizer` (or the dataset's own copy) when one loads.
+pub fn inspect(
+    dir: &Path,
+    record: Option<u64>,
+    tokenizer: Option<&Path>,
+) -> Result<Inspection, InspectError> {
+    let ds = Dataset::open(dir)?;
+    let m = ds.manifest().clone();
+    let shards = m
+        .shards
+        .iter()
+        .map(|s| ShardRow {
+            bin: s.bin.clone(),
+            n_records: s.n_records,
+            n_tokens: s.n_tokens,
+            bytes: s.bin_bytes + s.idx_bytes,
+        })
+        .collect();
+
+    let mut hist = LogLinear::new();
+    let (mut min, mut max) = (u64::MAX, 0u64);
+    let mut over = [(0u64, 0u64); CONTEXT_LENGTHS.len()];
+    for len in ds.record_lengths() {
+        hist.add(len);
+        min = min.min(len);
+        max = max.max(len);
+        for (k, &c) in CONTEXT_LENGTHS.iter().enumerate() {
+            if len > c {
+                over[k].0 += 1;
+                over[k].1 += len;
+            }
+        }
+    }
+    let n = ds.len();
+    let lengths = (n > 0).then(|| {
+        let mut histogram = Vec::new();
+        let mut lo = 0u64;
+        while lo <= max {
+            let hi = if lo == 0 { 0 } else { lo * 2 - 1 };
+            let records = hist
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| {
+                    let u = LogLinear::upper(*i);
+                    u >= lo && u <= hi
+                })
+                .map(|(_, c)| c)
+                .sum();
+            histogram.push(Bucket {
+                min: lo,
+                max: hi,
+                records,
+            });
+            lo = if lo == 0 { 1 } else { lo * 2 };
+        }
+        Lengths {
+            min,
+            max,
+            mean: m.n_tokens as f64 / n as f64,
+            percentiles: PERCENTILES
+                .iter()
+                .map(|&p| (p, hist.quantile(p, n, max)))
+                .collect(),
+            histogram,
+        }
+    });
+    let overflow = if m.kind == "documents" {
+        CONTEXT_LENGTHS
+            .iter()
+            .zip(over)
+            .map(|(&context, (records, tokens))| Overflow {
+                context,
+                records,
+                token_share: if m.n_tokens == 0 {
+                    0.0
+                } else {
+                    tokens as f64 / m.n_tokens as f64
+                },
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+
+    let record = match record {
+        None => None,
+        Some(index) => {
+            let tokens = ds
+                .record(index)
+                .map_err(|_| InspectError::NoRecord { index, len: n })?;
+            let ids = tokens.to_vec();
+            let path = tokenizer
+                .map(Path::to_path_buf)
+                .or_else(|| m.tokenizer.file.as_ref().map(|f| dir.join(f)));
+            let text = match path {
+                Some(path) if tokenizer.is_some() || path.is_file() => Some(decode(&path, &ids)?),
+                _ => None,
+            };
+            Some(RecordView { index, ids, text })
+        }
+    };
+    Ok(Inspection {
+        dataset: dir.display().to_string(),
+        manifest: m,
+        shards,
+        lengths,
+        overflow,
+        record,
+    })
+}
+
+fn decode(path: &Path, ids: &[u32]) -> Result<String, InspectError> {
+    let bad = |message: String| InspectError::Tokenizer {
+        path: path.into(),
+        message,
+    };
+    let json = crate::tokenize::read_tokenizer_bytes(path).map_err(|e| bad(e.to_string()))?;
+    let tokenizer = tokenizers::Tokenizer::from_bytes(&json).map_err(|e| bad(e.to_string()))?;
+    tokenizer.decode(ids, false).map_err(|e| bad(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogLinear;
+
+    #[test]
+    fn buckets_are_exact_below_256_and_within_one_percent_above() {
+        for len in [
+            0u64,
+            1,
+            255,
+            256,
+            257,
+            1000,
+            4096,
+            123_456,
+            1 << 40,
+            u64::MAX,
+        ] {
+            let i = LogLinear::index(len);
+            let upper = LogLinear::upper(i);
+            assert!(upper >= len, "{len}: upper {upper}");
+            if len < 256 {
+                assert_eq!(upper, len);
+            } else {
+                assert!(
+                    (upper - len) as f64 <= len as f64 / 100.0,
+                    "{len}: upper {upper}"
+                );
+            }
+            if i > 0 {
+                assert!(
+                    LogLinear::upper(i - 1) < len,
+                    "{len} belongs to an earlier bucket"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn quantiles() {
+        let mut h = LogLinear::new();
+        for len in 1..=100u64 {
+            h.add(len);
+        }
+        assert_eq!(h.quantile(0.5, 100, 100), 50);
+        assert_eq!(h.quantile(0.9, 100, 100), 90);
+        assert_eq!(h.quantile(1.0, 100, 100), 100);
+        assert_eq!(h.quantile(0.001, 100, 100), 1);
+    }
+}

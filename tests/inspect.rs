@@ -1,0 +1,182 @@
+//! `prep inspect`: counts, shards, lengths and one record, for people and as JSON.
+
+mod common;
+
+use common::*;
+
+fn good() -> std::path::PathBuf {
+    fixture("validate/good")
+}
+
+/// Runs `prep inspect --json` and checks the output against its schema.
+fn inspect_json(t: &TestDir, dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let out = ok(t.prep().arg("inspect").arg("--json").args(extra).arg(dir));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let schemas = root().join("schemas");
+    let manifest_schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schemas.join("manifest.schema.json")).unwrap())
+            .unwrap();
+    let mut schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schemas.join("inspect.schema.json")).unwrap())
+            .unwrap();
+    // Resolve the one cross-file reference locally rather than over a network.
+    schema["properties"]["manifest"] = manifest_schema;
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "inspect output does not match its schema: {errors:#?}"
+    );
+    value
+}
+
+#[test]
+fn counts_lengths_and_overflow_agree_with_the_records() {
+    let t = TestDir::new();
+    let out = t.path("ds");
+    // Documents of known lengths: n words + eos with a word tokenizer is n + 1 tokens.
+    let lens = [0usize, 1, 5, 2047, 2048, 2049, 3000, 5000, 9000, 40000];
+    let texts: Vec<String> = lens.iter().map(|&n| vec!["w"; n].join(" ")).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let input = t.write("docs.jsonl", jsonl(&refs));
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 1, "content": "<eos>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "<eos>": 1, "w": 2}, "unk_token": "[UNK]"}
+    });
+    let tok = t.write("w.tokenizer.json", tok.to_string());
+    ok(t.prep()
+        .args([
+            "tokenize",
+            "--quiet",
+            "--eos",
+            "<eos>",
+            "--shard-size",
+            "16KiB",
+            "--tokenizer",
+        ])
+        .arg(&tok)
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&out));
+    let v = inspect_json(&t, &out, &[]);
+    let n_tokens: u64 = lens.iter().map(|&n| n as u64 + 1).sum();
+    assert_eq!(v["manifest"]["n_tokens"], n_tokens);
+    let l = &v["lengths"];
+    assert_eq!(l["min"], 1);
+    assert_eq!(l["max"], 40001);
+    // p50 of 10 records is the 5th shortest: 2048 tokens (2047 words + eos).
+    let p50 = l["percentiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p[0] == 0.5)
+        .unwrap()[1]
+        .as_u64()
+        .unwrap();
+    assert!((2048..=2048 + 2048 / 100).contains(&p50), "p50 {p50}");
+    let hist_total: u64 = l["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(hist_total, lens.len() as u64);
+    let shard_tokens: u64 = v["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["n_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(shard_tokens, n_tokens);
+    // Longer than 2048: the documents of 2048, 2049, 3000, 5000, 9000, 40000 words.
+    let over = |context: u64| {
+        v["overflow"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["context"] == context)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(over(2048)["records"], 6);
+    let share = (2049 + 2050 + 3001 + 5001 + 9001 + 40001) as f64 / n_tokens as f64;
+    assert!((over(2048)["token_share"].as_f64().unwrap() - share).abs() < 1e-9);
+    assert_eq!(over(32768)["records"], 1);
+
+    let human = String::from_utf8(ok(t.prep().arg("inspect").arg(&out)).stdout).unwrap();
+    for needle in [
+        "kind        documents",
+        "dtype       uint16",
+        "records     10",
+        "p50",
+        "32768 tokens:",
+    ] {
+        assert!(human.contains(needle), "{needle:?} missing from:\n{human}");
+    }
+}
+
+#[test]
+fn a_record_is_shown_with_its_ids_and_decoded_text() {
+    let t = TestDir::new();
+    let out = t.path("ds");
+    let input = t.write(
+        "docs.jsonl",
+        jsonl(&["Hello world", "Second document, with ünïcode ✓"]),
+    );
+    ok(&mut tokenize_cmd(&t, &[&input], &out));
+    let v = inspect_json(&t, &out, &["--record", "1"]);
+    let record = &v["record"];
+    assert_eq!(record["index"], 1);
+    let ids: Vec<u32> = record["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(ids, records(&out)[1]);
+    assert_eq!(
+        record["text"],
+        "Second document, with ünïcode ✓<|endoftext|>"
+    );
+
+    // An explicit tokenizer works too; a record past the end is an error.
+    let v = inspect_json(
+        &t,
+        &out,
+        &["--record", "0", "--tokenizer", gpt2().to_str().unwrap()],
+    );
+    assert_eq!(v["record"]["text"], "Hello world<|endoftext|>");
+    let err = fails(t.prep().args(["inspect", "--record", "2"]).arg(&out), 2);
+    assert!(err.contains("record 2 does not exist"), "{err}");
+}
+
+#[test]
+fn an_empty_dataset_and_a_broken_one() {
+    let t = TestDir::new();
+    let out = t.path("empty");
+    let input = t.write("none.jsonl", "");
+    ok(&mut tokenize_cmd(&t, &[&input], &out));
+    let v = inspect_json(&t, &out, &[]);
+    assert!(v["lengths"].is_null());
+    assert_eq!(v["shards"].as_array().unwrap().len(), 0);
+    let v = inspect_json(&t, &good(), &[]);
+    assert_eq!(v["manifest"]["n_records"], 36);
+
+    let err = fails(
+        t.prep()
+            .arg("inspect")
+            .arg(fixture("validate/truncated_idx")),
+        2,
+    );
+    assert!(
+        err.contains("shard-00001.idx") && err.contains("prep validate"),
+        "{err}"
+    );
+}
