@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench fixtures clean
+.PHONY: all build demo test test-rust test-python lint bench bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -56,10 +56,31 @@ lint:
 bench: build $(VENV)/.installed
 	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
 
+# Validate throughput from page cache beside cat and xxh3 of the same bytes.
+bench-validate: build $(VENV)/.installed
+	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
+
+# Fuzz the parsers of untrusted bytes (cargo-fuzz, libFuzzer) for FUZZ_SECONDS each.
+# The stable toolchain takes the sanitizer flags with RUSTC_BOOTSTRAP=1.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := idx manifest
+fuzz:
+	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	cd tools/fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p corpus/$$t && \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
+
+# The fuzz targets must keep compiling (CI runs this; it needs no sanitizer).
+fuzz-check:
+	$(CARGO) check --manifest-path tools/fuzz/Cargo.toml --bins
+
 # Regenerate fixtures/ (corpus excerpt, golden ids) from ../shared and the Python reference.
 fixtures: $(VENV)/.installed
 	$(VPY) tools/make_fixtures.py
 	$(VPY) tools/gen_golden.py
+	$(CARGO) build
+	$(VPY) tools/make_validate_fixtures.py --prep $(abspath $(DEBUG))
 
 clean:
 	$(CARGO) clean

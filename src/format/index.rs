@@ -148,6 +148,20 @@ pub fn offset_violations(
     first.into_iter().chain(decreasing).chain(last)
 }
 
+/// Parses a whole `.idx` file held in memory, at any alignment, and checks
+/// its offsets: the checks the reader runs on a mapped index. Returns the
+/// header. Memory used is proportional to `bytes.len()`, never to a count
+/// read from the file.
+pub fn check_index(path: &Path, bytes: &[u8]) -> Result<IdxHeader, FormatError> {
+    let header = IdxHeader::parse(path, bytes)?;
+    let offsets: Vec<u64> = bytes[IDX_HEADER_LEN..]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    check_offsets(path, &offsets, header.n_tokens)?;
+    Ok(header)
+}
+
 /// Checks that `offsets` start at 0, never decrease and end at `n_tokens`;
 /// the error names the first offending position.
 pub(crate) fn check_offsets(

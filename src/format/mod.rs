@@ -13,7 +13,8 @@ mod reader;
 mod writer;
 
 pub use index::{
-    offset_violations, IdxHeader, OffsetViolation, IDX_HEADER_LEN, IDX_MAGIC, IDX_VERSION,
+    check_index, offset_violations, IdxHeader, OffsetViolation, IDX_HEADER_LEN, IDX_MAGIC,
+    IDX_VERSION,
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
