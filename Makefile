@@ -66,9 +66,10 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := idx manifest
 fuzz:
 	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
-	cd tools/fuzz && for t in $(FUZZ_TARGETS); do \
-		mkdir -p corpus/$$t && \
-		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t seeds/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p tools/fuzz/corpus/$$t && \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --fuzz-dir tools/fuzz $$t tools/fuzz/corpus/$$t tools/fuzz/seeds/$$t \
+			-- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
 
 # The fuzz targets must keep compiling (CI runs this; it needs no sanitizer).

@@ -709,39 +709,39 @@ fn verify_checksum(bytes: &[u8], name: &str, listed: &str, s: usize, problems: &
 /// Works in blocks: the maximum of a block is cheap to compute (the
 /// compiler vectorises it), and only a block whose maximum is too large is
 /// looked at token by token.
-fn scan_tokens(bytes: &[u8], dtype: Dtype, vocab_size: u64, mut bad: impl FnMut(u64, u64)) -> u64 {
-    const BLOCK: usize = 1 << 16;
-    let n = (bytes.len() / dtype.size()) as u64;
-    let mut base = 0u64;
+fn scan_tokens(bytes: &[u8], dtype: Dtype, vocab_size: u64, bad: impl FnMut(u64, u64)) -> u64 {
     match dtype {
-        Dtype::U16 => {
-            let ids = crate::format::mmap_cast_u16(bytes).expect("mapped files are page-aligned");
-            for block in ids.chunks(BLOCK) {
-                if u64::from(block.iter().copied().max().unwrap_or(0)) >= vocab_size {
-                    for (i, &id) in block.iter().enumerate() {
-                        if u64::from(id) >= vocab_size {
-                            bad(base + i as u64, u64::from(id));
-                        }
-                    }
-                }
-                base += block.len() as u64;
-            }
-        }
-        Dtype::U32 => {
-            let ids = crate::format::mmap_cast_u32(bytes).expect("mapped files are page-aligned");
-            for block in ids.chunks(BLOCK) {
-                if u64::from(block.iter().copied().max().unwrap_or(0)) >= vocab_size {
-                    for (i, &id) in block.iter().enumerate() {
-                        if u64::from(id) >= vocab_size {
-                            bad(base + i as u64, u64::from(id));
-                        }
-                    }
-                }
-                base += block.len() as u64;
-            }
-        }
+        Dtype::U16 => scan_ids(
+            crate::format::mmap_cast_u16(bytes).expect("mapped files are page-aligned"),
+            vocab_size,
+            bad,
+        ),
+        Dtype::U32 => scan_ids(
+            crate::format::mmap_cast_u32(bytes).expect("mapped files are page-aligned"),
+            vocab_size,
+            bad,
+        ),
     }
-    n
+}
+
+fn scan_ids<T: Copy + Ord + Default + Into<u64>>(
+    ids: &[T],
+    vocab_size: u64,
+    mut bad: impl FnMut(u64, u64),
+) -> u64 {
+    const BLOCK: usize = 1 << 16;
+    let mut base = 0u64;
+    for block in ids.chunks(BLOCK) {
+        if block.iter().copied().max().unwrap_or_default().into() >= vocab_size {
+            for (i, &id) in block.iter().enumerate() {
+                if id.into() >= vocab_size {
+                    bad(base + i as u64, id.into());
+                }
+            }
+        }
+        base += block.len() as u64;
+    }
+    ids.len() as u64
 }
 
 /// The record holding token offset `token`, given sound offsets.

@@ -42,14 +42,12 @@ fn counts_lengths_and_overflow_agree_with_the_records() {
     let texts: Vec<String> = lens.iter().map(|&n| vec!["w"; n].join(" ")).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let input = t.write("docs.jsonl", jsonl(&refs));
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [{"id": 1, "content": "<eos>", "single_word": false, "lstrip": false,
-                          "rstrip": false, "normalized": false, "special": true}],
-        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
-        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "<eos>": 1, "w": 2}, "unk_token": "[UNK]"}
-    });
-    let tok = t.write("w.tokenizer.json", tok.to_string());
+    let tok = word_level(
+        &t,
+        "w.tokenizer.json",
+        &[("[UNK]", 0), ("<eos>", 1), ("w", 2)],
+        &["<eos>"],
+    );
     ok(t.prep()
         .args([
             "tokenize",

@@ -274,23 +274,17 @@ fn a_finished_dataset_is_left_alone_and_other_options_are_refused() {
     assert_eq!(ds.record(0).unwrap().get(0), Some(50256));
 }
 
-/// A WordLevel tokenizer over `words`, with a whitespace pre-tokenizer: fast,
-/// so that a test can push hundreds of megabytes through the pipeline.
+/// A word tokenizer over `words` with `<eos>`: fast, so that a test can push
+/// hundreds of megabytes through the pipeline.
 fn word_tokenizer(t: &TestDir, words: &[String]) -> PathBuf {
-    let mut vocab = serde_json::Map::new();
-    vocab.insert("[UNK]".into(), 0.into());
-    vocab.insert("<eos>".into(), 1.into());
-    for (i, w) in words.iter().enumerate() {
-        vocab.insert(w.clone(), (i + 2).into());
-    }
-    let json = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [{"id": 1, "content": "<eos>", "single_word": false, "lstrip": false,
-                          "rstrip": false, "normalized": false, "special": true}],
-        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    t.write("words.tokenizer.json", json.to_string())
+    let mut vocab = vec![("[UNK]", 0), ("<eos>", 1)];
+    vocab.extend(
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.as_str(), i as u32 + 2)),
+    );
+    word_level(t, "words.tokenizer.json", &vocab, &["<eos>"])
 }
 
 /// Peak resident memory of a child process, from wait4.

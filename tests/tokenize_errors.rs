@@ -331,20 +331,6 @@ fn glob_that_matches_nothing() {
     );
 }
 
-/// `prep tokenize` with `tokenizer` instead of the GPT-2 fixture.
-fn with_tokenizer(t: &TestDir, tokenizer: &Path, input: &Path, out: &Path) -> Command {
-    let mut cmd = t.prep();
-    cmd.arg("tokenize")
-        .arg("--tokenizer")
-        .arg(tokenizer)
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .arg("--quiet");
-    cmd
-}
-
 #[test]
 fn tokenizer_file_that_does_not_exist() {
     let t = TestDir::new();
@@ -352,7 +338,7 @@ fn tokenizer_file_that_does_not_exist() {
     let tokenizer = t.path("absent.tokenizer.json");
     let out = t.path("out");
     refused(
-        &mut with_tokenizer(&t, &tokenizer, &input, &out),
+        &mut tokenize_with(&t, &tokenizer, &[&input], &out),
         &out,
         &["tokenizer", "absent.tokenizer.json", "No such file"],
     );
@@ -365,7 +351,7 @@ fn tokenizer_file_that_is_not_a_tokenizer() {
     let tokenizer = t.write("fake.tokenizer.json", r#"{"hello": "world"}"#);
     let out = t.path("out");
     refused(
-        &mut with_tokenizer(&t, &tokenizer, &input, &out),
+        &mut tokenize_with(&t, &tokenizer, &[&input], &out),
         &out,
         &[
             "tokenizer",

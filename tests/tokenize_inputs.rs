@@ -5,8 +5,7 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, LargeStringArray, StringArray, StructArray};
@@ -98,40 +97,6 @@ fn shard_files(out: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
             )
         })
         .collect()
-}
-
-/// `prep tokenize` with `tokenizer`, quiet, on one input, into `out`.
-fn with_tokenizer(t: &TestDir, tokenizer: &Path, input: &Path, out: &Path) -> Command {
-    let mut cmd = t.prep();
-    cmd.arg("tokenize")
-        .arg("--tokenizer")
-        .arg(tokenizer)
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .arg("--quiet");
-    cmd
-}
-
-/// A WordLevel tokenizer.json over whitespace-split words, with this vocabulary.
-fn word_level(t: &TestDir, name: &str, vocab: &[(&str, u32)]) -> PathBuf {
-    let vocab: serde_json::Map<String, serde_json::Value> = vocab
-        .iter()
-        .map(|&(word, id)| (word.to_owned(), id.into()))
-        .collect();
-    let json = serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    t.write(name, json.to_string())
 }
 
 #[test]
@@ -396,9 +361,9 @@ fn eos_defaults_to_the_end_of_text_token_when_there_is_one() {
         .iter()
         .all(|r| r.last() == Some(&GPT2_EOS)));
 
-    let words = word_level(&t, "words.json", &[("[UNK]", 0), ("a", 1), ("b", 2)]);
+    let words = word_level(&t, "words.json", &[("[UNK]", 0), ("a", 1), ("b", 2)], &[]);
     let words_out = t.path("words");
-    ok(&mut with_tokenizer(&t, &words, &input, &words_out));
+    ok(&mut tokenize_with(&t, &words, &[&input], &words_out));
     let m = open(&words_out).manifest().clone();
     assert!(!m.eos_appended);
     assert_eq!(m.special_tokens.eos, None);
@@ -410,9 +375,14 @@ fn eos_defaults_to_the_end_of_text_token_when_there_is_one() {
 fn ids_above_65535_are_stored_as_uint32() {
     let t = TestDir::new();
     let input = t.write("in.jsonl", jsonl(&["a big a", "big"]));
-    let tokenizer = word_level(&t, "wide.json", &[("[UNK]", 0), ("a", 1), ("big", 70_000)]);
+    let tokenizer = word_level(
+        &t,
+        "wide.json",
+        &[("[UNK]", 0), ("a", 1), ("big", 70_000)],
+        &[],
+    );
     let out = t.path("out");
-    ok(&mut with_tokenizer(&t, &tokenizer, &input, &out));
+    ok(&mut tokenize_with(&t, &tokenizer, &[&input], &out));
     let ds = open(&out);
     assert_eq!(ds.dtype(), Dtype::U32);
     assert_eq!(ds.manifest().vocab_size, 70_001);
@@ -429,9 +399,14 @@ fn ids_above_65535_are_stored_as_uint32() {
 fn a_largest_id_of_65535_is_stored_as_uint16() {
     let t = TestDir::new();
     let input = t.write("in.jsonl", jsonl(&["top a", "a"]));
-    let tokenizer = word_level(&t, "full.json", &[("[UNK]", 0), ("a", 1), ("top", 65_535)]);
+    let tokenizer = word_level(
+        &t,
+        "full.json",
+        &[("[UNK]", 0), ("a", 1), ("top", 65_535)],
+        &[],
+    );
     let out = t.path("out");
-    ok(&mut with_tokenizer(&t, &tokenizer, &input, &out));
+    ok(&mut tokenize_with(&t, &tokenizer, &[&input], &out));
     let ds = open(&out);
     assert_eq!(ds.dtype(), Dtype::U16);
     assert_eq!(ds.manifest().vocab_size, 65_536);

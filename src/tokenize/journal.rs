@@ -187,35 +187,26 @@ fn clean_beyond(dir: &Path, kept: &[JournalShard]) -> Result<(), TokenizeError> 
         .iter()
         .flat_map(|k| [k.shard.bin.as_str(), k.shard.idx.as_str()])
         .collect();
-    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io {
-        path: dir.into(),
-        source: e,
-    })? {
-        let entry = entry.map_err(|e| TokenizeError::Io {
-            path: dir.into(),
-            source: e,
-        })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let shard_file = is_shard_file(&name) || name.ends_with(TMP_SUFFIX);
-        if shard_file && !keep.contains(name.as_str()) {
-            remove(&entry.path())?;
-        }
-    }
-    Ok(())
+    remove_files(dir, |name| {
+        (is_shard_file(name) || name.ends_with(TMP_SUFFIX)) && !keep.contains(name)
+    })
 }
 
 /// Removes prep's own files from `dir`.
 fn clean(dir: &Path) -> Result<(), TokenizeError> {
-    for entry in std::fs::read_dir(dir).map_err(|e| TokenizeError::Io {
+    remove_files(dir, is_ours)
+}
+
+/// Removes the plain files of `dir` whose names `doomed` picks.
+fn remove_files(dir: &Path, doomed: impl Fn(&str) -> bool) -> Result<(), TokenizeError> {
+    let io = |e| TokenizeError::Io {
         path: dir.into(),
         source: e,
-    })? {
-        let entry = entry.map_err(|e| TokenizeError::Io {
-            path: dir.into(),
-            source: e,
-        })?;
+    };
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if is_ours(&name) && entry.path().is_file() {
+        if doomed(&name) && entry.path().is_file() {
             remove(&entry.path())?;
         }
     }

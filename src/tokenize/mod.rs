@@ -178,11 +178,11 @@ pub struct ProgressSnapshot {
     pub input_bytes: u64,
     /// Total on-disk input bytes.
     pub input_total: u64,
-    /// Documents written.
+    /// Documents tokenized by this run.
     pub documents: u64,
-    /// Text bytes of the documents written.
+    /// Text bytes of the documents tokenized by this run.
     pub text_bytes: u64,
-    /// Tokens written.
+    /// Tokens written by this run.
     pub tokens: u64,
 }
 

@@ -417,18 +417,14 @@ fn write_in_order(
             write_batch(state, batch?, progress)?;
             // The reader may have finished; then a permit is not needed.
             let _ = permits.send(());
+            // Rates are of this run's work: shards kept from an interrupted
+            // run are not counted as if tokenized now.
             progress.update(&ProgressSnapshot {
                 input_bytes: input_done.load(std::sync::atomic::Ordering::Relaxed),
                 input_total,
-                documents: state.counts.written,
-                text_bytes: state.text_bytes,
-                tokens: state
-                    .writer
-                    .shards()
-                    .iter()
-                    .map(|s| s.n_tokens)
-                    .sum::<u64>()
-                    + state.run_tokens,
+                documents: state.run_documents,
+                text_bytes: state.run_text_bytes,
+                tokens: state.run_tokens,
             });
         }
     }

@@ -57,12 +57,17 @@ impl TestDir {
     }
 }
 
-/// `prep tokenize` with the GPT-2 fixture, quiet, on `inputs`, into `out`.
-pub fn tokenize_cmd<P: AsRef<Path>>(t: &TestDir, inputs: &[P], out: &Path) -> Command {
+/// `prep tokenize` with `tokenizer`, quiet, on `inputs`, into `out`.
+pub fn tokenize_with<P: AsRef<Path>>(
+    t: &TestDir,
+    tokenizer: &Path,
+    inputs: &[P],
+    out: &Path,
+) -> Command {
     let mut cmd = t.prep();
     cmd.arg("tokenize")
         .arg("--tokenizer")
-        .arg(gpt2())
+        .arg(tokenizer)
         .arg("--output")
         .arg(out)
         .arg("--quiet");
@@ -70,6 +75,34 @@ pub fn tokenize_cmd<P: AsRef<Path>>(t: &TestDir, inputs: &[P], out: &Path) -> Co
         cmd.arg("--input").arg(input.as_ref());
     }
     cmd
+}
+
+/// `prep tokenize` with the GPT-2 fixture, quiet, on `inputs`, into `out`.
+pub fn tokenize_cmd<P: AsRef<Path>>(t: &TestDir, inputs: &[P], out: &Path) -> Command {
+    tokenize_with(t, &gpt2(), inputs, out)
+}
+
+/// A WordLevel tokenizer.json that splits on whitespace, with exactly this
+/// vocabulary; the `special` words are added (special) tokens. Tiny and fast:
+/// for tests that need known ids or push much text through.
+pub fn word_level(t: &TestDir, name: &str, vocab: &[(&str, u32)], special: &[&str]) -> PathBuf {
+    let ids: serde_json::Map<String, serde_json::Value> = vocab
+        .iter()
+        .map(|&(word, id)| (word.to_owned(), id.into()))
+        .collect();
+    let added: Vec<serde_json::Value> = special
+        .iter()
+        .map(|word| {
+            serde_json::json!({"id": ids[*word], "content": word, "single_word": false, "lstrip": false,
+                               "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": ids, "unk_token": "[UNK]"}
+    });
+    t.write(name, json.to_string())
 }
 
 /// Runs a command and returns its output, whatever the exit status.
