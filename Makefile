@@ -16,7 +16,8 @@ all: build
 build:
 	$(CARGO) build --release
 
-# Tokenize the small real corpus in fixtures/ with the GPT-2 tokenizer in fixtures/.
+# Tokenize the small real corpus in fixtures/ with the GPT-2 tokenizer in fixtures/,
+# then validate the dataset and show what it holds.
 demo: build
 	rm -rf $(TARGET_DIR)/demo
 	$(RELEASE) tokenize \
@@ -25,8 +26,9 @@ demo: build
 		--output $(TARGET_DIR)/demo/debian-gpt2 \
 		--shard-size 1MiB
 	@echo
-	@echo "Dataset written to $(TARGET_DIR)/demo/debian-gpt2:"
-	@ls -l $(TARGET_DIR)/demo/debian-gpt2
+	$(RELEASE) validate $(TARGET_DIR)/demo/debian-gpt2
+	@echo
+	$(RELEASE) inspect $(TARGET_DIR)/demo/debian-gpt2
 
 # A virtual environment with the Python reference (tokenizers) and test tools.
 $(VENV)/.installed: tools/requirements.txt
