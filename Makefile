@@ -46,8 +46,10 @@ else
 endif
 	$(CARGO) test --doc
 
+# `build --tests` makes target/debug/prep with the features the Rust tests
+# already built dependencies with, so nothing is compiled twice.
 test-python: $(VENV)/.installed
-	$(CARGO) build
+	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
 
 lint:
