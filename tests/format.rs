@@ -2,62 +2,12 @@
 //! token, shards are cut as specified, 64-bit offsets work past 4 GiB, and a
 //! damaged index is refused, never read out of bounds.
 
-use std::path::Path;
+mod common;
 
-use prep::format::{
-    atomic_write, DatasetWriter, DocumentCounts, Dtype, FormatError, IdxHeader, Manifest,
-    Provenance, ShardInfo, SpecialTokens, TokenizerInfo, MANIFEST_FILE,
-};
+use common::{manifest, write_dataset};
+use prep::format::{atomic_write, Dtype, FormatError, IdxHeader, ShardInfo, MANIFEST_FILE};
 use prep::Dataset;
 use proptest::prelude::*;
-
-fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
-    Manifest {
-        format: "prep".into(),
-        version: 1,
-        kind: "documents".into(),
-        dtype,
-        vocab_size: 1 << 32,
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        special_tokens: SpecialTokens::default(),
-        bos_prepended: false,
-        eos_appended: false,
-        tokenizer: TokenizerInfo {
-            file: None,
-            xxh3: "0000000000000000".into(),
-        },
-        shards,
-        provenance: Provenance {
-            prep_version: "test".into(),
-            command: "test".into(),
-            created: "2026-01-01T00:00:00Z".into(),
-            inputs: vec![],
-            options: serde_json::json!({}),
-            documents: DocumentCounts::default(),
-            fingerprint: "0000000000000000".into(),
-        },
-    }
-}
-
-fn write_dataset(
-    dir: &Path,
-    dtype: Dtype,
-    shard_size: u64,
-    records: &[Vec<u32>],
-) -> Vec<ShardInfo> {
-    let mut writer = DatasetWriter::new(dir, dtype, shard_size, Vec::new());
-    for r in records {
-        writer.push(r).unwrap();
-    }
-    let shards = writer.finish().unwrap();
-    atomic_write(
-        &dir.join(MANIFEST_FILE),
-        manifest(dtype, shards.clone()).to_json().as_bytes(),
-    )
-    .unwrap();
-    shards
-}
 
 fn records_strategy() -> impl Strategy<Value = (bool, Vec<Vec<u32>>)> {
     any::<bool>().prop_flat_map(|wide| {

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod inspect;
 mod progress;
+mod shuffle;
 mod tokenize;
 mod validate;
 
@@ -26,6 +27,8 @@ pub struct Cli {
 enum Command {
     /// Tokenize JSONL (plain, .gz, .zst) or Parquet into a sharded token dataset.
     Tokenize(tokenize::Args),
+    /// Shuffle documents into an exact, uniformly random order in bounded memory.
+    Shuffle(shuffle::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
     /// Show what a dataset holds: counts, shards, record lengths, one record.
@@ -47,6 +50,7 @@ pub fn run() -> ExitCode {
     };
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Shuffle(args) => shuffle::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Inspect(args) => inspect::run(args),
     };

@@ -114,6 +114,11 @@ pub struct InputInfo {
     pub path: String,
     /// Its size in bytes.
     pub bytes: u64,
+    /// XXH3-64 of an input dataset's manifest.json, which names the checksum
+    /// of every shard: one checksum for the whole input (datasets read by
+    /// `prep shuffle`; raw text inputs have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xxh3: Option<String>,
 }
 
 /// Counts of the documents a run read.

@@ -131,11 +131,33 @@ impl ShardWriter {
                 }
             }
         }
+        let scratch = std::mem::take(&mut self.scratch);
+        let result = self.push_raw(&scratch);
+        self.scratch = scratch;
+        result
+    }
+
+    /// Appends one record given as its little-endian bytes in the shard's
+    /// dtype, as another dataset's `.bin` holds them: no decoding, no copy.
+    ///
+    /// The length must be a multiple of the token size.
+    pub fn push_raw(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
+        let size = self.dtype.size();
+        if bytes.len() % size != 0 {
+            return Err(FormatError::Mismatch {
+                path: self.bin_path.clone(),
+                message: format!(
+                    "a record of {} bytes is not whole {} tokens",
+                    bytes.len(),
+                    self.dtype
+                ),
+            });
+        }
         self.bin
-            .write_all(&self.scratch)
+            .write_all(bytes)
             .map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
-        self.bin_hash.update(&self.scratch);
-        self.n_tokens += tokens.len() as u64;
+        self.bin_hash.update(bytes);
+        self.n_tokens += (bytes.len() / size) as u64;
         self.n_records += 1;
         self.idx
             .write_all(&self.n_tokens.to_le_bytes())
@@ -281,6 +303,23 @@ impl DatasetWriter {
     /// for it, if one was: that shard and all before it are final on disk.
     pub fn push(&mut self, tokens: &[u32]) -> Result<Option<&ShardInfo>, FormatError> {
         let bytes = tokens.len() as u64 * self.dtype.size() as u64;
+        self.append(bytes, |shard| shard.push(tokens))
+    }
+
+    /// Appends one record given as little-endian bytes of the dataset's dtype
+    /// (see [`ShardWriter::push_raw`]); returns the shard completed to make
+    /// room for it, if one was.
+    pub fn push_raw(&mut self, bytes: &[u8]) -> Result<Option<&ShardInfo>, FormatError> {
+        self.append(bytes.len() as u64, |shard| shard.push_raw(bytes))
+    }
+
+    /// Cuts a new shard if a record of `bytes` would overflow the current one,
+    /// then lets `write` append it.
+    fn append(
+        &mut self,
+        bytes: u64,
+        write: impl FnOnce(&mut ShardWriter) -> Result<(), FormatError>,
+    ) -> Result<Option<&ShardInfo>, FormatError> {
         let mut sealed = false;
         if let Some(current) = &self.current {
             if current.n_records() > 0 && current.bin_bytes() + bytes > self.shard_size {
@@ -296,7 +335,7 @@ impl DatasetWriter {
                     .insert(ShardWriter::create(&self.dir, &stem, self.dtype)?)
             }
         };
-        current.push(tokens)?;
+        write(current)?;
         Ok(if sealed { self.shards.last() } else { None })
     }
 

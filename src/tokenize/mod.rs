@@ -19,6 +19,7 @@ mod journal;
 mod pipeline;
 mod tokenizer;
 
+pub use crate::progress::{NoProgress, Progress, ProgressSnapshot};
 use tokenizer::display_path;
 pub(crate) use tokenizer::read_maybe_compressed as read_tokenizer_bytes;
 
@@ -171,40 +172,6 @@ pub enum TokenizeError {
     },
 }
 
-/// Where a run stands, for a progress display.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProgressSnapshot {
-    /// On-disk input bytes consumed.
-    pub input_bytes: u64,
-    /// Total on-disk input bytes.
-    pub input_total: u64,
-    /// Documents tokenized by this run.
-    pub documents: u64,
-    /// Text bytes of the documents tokenized by this run.
-    pub text_bytes: u64,
-    /// Tokens written by this run.
-    pub tokens: u64,
-}
-
-/// Receives progress; the CLI draws a bar, tests and libraries pass [`NoProgress`].
-pub trait Progress: Sync {
-    /// Called often (after each batch), from the writing thread.
-    fn update(&self, snapshot: &ProgressSnapshot);
-    /// A line for the user (which eos was chosen, a skipped document).
-    fn note(&self, message: &str);
-    /// Called once at the end of a successful run.
-    fn finish(&self);
-}
-
-/// Progress that goes nowhere.
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn update(&self, _: &ProgressSnapshot) {}
-    fn note(&self, _: &str) {}
-    fn finish(&self) {}
-}
-
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct TokenizeReport {
@@ -283,6 +250,7 @@ fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {
         .map(|f| InputInfo {
             path: display_path(&f.path),
             bytes: f.bytes,
+            xxh3: None,
         })
         .collect()
 }

@@ -5,6 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use prep::format::{
+    atomic_write, DatasetWriter, DocumentCounts, Dtype, Manifest, Provenance, ShardInfo,
+    SpecialTokens, TokenizerInfo, MANIFEST_FILE,
+};
+
 /// The repository root, where fixtures/ lives.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -147,4 +152,54 @@ pub fn jsonl(texts: &[&str]) -> String {
         .iter()
         .map(|t| serde_json::json!({ "text": t }).to_string() + "\n")
         .collect()
+}
+
+/// A manifest for `shards` written by a test, with placeholder provenance.
+pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
+    Manifest {
+        format: "prep".into(),
+        version: 1,
+        kind: "documents".into(),
+        dtype,
+        vocab_size: 1 << 32,
+        n_records: shards.iter().map(|s| s.n_records).sum(),
+        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
+        special_tokens: SpecialTokens::default(),
+        bos_prepended: false,
+        eos_appended: false,
+        tokenizer: TokenizerInfo {
+            file: None,
+            xxh3: "0000000000000000".into(),
+        },
+        shards,
+        provenance: Provenance {
+            prep_version: "test".into(),
+            command: "test".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            inputs: vec![],
+            options: serde_json::json!({}),
+            documents: DocumentCounts::default(),
+            fingerprint: "0000000000000000".into(),
+        },
+    }
+}
+
+/// Writes `records` as a dataset in `dir` through the library, manifest included.
+pub fn write_dataset(
+    dir: &Path,
+    dtype: Dtype,
+    shard_size: u64,
+    records: &[Vec<u32>],
+) -> Vec<ShardInfo> {
+    let mut writer = DatasetWriter::new(dir, dtype, shard_size, Vec::new());
+    for r in records {
+        writer.push(r).unwrap();
+    }
+    let shards = writer.finish().unwrap();
+    atomic_write(
+        &dir.join(MANIFEST_FILE),
+        manifest(dtype, shards.clone()).to_json().as_bytes(),
+    )
+    .unwrap();
+    shards
 }
