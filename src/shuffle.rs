@@ -26,12 +26,13 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::format::{
     atomic_write, checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
-    Manifest, Provenance, IDX_HEADER_LEN, MANIFEST_FILE,
+    Manifest, Provenance, ShardInfo, IDX_HEADER_LEN, MANIFEST_FILE,
 };
 use crate::progress::{Progress, ProgressSnapshot};
 
@@ -155,6 +156,13 @@ struct Entry {
 }
 
 /// Runs `prep shuffle`.
+///
+/// Resumable: a journal in the output directory records every output shard
+/// as it is completed, with the bucket file and the number of its documents
+/// written before the next shard starts. Started again with the same inputs,
+/// seed and shard size (memory and threads may differ), a run keeps the
+/// shards whose checksums still match and goes on from there; a finished
+/// dataset is left alone.
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
     let started = Instant::now();
     let first = config.inputs.first().ok_or(ShuffleError::NoInput)?;
@@ -167,81 +175,6 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     for (ds, path) in datasets.iter().zip(&config.inputs).skip(1) {
         compatible(first, &base, path, ds.manifest())?;
     }
-    prepare_output(&config.output, config.overwrite)?;
-    let dtype = base.dtype;
-    let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
-    let token_bytes: u64 = datasets
-        .iter()
-        .map(|d| d.n_tokens() * dtype.size() as u64)
-        .sum();
-    let budget = config.memory.max(64 << 10);
-    let need = token_bytes + n_docs * ENTRY_BYTES;
-    let threads = if config.threads > 0 {
-        config.threads
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| ShuffleError::Io {
-            path: config.output.clone(),
-            source: std::io::Error::other(e),
-        })?;
-
-    let mut writer = DatasetWriter::new(&config.output, dtype, config.shard_size, Vec::new());
-    let mut moved = Moved {
-        bytes: 0,
-        total: token_bytes * 2,
-        docs: 0,
-    };
-    let buckets;
-    if need <= budget / 2 {
-        buckets = 0;
-        let mut data = Vec::with_capacity(token_bytes as usize);
-        let mut entries = Vec::with_capacity(n_docs as usize);
-        for_each_document(&config.inputs, &datasets, |g, tokens| {
-            entries.push(Entry {
-                key: key(config.seed, g),
-                g,
-                offset: data.len(),
-                len: tokens.len(),
-            });
-            data.extend_from_slice(tokens);
-            Ok(())
-        })?;
-        moved.bytes += token_bytes;
-        write_sorted(&pool, &mut writer, &data, entries, &mut moved, progress)?;
-    } else {
-        let b = (need.div_ceil(budget / 2))
-            .next_power_of_two()
-            .clamp(2, MAX_BUCKETS);
-        buckets = b;
-        let tmp = config.output.join(".shuffle-tmp");
-        std::fs::create_dir_all(&tmp).map_err(|e| ShuffleError::Io {
-            path: tmp.clone(),
-            source: e,
-        })?;
-        let bits = b.trailing_zeros();
-        let files = scatter_inputs(config, &datasets, &tmp, bits, budget, &mut moved, progress)?;
-        for file in files {
-            gather(
-                &pool,
-                &mut writer,
-                &file,
-                bits,
-                budget,
-                &mut moved,
-                progress,
-            )?;
-        }
-        std::fs::remove_dir_all(&tmp).map_err(|e| ShuffleError::Io {
-            path: tmp,
-            source: e,
-        })?;
-    }
-    let shards = writer.finish()?;
-
     let inputs = config
         .inputs
         .iter()
@@ -264,6 +197,167 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
             })
         })
         .collect::<Result<Vec<_>, ShuffleError>>()?;
+    let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
+    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
+        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "options": options, "inputs": inputs })
+            .to_string()
+            .as_bytes(),
+    ));
+    let dir = &config.output;
+    let dtype = base.dtype;
+    let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
+    let token_bytes: u64 = datasets
+        .iter()
+        .map(|d| d.n_tokens() * dtype.size() as u64)
+        .sum();
+
+    let journal = match prepare(dir, &fingerprint, config.overwrite)? {
+        Start::Complete(manifest) => {
+            progress.note("the shuffled dataset is already complete; nothing to do");
+            return Ok(ShuffleReport {
+                manifest: *manifest,
+                buckets: 0,
+                bytes: 0,
+                elapsed: started.elapsed(),
+            });
+        }
+        Start::Resume(journal) => {
+            if !journal.shards.is_empty() {
+                progress.note(&format!(
+                    "resuming: kept {} complete shards of an interrupted run",
+                    journal.shards.len()
+                ));
+            }
+            journal
+        }
+        Start::Fresh => {
+            // Saved at once, so that a run stopped while scattering is
+            // recognised as this run's and started over, not refused.
+            let journal = Journal {
+                fingerprint: fingerprint.clone(),
+                scattered: false,
+                shards: Vec::new(),
+            };
+            journal.save(dir)?;
+            journal
+        }
+    };
+    let budget = config.memory.max(64 << 10);
+    let need = token_bytes + n_docs * ENTRY_BYTES;
+    let threads = if config.threads > 0 {
+        config.threads
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| ShuffleError::Io {
+            path: dir.clone(),
+            source: std::io::Error::other(e),
+        })?;
+    let tmp = dir.join(TMP_DIR);
+    let resume_at = journal.shards.last().map(|s| (s.bucket.clone(), s.emitted));
+    let kept: Vec<ShardInfo> = journal.shards.iter().map(|s| s.shard.clone()).collect();
+    let mut gather = Gather {
+        pool: &pool,
+        writer: DatasetWriter::new(dir, dtype, config.shard_size, kept),
+        journal,
+        dir,
+        tmp: tmp.clone(),
+        budget,
+        moved: Moved {
+            bytes: 0,
+            total: token_bytes * 2,
+            docs: 0,
+        },
+        progress,
+    };
+
+    let buckets;
+    if need <= budget / 2 && !gather.journal.scattered {
+        // In memory: one sorted run, named "" in the journal.
+        buckets = 0;
+        let mut data = Vec::with_capacity(token_bytes as usize);
+        let mut entries = Vec::with_capacity(n_docs as usize);
+        for_each_document(&config.inputs, &datasets, |g, tokens| {
+            entries.push(Entry {
+                key: key(config.seed, g),
+                g,
+                offset: data.len(),
+                len: tokens.len(),
+            });
+            data.extend_from_slice(tokens);
+            Ok(())
+        })?;
+        gather.moved.bytes += token_bytes;
+        let skip = resume_at.map_or(0, |(_, k)| k as usize);
+        gather.emit("", &data, entries, skip)?;
+    } else {
+        if !gather.journal.scattered {
+            let b = need
+                .div_ceil(budget / 2)
+                .next_power_of_two()
+                .clamp(2, MAX_BUCKETS);
+            if tmp.exists() {
+                std::fs::remove_dir_all(&tmp).map_err(|e| ShuffleError::Io {
+                    path: tmp.clone(),
+                    source: e,
+                })?;
+            }
+            std::fs::create_dir_all(&tmp).map_err(|e| ShuffleError::Io {
+                path: tmp.clone(),
+                source: e,
+            })?;
+            let mut files = open_buckets(&tmp, 0, 0, b.trailing_zeros(), bucket_buffer(budget, b))?;
+            let bits = b.trailing_zeros();
+            for_each_document(&config.inputs, &datasets, |g, tokens| {
+                let k = key(config.seed, g);
+                put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
+                gather.moved.bytes += tokens.len() as u64;
+                if g % 4096 == 0 {
+                    gather.moved.report(progress);
+                }
+                Ok(())
+            })?;
+            close(files)?;
+            gather.journal.scattered = true;
+            gather.journal.save(dir)?;
+        }
+        let mut names = bucket_names(&tmp)?;
+        // A run stopped while splitting a bucket leaves the whole and some of
+        // its parts. The whole is deleted only once its parts are complete,
+        // so while it exists none of them has been used: drop them.
+        let ranges: Vec<(u64, u32)> = names.iter().filter_map(|n| parse_bucket_name(n)).collect();
+        let leftover = |n: &String| {
+            let child = parse_bucket_name(n).expect("listed names parse");
+            ranges.iter().any(|&parent| contains(parent, child))
+        };
+        for name in names.iter().filter(|n| leftover(n)) {
+            let path = tmp.join(name);
+            std::fs::remove_file(&path).map_err(|e| ShuffleError::Io { path, source: e })?;
+        }
+        names.retain(|n| !leftover(n));
+        buckets = names.len() as u64;
+        if let Some((bucket, _)) = &resume_at {
+            names.retain(|n| n >= bucket);
+        }
+        for name in names {
+            let skip = match &resume_at {
+                Some((bucket, k)) if *bucket == name => *k as usize,
+                _ => 0,
+            };
+            gather.bucket(&name, skip, skip > 0)?;
+        }
+    }
+    let shards = gather.writer.finish()?;
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| ShuffleError::Io {
+            path: tmp.clone(),
+            source: e,
+        })?;
+    }
+
     if let Some(file) = &base.tokenizer.file {
         let from = first.join(file);
         if from.is_file() {
@@ -271,15 +365,9 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                 path: from,
                 source: e,
             })?;
-            atomic_write(&config.output.join(file), &bytes)?;
+            atomic_write(&dir.join(file), &bytes)?;
         }
     }
-    let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
-    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "options": options, "inputs": inputs })
-            .to_string()
-            .as_bytes(),
-    ));
     let manifest = Manifest {
         n_records: shards.iter().map(|s| s.n_records).sum(),
         n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
@@ -299,10 +387,14 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         },
         ..base
     };
-    atomic_write(
-        &config.output.join(MANIFEST_FILE),
-        manifest.to_json().as_bytes(),
-    )?;
+    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    let journal = dir.join(JOURNAL_FILE);
+    if journal.exists() {
+        std::fs::remove_file(&journal).map_err(|e| ShuffleError::Io {
+            path: journal,
+            source: e,
+        })?;
+    }
     progress.finish();
     Ok(ShuffleReport {
         manifest,
@@ -360,35 +452,110 @@ fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<
     Ok(())
 }
 
-/// An output directory that is new, empty, or (with `overwrite`) emptied of prep's files.
-fn prepare_output(dir: &Path, overwrite: bool) -> Result<(), ShuffleError> {
+/// The journal's file name in the output directory.
+const JOURNAL_FILE: &str = ".prep-journal.json";
+/// The folder of bucket files in the output directory.
+const TMP_DIR: &str = ".shuffle-tmp";
+
+/// A run under way: whether the bucket files are complete, and the output
+/// shards completed so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Journal {
+    fingerprint: String,
+    scattered: bool,
+    shards: Vec<JournalShard>,
+}
+
+/// A completed output shard, and where the next one starts: after `emitted`
+/// documents (in sorted order) of bucket file `bucket` ("" in memory).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct JournalShard {
+    shard: ShardInfo,
+    bucket: String,
+    emitted: u64,
+}
+
+impl Journal {
+    fn save(&self, dir: &Path) -> Result<(), ShuffleError> {
+        let json = serde_json::to_vec_pretty(self).expect("a journal serializes");
+        Ok(atomic_write(&dir.join(JOURNAL_FILE), &json)?)
+    }
+}
+
+enum Start {
+    Fresh,
+    Resume(Journal),
+    Complete(Box<Manifest>),
+}
+
+/// What the output directory holds: a finished dataset with the same
+/// fingerprint (left alone), an interrupted run with it (resumed from its
+/// intact shards), nothing, or something to refuse unless `overwrite`.
+fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, ShuffleError> {
     let io = |e| ShuffleError::Io {
         path: dir.into(),
         source: e,
     };
-    if dir.exists() {
-        let has_entries = std::fs::read_dir(dir).map_err(io)?.next().is_some();
-        if has_entries && !overwrite {
-            return Err(ShuffleError::OutputExists {
-                dir: dir.into(),
-                why: "is not empty (choose a new directory, or pass --overwrite)".into(),
-            });
-        }
-        if has_entries {
-            for entry in std::fs::read_dir(dir).map_err(io)? {
-                let path = entry.map_err(io)?.path();
-                let r = if path.is_dir() {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
-                r.map_err(|e| ShuffleError::Io { path, source: e })?;
-            }
-        }
-        Ok(())
-    } else {
-        std::fs::create_dir_all(dir).map_err(io)
+    let refuse = |why: &str| ShuffleError::OutputExists {
+        dir: dir.into(),
+        why: why.into(),
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        return Ok(Start::Fresh);
     }
+    if overwrite {
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            let r = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            r.map_err(|e| ShuffleError::Io { path, source: e })?;
+        }
+        return Ok(Start::Fresh);
+    }
+    if dir.join(MANIFEST_FILE).exists() {
+        let manifest = Manifest::read(dir)?;
+        if manifest.provenance.fingerprint == fingerprint {
+            return Ok(Start::Complete(Box::new(manifest)));
+        }
+        return Err(refuse(
+            "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
+        ));
+    }
+    if let Ok(bytes) = std::fs::read(dir.join(JOURNAL_FILE)) {
+        return match serde_json::from_slice::<Journal>(&bytes) {
+            Ok(mut journal) if journal.fingerprint == fingerprint => {
+                // Keep the shards whose files still match their checksums.
+                let intact = journal
+                    .shards
+                    .iter()
+                    .take_while(|s| {
+                        [(&s.shard.bin, &s.shard.bin_xxh3), (&s.shard.idx, &s.shard.idx_xxh3)]
+                            .iter()
+                            .all(|(name, sum)| {
+                                crate::format::hash_file(&dir.join(name)).is_ok_and(|(h, _)| checksum_hex(h) == **sum)
+                            })
+                    })
+                    .count();
+                journal.shards.truncate(intact);
+                if journal.scattered && !dir.join(TMP_DIR).is_dir() {
+                    journal.scattered = false;
+                    journal.shards.clear();
+                }
+                Ok(Start::Resume(journal))
+            }
+            _ => Err(refuse("holds an interrupted run with other inputs or options (pass --overwrite to start over)")),
+        };
+    }
+    if std::fs::read_dir(dir).map_err(io)?.next().is_some() {
+        return Err(refuse(
+            "is not empty (choose a new directory, or pass --overwrite)",
+        ));
+    }
+    Ok(Start::Fresh)
 }
 
 /// Calls `f(g, bytes)` for every input document in order, reading each
@@ -458,18 +625,59 @@ impl Moved {
 struct Bucket {
     path: PathBuf,
     out: BufWriter<File>,
-    bytes: u64,
 }
 
+/// A bucket file's name: the first key of its range, in hex, and the number
+/// of leading key bits the range fixes. Names sort in key order, and a split
+/// bucket's parts sort right after it.
+fn bucket_name(start: u64, bits: u32) -> String {
+    format!("{start:016x}-{bits:02}.bucket")
+}
+
+/// The range of a bucket file from its name.
+fn parse_bucket_name(name: &str) -> Option<(u64, u32)> {
+    let stem = name.strip_suffix(".bucket")?;
+    let (start, bits) = stem.split_once('-')?;
+    Some((u64::from_str_radix(start, 16).ok()?, bits.parse().ok()?))
+}
+
+/// True when bucket range `child` lies strictly inside range `parent`.
+fn contains(parent: (u64, u32), child: (u64, u32)) -> bool {
+    let (start, bits) = parent;
+    child.1 > bits && bits > 0 && (child.0 >> (64 - bits)) == (start >> (64 - bits))
+}
+
+/// The bucket files of `tmp`, in key order (none when there is no `tmp`).
+fn bucket_names(tmp: &Path) -> Result<Vec<String>, ShuffleError> {
+    if !tmp.exists() {
+        return Ok(Vec::new()); // shuffled in memory
+    }
+    let io = |e| ShuffleError::Io {
+        path: tmp.into(),
+        source: e,
+    };
+    let mut names: Vec<String> = std::fs::read_dir(tmp)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| parse_bucket_name(n).is_some())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Opens the `2^sub_bits` bucket files that split the range (`start`,
+/// `bits`) on the next `sub_bits` key bits.
 fn open_buckets(
-    dir: &Path,
-    prefix: &str,
-    n: u64,
+    tmp: &Path,
+    start: u64,
+    bits: u32,
+    sub_bits: u32,
     buffer: usize,
 ) -> Result<Vec<Bucket>, ShuffleError> {
-    (0..n)
+    let total = bits + sub_bits;
+    (0..1u64 << sub_bits)
         .map(|i| {
-            let path = dir.join(format!("{prefix}-{i:03}.bucket"));
+            let path = tmp.join(bucket_name(start | (i << (64 - total)), total));
             let file = File::create(&path).map_err(|e| ShuffleError::Io {
                 path: path.clone(),
                 source: e,
@@ -477,7 +685,6 @@ fn open_buckets(
             Ok(Bucket {
                 path,
                 out: BufWriter::with_capacity(buffer, file),
-                bytes: 0,
             })
         })
         .collect()
@@ -494,21 +701,22 @@ fn put(bucket: &mut Bucket, key: u64, g: u64, tokens: &[u8]) -> Result<(), Shuff
     };
     bucket.out.write_all(&head).map_err(io)?;
     bucket.out.write_all(tokens).map_err(io)?;
-    bucket.bytes += (BUCKET_HEADER + tokens.len()) as u64;
     Ok(())
 }
 
-fn close(buckets: Vec<Bucket>) -> Result<Vec<(PathBuf, u64)>, ShuffleError> {
-    buckets
-        .into_iter()
-        .map(|mut b| {
-            b.out.flush().map_err(|e| ShuffleError::Io {
-                path: b.path.clone(),
-                source: e,
-            })?;
-            Ok((b.path, b.bytes))
-        })
-        .collect()
+/// Flushes and syncs bucket files: the journal says they are complete only after this.
+fn close(buckets: Vec<Bucket>) -> Result<(), ShuffleError> {
+    for b in buckets {
+        let file = b.out.into_inner().map_err(|e| ShuffleError::Io {
+            path: b.path.clone(),
+            source: e.into_error(),
+        })?;
+        file.sync_all().map_err(|e| ShuffleError::Io {
+            path: b.path.clone(),
+            source: e,
+        })?;
+    }
+    Ok(())
 }
 
 /// Write buffers for `n` buckets: a quarter of the budget between them.
@@ -516,85 +724,114 @@ fn bucket_buffer(budget: u64, n: u64) -> usize {
     (budget / 4 / n).clamp(64 << 10, 4 << 20) as usize
 }
 
-/// The first pass: every input document into the bucket of its key's top `bits` bits.
-fn scatter_inputs(
-    config: &ShuffleConfig,
-    datasets: &[Dataset],
-    tmp: &Path,
-    bits: u32,
+/// The second pass, writing documents in key order and recording a
+/// checkpoint at every completed shard.
+struct Gather<'a> {
+    pool: &'a rayon::ThreadPool,
+    writer: DatasetWriter,
+    journal: Journal,
+    dir: &'a Path,
+    tmp: PathBuf,
     budget: u64,
-    moved: &mut Moved,
-    progress: &dyn Progress,
-) -> Result<Vec<(PathBuf, u64)>, ShuffleError> {
-    let n = 1u64 << bits;
-    let mut buckets = open_buckets(tmp, "b", n, bucket_buffer(budget, n))?;
-    for_each_document(&config.inputs, datasets, |g, tokens| {
-        let k = key(config.seed, g);
-        put(&mut buckets[(k >> (64 - bits)) as usize], k, g, tokens)?;
-        moved.bytes += tokens.len() as u64;
-        if g % 4096 == 0 {
-            moved.report(progress);
-        }
-        Ok(())
-    })?;
-    close(buckets)
+    moved: Moved,
+    progress: &'a dyn Progress,
 }
 
-/// The second pass over one bucket: sort it in memory and write it out, or,
-/// if it is larger than the budget, split it on the next bits of the key.
-#[allow(clippy::too_many_arguments)]
-fn gather(
-    pool: &rayon::ThreadPool,
-    writer: &mut DatasetWriter,
-    bucket: &(PathBuf, u64),
-    bits: u32,
-    budget: u64,
-    moved: &mut Moved,
-    progress: &dyn Progress,
-) -> Result<(), ShuffleError> {
-    let (path, bytes) = bucket;
-    let io = |e| ShuffleError::Io {
-        path: path.clone(),
-        source: e,
-    };
-    if *bytes > budget / 2 && bits < 56 {
-        // Split on the next bits: still in key order, bucket by bucket.
-        let sub_bits = (bytes.div_ceil(budget / 2))
-            .next_power_of_two()
-            .clamp(2, MAX_BUCKETS)
-            .trailing_zeros();
-        let n = 1u64 << sub_bits;
-        let prefix = path
-            .file_stem()
-            .expect("a bucket name")
-            .to_string_lossy()
-            .into_owned();
-        let dir = path.parent().expect("in the temporary directory");
-        let mut subs = open_buckets(dir, &prefix, n, bucket_buffer(budget, n))?;
-        read_bucket(path, |k, g, tokens| {
-            let i = (k << bits) >> (64 - sub_bits);
-            put(&mut subs[i as usize], k, g, tokens)
-        })?;
-        std::fs::remove_file(path).map_err(io)?;
-        for sub in close(subs)? {
-            gather(pool, writer, &sub, bits + sub_bits, budget, moved, progress)?;
+impl Gather<'_> {
+    /// Sorts one bucket file in memory and writes it out, skipping its first
+    /// `skip` documents (written before a resume); or, if it is larger than
+    /// the budget and not being resumed, splits it on the next key bits.
+    fn bucket(&mut self, name: &str, skip: usize, resuming: bool) -> Result<(), ShuffleError> {
+        let path = self.tmp.join(name);
+        let io = |e| ShuffleError::Io {
+            path: path.clone(),
+            source: e,
+        };
+        let bytes = std::fs::metadata(&path).map_err(io)?.len();
+        let (start, bits) = parse_bucket_name(name).expect("listed bucket names parse");
+        if bytes > self.budget / 2 && bits < 56 && !resuming {
+            let sub_bits = bytes
+                .div_ceil(self.budget / 2)
+                .next_power_of_two()
+                .clamp(2, MAX_BUCKETS)
+                .trailing_zeros();
+            let n = 1u64 << sub_bits;
+            let mut subs = open_buckets(
+                &self.tmp,
+                start,
+                bits,
+                sub_bits,
+                bucket_buffer(self.budget, n),
+            )?;
+            read_bucket(&path, |k, g, tokens| {
+                let i = (k << bits) >> (64 - sub_bits);
+                put(&mut subs[i as usize], k, g, tokens)
+            })?;
+            close(subs)?;
+            // The parts are complete: the whole can go.
+            std::fs::remove_file(&path).map_err(io)?;
+            for i in 0..n {
+                let sub = bucket_name(start | (i << (64 - bits - sub_bits)), bits + sub_bits);
+                self.bucket(&sub, 0, false)?;
+            }
+            return Ok(());
         }
-        return Ok(());
+        let mut data = Vec::with_capacity(bytes as usize);
+        let mut entries = Vec::new();
+        read_bucket(&path, |key, g, tokens| {
+            entries.push(Entry {
+                key,
+                g,
+                offset: data.len(),
+                len: tokens.len(),
+            });
+            data.extend_from_slice(tokens);
+            Ok(())
+        })?;
+        self.emit(name, &data, entries, skip)
     }
-    let mut data = Vec::with_capacity(*bytes as usize);
-    let mut entries = Vec::new();
-    read_bucket(path, |key, g, tokens| {
-        entries.push(Entry {
-            key,
-            g,
-            offset: data.len(),
-            len: tokens.len(),
+
+    /// Writes the documents of one sorted run (a bucket, or everything in
+    /// memory) from position `skip` on.
+    fn emit(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        mut entries: Vec<Entry>,
+        skip: usize,
+    ) -> Result<(), ShuffleError> {
+        // (key, g) pairs are unique, so an unstable parallel sort is deterministic.
+        self.pool.install(|| {
+            use rayon::slice::ParallelSliceMut;
+            entries.par_sort_unstable_by_key(|e| (e.key, e.g));
         });
-        data.extend_from_slice(tokens);
+        for (i, e) in entries.iter().enumerate().skip(skip) {
+            if let Some(sealed) = self.writer.push_raw(&data[e.offset..e.offset + e.len])? {
+                self.journal.shards.push(JournalShard {
+                    shard: sealed.clone(),
+                    bucket: name.into(),
+                    emitted: i as u64,
+                });
+                self.journal.save(self.dir)?;
+                // Every document of the buckets before this one is in a
+                // completed shard now: their files are no longer needed.
+                for old in bucket_names(&self.tmp)?
+                    .into_iter()
+                    .filter(|n| n.as_str() < name)
+                {
+                    let path = self.tmp.join(old);
+                    std::fs::remove_file(&path)
+                        .map_err(|e| ShuffleError::Io { path, source: e })?;
+                }
+            }
+            self.moved.bytes += e.len as u64;
+            self.moved.docs += 1;
+            if self.moved.docs % 4096 == 0 {
+                self.moved.report(self.progress);
+            }
+        }
         Ok(())
-    })?;
-    std::fs::remove_file(path).map_err(io)?;
-    write_sorted(pool, writer, &data, entries, moved, progress)
+    }
 }
 
 /// Reads a bucket file's documents in the order written.
@@ -620,29 +857,4 @@ fn read_bucket(
         r.read_exact(&mut tokens).map_err(io)?;
         f(word(0), word(8), &tokens)?;
     }
-}
-
-/// Sorts entries by (key, index) and writes their documents in that order.
-fn write_sorted(
-    pool: &rayon::ThreadPool,
-    writer: &mut DatasetWriter,
-    data: &[u8],
-    mut entries: Vec<Entry>,
-    moved: &mut Moved,
-    progress: &dyn Progress,
-) -> Result<(), ShuffleError> {
-    // (key, g) pairs are unique, so an unstable parallel sort is deterministic.
-    pool.install(|| {
-        use rayon::slice::ParallelSliceMut;
-        entries.par_sort_unstable_by_key(|e| (e.key, e.g));
-    });
-    for e in &entries {
-        writer.push_raw(&data[e.offset..e.offset + e.len])?;
-        moved.bytes += e.len as u64;
-        moved.docs += 1;
-        if moved.docs % 4096 == 0 {
-            moved.report(progress);
-        }
-    }
-    Ok(())
 }

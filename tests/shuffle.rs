@@ -35,13 +35,17 @@ fn shuffled(
     shuffle::run(&config, &NoProgress).unwrap()
 }
 
-fn bin_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+/// Every shard file's name and XXH3 (a mismatch prints names, not megabytes).
+fn bin_files(dir: &Path) -> Vec<(String, u64)> {
     let ds = prep::Dataset::open(dir).unwrap();
     ds.manifest()
         .shards
         .iter()
         .flat_map(|s| [s.bin.clone(), s.idx.clone()])
-        .map(|name| (name.clone(), std::fs::read(dir.join(&name)).unwrap()))
+        .map(|name| {
+            let bytes = std::fs::read(dir.join(&name)).unwrap();
+            (name, xxhash_rust::xxh3::xxh3_64(&bytes))
+        })
         .collect()
 }
 
@@ -181,38 +185,33 @@ fn the_command_line_shuffles_and_refuses_a_full_directory() {
     );
     let valid = run_validate(&t, &out);
     assert!(valid, "the shuffled dataset must validate");
+    // The same run again: the dataset is complete, nothing to do.
+    let again = ok(t
+        .prep()
+        .args(["shuffle", "--seed", "9"])
+        .arg(&input)
+        .arg(&out));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already complete"));
+    // Another seed: refused without --overwrite.
     let err = fails(
         t.prep()
-            .args(["shuffle", "--seed", "9"])
+            .args(["shuffle", "--seed", "10"])
             .arg(&input)
             .arg(&out),
         2,
     );
     assert!(
-        err.contains("not empty") && err.contains("--overwrite"),
+        err.contains("other inputs or options") && err.contains("--overwrite"),
         "{err}"
     );
     ok(t.prep()
-        .args(["shuffle", "--seed", "9", "--overwrite", "--quiet"])
+        .args(["shuffle", "--seed", "10", "--overwrite", "--quiet"])
         .arg(&input)
         .arg(&out));
 }
 
 fn run_validate(t: &TestDir, dir: &Path) -> bool {
     run(t.prep().arg("validate").arg(dir)).status.success()
-}
-
-/// Peak resident memory of a child process, from wait4.
-// wait4 reaps the child, which clippy cannot see.
-#[allow(clippy::zombie_processes)]
-fn peak_of(cmd: &mut std::process::Command) -> (i32, u64) {
-    let child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child with valid out-pointers.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t);
-    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64 * 1024)
 }
 
 #[test]
@@ -253,11 +252,10 @@ fn memory_stays_within_the_budget_on_an_input_8_times_larger() {
     )
     .unwrap();
     let out = t.path("out");
-    let (code, peak) = peak_of(
+    let peak = peak_from_summary(
         t.prep()
             .args([
                 "shuffle",
-                "--quiet",
                 "--seed",
                 "3",
                 "--memory",
@@ -268,7 +266,6 @@ fn memory_stays_within_the_budget_on_an_input_8_times_larger() {
             .arg(&input)
             .arg(&out),
     );
-    assert_eq!(code, 0);
     eprintln!(
         "peak RSS {} MiB shuffling {} MiB with a {} MiB budget",
         peak >> 20,
@@ -277,4 +274,83 @@ fn memory_stays_within_the_budget_on_an_input_8_times_larger() {
     );
     assert!(peak < BUDGET + CONSTANT, "peak RSS {} MiB", peak >> 20);
     assert_eq!(prep::Dataset::open(&out).unwrap().n_tokens() * 2, total);
+}
+
+#[test]
+fn a_killed_shuffle_resumes_even_with_another_memory_budget() {
+    let t = TestDir::new();
+    let input = tokenized(&t, "in");
+    let args = |seed: &str, memory: &str| {
+        let mut cmd = t.prep();
+        cmd.args([
+            "shuffle",
+            "--seed",
+            seed,
+            "--memory",
+            memory,
+            "--shard-size",
+            "16KiB",
+        ]);
+        cmd
+    };
+    ok(args("5", "64KiB")
+        .arg(&input)
+        .arg(&input)
+        .arg(t.path("whole"))
+        .arg("--quiet"));
+
+    let out = t.path("resumed");
+    let mut first = args("5", "64KiB");
+    first.arg(&input).arg(&input).arg(&out).arg("--quiet");
+    kill_after_shards(first, &out, 5);
+    // The order does not depend on the budget, so a resume may use another.
+    let run = ok(args("5", "1MiB").arg(&input).arg(&input).arg(&out));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("resuming: kept"), "{stderr}");
+    assert_eq!(bin_files(&t.path("whole")), bin_files(&out));
+    assert!(!out.join(".shuffle-tmp").exists() && !out.join(".prep-journal.json").exists());
+}
+
+#[test]
+fn a_shuffle_killed_while_scattering_starts_over() {
+    let t = TestDir::new();
+    let input = tokenized(&t, "in");
+    let out = t.path("out");
+    // What a run killed in its first pass leaves: a journal and part of the buckets.
+    let mut child = t
+        .prep()
+        .args([
+            "shuffle",
+            "--quiet",
+            "--seed",
+            "5",
+            "--memory",
+            "64KiB",
+            "--shard-size",
+            "256KiB",
+        ])
+        .arg(&input)
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    while !out.join(".shuffle-tmp").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    ok(t.prep()
+        .args([
+            "shuffle",
+            "--quiet",
+            "--seed",
+            "5",
+            "--memory",
+            "64KiB",
+            "--shard-size",
+            "256KiB",
+        ])
+        .arg(&input)
+        .arg(&out));
+    shuffled(&[&input], &t.path("whole"), 5, 64 << 10, 1);
+    assert_eq!(bin_files(&t.path("whole")), bin_files(&out));
 }

@@ -5,7 +5,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use common::*;
 use prep::tokenize::{self, NoProgress, TokenizeConfig};
@@ -144,34 +143,6 @@ fn manifest_matches_the_schema_and_the_files() {
     assert_eq!(total, ds.n_tokens());
 }
 
-/// Starts a run, waits until its journal lists `shards` completed shards, and kills it.
-fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usize) {
-    let mut child = cmd.spawn().unwrap();
-    let journal = dir.join(".prep-journal.json");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done = std::fs::read(&journal)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .map_or(0, |j| j["shards"].as_array().map_or(0, Vec::len));
-        if done >= shards {
-            break;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the run ended before it could be killed"
-        );
-        assert!(Instant::now() < deadline, "no progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    child.kill().unwrap(); // SIGKILL: no chance to clean up
-    child.wait().unwrap();
-    assert!(
-        !dir.join("manifest.json").exists(),
-        "the killed run must not have finished"
-    );
-}
-
 #[test]
 fn a_killed_run_resumes_and_equals_an_uninterrupted_one() {
     let t = TestDir::new();
@@ -287,19 +258,6 @@ fn word_tokenizer(t: &TestDir, words: &[String]) -> PathBuf {
     word_level(t, "words.tokenizer.json", &vocab, &["<eos>"])
 }
 
-/// Peak resident memory of a child process, from wait4.
-// wait4 reaps the child, which clippy cannot see.
-#[allow(clippy::zombie_processes)]
-fn run_measuring_peak(cmd: &mut std::process::Command) -> (i32, u64) {
-    let child = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
-    let mut status = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child with valid out-pointers.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t);
-    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64 * 1024)
-}
-
 #[test]
 fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
     const INPUT_BYTES: usize = 512 << 20;
@@ -346,11 +304,10 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
         }
     }
     let out = t.path("ds");
-    let (code, peak) = run_measuring_peak(
+    let peak = peak_from_summary(
         t.prep()
             .args([
                 "tokenize",
-                "--quiet",
                 "--threads",
                 "2",
                 "--eos",
@@ -365,7 +322,6 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
             .arg("--output")
             .arg(&out),
     );
-    assert_eq!(code, 0);
     let ds = prep::Dataset::open(&out).unwrap();
     assert!(
         ds.n_tokens() > 40_000_000,

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use prep::format::{
     atomic_write, DatasetWriter, DocumentCounts, Dtype, Manifest, Provenance, ShardInfo,
@@ -202,4 +203,56 @@ pub fn write_dataset(
     )
     .unwrap();
     shards
+}
+
+/// Runs `cmd` (a prep command that prints its summary) and returns prep's
+/// own peak resident memory in bytes, as the summary reports it (Linux
+/// VmHWM at the end of the run). This is the process's peak since exec:
+/// unlike wait4's ru_maxrss it does not count the test process it was
+/// forked from, which may be large when tests run as threads of one process.
+pub fn peak_from_summary(cmd: &mut Command) -> u64 {
+    let out = ok(cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let at = stderr
+        .find("Peak memory ")
+        .unwrap_or_else(|| panic!("no peak in the summary: {stderr}"));
+    let mut words = stderr[at + "Peak memory ".len()..].split_whitespace();
+    let value: f64 = words.next().unwrap().parse().unwrap();
+    let unit = words.next().unwrap().trim_end_matches('.');
+    let scale = match unit {
+        "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        other => panic!("unknown unit {other:?} in {stderr}"),
+    };
+    (value * scale) as u64
+}
+
+/// Starts a run, waits until its journal lists `shards` completed shards, and kills it.
+pub fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usize) {
+    let mut child = cmd.spawn().unwrap();
+    let journal = dir.join(".prep-journal.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = std::fs::read(&journal)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map_or(0, |j| j["shards"].as_array().map_or(0, Vec::len));
+        if done >= shards {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it could be killed"
+        );
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(
+        !dir.join("manifest.json").exists(),
+        "the killed run must not have finished"
+    );
 }
