@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -61,6 +61,9 @@ bench: build $(VENV)/.installed
 	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
 
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
+bench-shuffle: build $(VENV)/.installed
+	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE))
+
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
 

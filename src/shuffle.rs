@@ -236,6 +236,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
             let journal = Journal {
                 fingerprint: fingerprint.clone(),
                 scattered: false,
+                buckets: Vec::new(),
                 shards: Vec::new(),
             };
             journal.save(dir)?;
@@ -320,7 +321,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                 }
                 Ok(())
             })?;
-            close(files)?;
+            gather.journal.buckets = close(files, false)?;
             gather.journal.scattered = true;
             gather.journal.save(dir)?;
         }
@@ -463,7 +464,18 @@ const TMP_DIR: &str = ".shuffle-tmp";
 struct Journal {
     fingerprint: String,
     scattered: bool,
+    /// The first pass's bucket files, to check on a resume.
+    #[serde(default)]
+    buckets: Vec<BucketRecord>,
     shards: Vec<JournalShard>,
+}
+
+/// A bucket file as the first pass left it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BucketRecord {
+    name: String,
+    bytes: u64,
+    xxh3: String,
 }
 
 /// A completed output shard, and where the next one starts: after `emitted`
@@ -541,8 +553,19 @@ fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, Shuf
                     })
                     .count();
                 journal.shards.truncate(intact);
-                if journal.scattered && !dir.join(TMP_DIR).is_dir() {
+                // The bucket files not yet used must be as the first pass
+                // wrote them (they are not synced to disk); if the machine
+                // lost any, start over.
+                let tmp = dir.join(TMP_DIR);
+                let buckets_intact = journal.buckets.iter().all(|b| {
+                    let path = tmp.join(&b.name);
+                    !path.exists()
+                        || crate::format::hash_file(&path)
+                            .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
+                });
+                if journal.scattered && (!tmp.is_dir() || !buckets_intact) {
                     journal.scattered = false;
+                    journal.buckets.clear();
                     journal.shards.clear();
                 }
                 Ok(Start::Resume(journal))
@@ -625,6 +648,9 @@ impl Moved {
 struct Bucket {
     path: PathBuf,
     out: BufWriter<File>,
+    /// Size and XXH3 of what was written, for the journal.
+    bytes: u64,
+    hash: xxhash_rust::xxh3::Xxh3,
 }
 
 /// A bucket file's name: the first key of its range, in hex, and the number
@@ -685,6 +711,8 @@ fn open_buckets(
             Ok(Bucket {
                 path,
                 out: BufWriter::with_capacity(buffer, file),
+                bytes: 0,
+                hash: xxhash_rust::xxh3::Xxh3::new(),
             })
         })
         .collect()
@@ -701,22 +729,42 @@ fn put(bucket: &mut Bucket, key: u64, g: u64, tokens: &[u8]) -> Result<(), Shuff
     };
     bucket.out.write_all(&head).map_err(io)?;
     bucket.out.write_all(tokens).map_err(io)?;
+    bucket.hash.update(&head);
+    bucket.hash.update(tokens);
+    bucket.bytes += (BUCKET_HEADER + tokens.len()) as u64;
     Ok(())
 }
 
-/// Flushes and syncs bucket files: the journal says they are complete only after this.
-fn close(buckets: Vec<Bucket>) -> Result<(), ShuffleError> {
-    for b in buckets {
-        let file = b.out.into_inner().map_err(|e| ShuffleError::Io {
-            path: b.path.clone(),
-            source: e.into_error(),
-        })?;
-        file.sync_all().map_err(|e| ShuffleError::Io {
-            path: b.path.clone(),
-            source: e,
-        })?;
-    }
-    Ok(())
+/// Flushes bucket files and returns what the journal records of each: name,
+/// size and XXH3. With `sync`, also forces them to disk.
+///
+/// The first pass's buckets are not synced: a resume checks them against the
+/// journal and starts over if the machine lost any. The parts of a split
+/// bucket are synced, because the whole is deleted once they exist.
+fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleError> {
+    buckets
+        .into_iter()
+        .map(|b| {
+            let io = |e| ShuffleError::Io {
+                path: b.path.clone(),
+                source: e,
+            };
+            let file = b.out.into_inner().map_err(|e| io(e.into_error()))?;
+            if sync {
+                file.sync_all().map_err(io)?;
+            }
+            Ok(BucketRecord {
+                name: b
+                    .path
+                    .file_name()
+                    .expect("a file")
+                    .to_string_lossy()
+                    .into_owned(),
+                bytes: b.bytes,
+                xxh3: checksum_hex(b.hash.digest()),
+            })
+        })
+        .collect()
 }
 
 /// Write buffers for `n` buckets: a quarter of the budget between them.
@@ -767,7 +815,7 @@ impl Gather<'_> {
                 let i = (k << bits) >> (64 - sub_bits);
                 put(&mut subs[i as usize], k, g, tokens)
             })?;
-            close(subs)?;
+            close(subs, true)?;
             // The parts are complete: the whole can go.
             std::fs::remove_file(&path).map_err(io)?;
             for i in 0..n {
