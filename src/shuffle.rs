@@ -62,6 +62,13 @@ pub struct ShuffleConfig {
     pub threads: usize,
     /// Replace an existing dataset in the output directory.
     pub overwrite: bool,
+    /// Record the output as made by another command (the fused
+    /// `tokenize --shuffle-seed`): this provenance replaces shuffle's own,
+    /// and its fingerprint decides whether an existing output is this run's.
+    pub record_as: Option<Provenance>,
+    /// Entries of the output directory that belong to the caller: neither
+    /// counted as foreign nor removed.
+    pub keep: Vec<String>,
 }
 
 impl ShuffleConfig {
@@ -75,6 +82,8 @@ impl ShuffleConfig {
             shard_size: 1 << 30,
             threads: 0,
             overwrite: false,
+            record_as: None,
+            keep: Vec::new(),
         }
     }
 }
@@ -203,6 +212,10 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
             .to_string()
             .as_bytes(),
     ));
+    let fingerprint = config
+        .record_as
+        .as_ref()
+        .map_or(fingerprint, |p| p.fingerprint.clone());
     let dir = &config.output;
     let dtype = base.dtype;
     let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
@@ -211,7 +224,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         .map(|d| d.n_tokens() * dtype.size() as u64)
         .sum();
 
-    let journal = match prepare(dir, &fingerprint, config.overwrite)? {
+    let journal = match prepare(dir, &fingerprint, config.overwrite, &config.keep)? {
         Start::Complete(manifest) => {
             progress.note("the shuffled dataset is already complete; nothing to do");
             return Ok(ShuffleReport {
@@ -373,18 +386,24 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         n_records: shards.iter().map(|s| s.n_records).sum(),
         n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
         shards,
-        provenance: Provenance {
-            prep_version: env!("CARGO_PKG_VERSION").into(),
-            command: "shuffle".into(),
-            created: crate::util::now_rfc3339(),
-            inputs,
-            options,
-            documents: DocumentCounts {
-                read: n_docs,
-                written: n_docs,
-                ..DocumentCounts::default()
+        provenance: match &config.record_as {
+            Some(p) => Provenance {
+                created: crate::util::now_rfc3339(),
+                ..p.clone()
             },
-            fingerprint,
+            None => Provenance {
+                prep_version: env!("CARGO_PKG_VERSION").into(),
+                command: "shuffle".into(),
+                created: crate::util::now_rfc3339(),
+                inputs,
+                options,
+                documents: DocumentCounts {
+                    read: n_docs,
+                    written: n_docs,
+                    ..DocumentCounts::default()
+                },
+                fingerprint,
+            },
         },
         ..base
     };
@@ -503,7 +522,16 @@ enum Start {
 /// What the output directory holds: a finished dataset with the same
 /// fingerprint (left alone), an interrupted run with it (resumed from its
 /// intact shards), nothing, or something to refuse unless `overwrite`.
-fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, ShuffleError> {
+fn prepare(
+    dir: &Path,
+    fingerprint: &str,
+    overwrite: bool,
+    keep: &[String],
+) -> Result<Start, ShuffleError> {
+    let kept = |path: &Path| {
+        path.file_name()
+            .is_some_and(|n| keep.iter().any(|k| n == k.as_str()))
+    };
     let io = |e| ShuffleError::Io {
         path: dir.into(),
         source: e,
@@ -519,6 +547,9 @@ fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, Shuf
     if overwrite {
         for entry in std::fs::read_dir(dir).map_err(io)? {
             let path = entry.map_err(io)?.path();
+            if kept(&path) {
+                continue;
+            }
             let r = if path.is_dir() {
                 std::fs::remove_dir_all(&path)
             } else {
@@ -573,7 +604,11 @@ fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, Shuf
             _ => Err(refuse("holds an interrupted run with other inputs or options (pass --overwrite to start over)")),
         };
     }
-    if std::fs::read_dir(dir).map_err(io)?.next().is_some() {
+    let foreign = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(Result::ok)
+        .any(|e| !kept(&e.path()));
+    if foreign {
         return Err(refuse(
             "is not empty (choose a new directory, or pass --overwrite)",
         ));

@@ -354,3 +354,70 @@ fn a_shuffle_killed_while_scattering_starts_over() {
     shuffled(&[&input], &t.path("whole"), 5, 64 << 10, 1);
     assert_eq!(bin_files(&t.path("whole")), bin_files(&out));
 }
+
+/// `prep tokenize --shuffle-seed` with the demo corpus, into `out`.
+fn fused(t: &TestDir, out: &Path, seed: &str) -> std::process::Command {
+    let mut cmd = tokenize_cmd(t, &[fixture("corpus/debian-sample.jsonl.zst")], out);
+    cmd.args([
+        "--shard-size",
+        "256KiB",
+        "--shuffle-seed",
+        seed,
+        "--memory",
+        "256KiB",
+    ]);
+    cmd
+}
+
+#[test]
+fn tokenize_with_a_shuffle_seed_equals_tokenize_then_shuffle() {
+    let t = TestDir::new();
+    let input = tokenized(&t, "in");
+    shuffled(&[&input], &t.path("two-steps"), 11, 1 << 20, 2);
+    let out = t.path("fused");
+    ok(&mut fused(&t, &out, "11"));
+    assert_eq!(bin_files(&out), bin_files(&t.path("two-steps")));
+    let entries: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(entries.is_empty(), "working files left behind: {entries:?}");
+    let ds = prep::Dataset::open(&out).unwrap();
+    let p = &ds.manifest().provenance;
+    assert_eq!(p.command, "tokenize");
+    assert_eq!(p.options["shuffle_seed"], 11);
+    assert!(p.inputs[0].path.ends_with("debian-sample.jsonl.zst"));
+    assert_eq!(p.documents.written, 539);
+    assert!(run(t.prep().arg("validate").arg(&out)).status.success());
+
+    // Run again: complete, nothing rewritten. Another seed: refused.
+    let written = std::fs::metadata(out.join("manifest.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    ok(&mut fused(&t, &out, "11"));
+    assert_eq!(
+        std::fs::metadata(out.join("manifest.json"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        written
+    );
+    let err = fails(&mut fused(&t, &out, "12"), 2);
+    assert!(err.contains("other inputs or options"), "{err}");
+}
+
+#[test]
+fn a_killed_tokenize_with_a_shuffle_seed_resumes() {
+    let t = TestDir::new();
+    let whole = t.path("whole");
+    ok(&mut fused(&t, &whole, "4"));
+    let out = t.path("resumed");
+    let mut first = fused(&t, &out, "4");
+    first.args(["--threads", "1"]);
+    // Killed while tokenizing: the hidden stage dataset has completed shards.
+    kill_after_shards(first, &out.join(".tokenized"), 2);
+    ok(&mut fused(&t, &out, "4"));
+    assert_eq!(bin_files(&whole), bin_files(&out));
+}

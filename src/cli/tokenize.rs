@@ -74,6 +74,16 @@ pub(crate) struct Args {
     #[arg(long)]
     skip_bad: bool,
 
+    /// Shuffle the documents with this seed: the output is identical to
+    /// prep tokenize then prep shuffle --seed S (same shard size).
+    #[arg(long, value_name = "S")]
+    shuffle_seed: Option<u64>,
+
+    /// Memory budget of the shuffle (with --shuffle-seed); larger outputs are
+    /// shuffled out of core.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size, requires = "shuffle_seed")]
+    memory: u64,
+
     /// Replace a dataset or interrupted run found in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -97,6 +107,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.dedup = args.dedup;
     config.skip_bad = args.skip_bad;
     config.overwrite = args.overwrite;
+    config.shuffle_seed = args.shuffle_seed;
+    config.shuffle_memory = args.memory;
     let bar = super::progress::Bar::new(args.quiet);
     let report = tokenize::run(&config, &bar)?;
     if !args.quiet {
@@ -130,6 +142,9 @@ fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
         r.tokens as f64 / secs,
         r.documents as f64 / secs,
     );
+    if let Some(seed) = config.shuffle_seed {
+        s += &format!(" Documents shuffled with seed {seed}.");
+    }
     if r.resumed_shards > 0 {
         s += &format!(
             " Resumed after {} complete shards of an interrupted run.",

@@ -15,6 +15,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
 use crate::input::{DocError, InputError, Location};
 
+mod fused;
 mod journal;
 mod pipeline;
 mod tokenizer;
@@ -63,6 +64,11 @@ pub struct TokenizeConfig {
     pub batch_bytes: usize,
     /// Batches in flight per worker thread (the reorder window).
     pub window_per_thread: usize,
+    /// Shuffle the documents with this seed (`--shuffle-seed`): the output
+    /// is identical to tokenize then `prep shuffle` with the same seed.
+    pub shuffle_seed: Option<u64>,
+    /// Memory budget of that shuffle.
+    pub shuffle_memory: u64,
 }
 
 impl TokenizeConfig {
@@ -86,6 +92,8 @@ impl TokenizeConfig {
             overwrite: false,
             batch_bytes: DEFAULT_BATCH_BYTES,
             window_per_thread: DEFAULT_WINDOW_PER_THREAD,
+            shuffle_seed: None,
+            shuffle_memory: 4 << 30,
         }
     }
 }
@@ -162,6 +170,9 @@ pub enum TokenizeError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The shuffle of `--shuffle-seed` failed.
+    #[error(transparent)]
+    Shuffle(#[from] crate::shuffle::ShuffleError),
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {message}")]
     Threads {
@@ -212,7 +223,7 @@ fn options_json(
     bos: Option<u32>,
     dtype: Dtype,
 ) -> serde_json::Value {
-    json!({
+    let mut options = json!({
         "tokenizer": display_path(&config.tokenizer),
         "text_key": config.text_key,
         "eos": eos,
@@ -221,7 +232,11 @@ fn options_json(
         "shard_size": config.shard_size,
         "dedup": config.dedup,
         "skip_bad": config.skip_bad,
-    })
+    });
+    if let Some(seed) = config.shuffle_seed {
+        options["shuffle_seed"] = seed.into();
+    }
+    options
 }
 
 /// Equal fingerprints mean a run would write the same bytes.

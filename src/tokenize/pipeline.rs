@@ -104,6 +104,17 @@ pub(super) fn run(
     let fingerprint = fingerprint(&options, &inputs, tok.xxh3);
     let dir = config.output.clone();
     let threads = thread_count(config.threads);
+    if let Some(seed) = config.shuffle_seed {
+        let plan = super::fused::Plan {
+            inputs,
+            options,
+            fingerprint,
+            eos_note,
+            threads,
+            seed,
+        };
+        return super::fused::run(config, plan, started, progress);
+    }
 
     let kept = match journal::prepare(&dir, &fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
