@@ -258,11 +258,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     };
     let budget = config.memory.max(64 << 10);
     let need = token_bytes + n_docs * ENTRY_BYTES;
-    let threads = if config.threads > 0 {
-        config.threads
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
+    let threads = crate::util::thread_count(config.threads);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

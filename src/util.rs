@@ -1,4 +1,4 @@
-//! Small helpers with no better home: wall-clock timestamps and peak memory.
+//! Small helpers with no better home: wall-clock timestamps, thread counts and peak memory.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,6 +24,16 @@ pub fn now_rfc3339() -> String {
         rem % 3_600 / 60,
         rem % 60
     )
+}
+
+/// Worker threads for a `--threads` value: the value itself, or one per
+/// core when it is 0.
+pub(crate) fn thread_count(requested: usize) -> usize {
+    if requested > 0 {
+        requested
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 /// The process's peak resident memory in bytes (Linux `VmHWM`), if known.

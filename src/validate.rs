@@ -255,11 +255,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
     }
     unlisted_files(dir, &manifest, &mut problems);
 
-    let threads = if config.threads > 0 {
-        config.threads
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
+    let threads = crate::util::thread_count(config.threads);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

@@ -269,11 +269,3 @@ fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {
         })
         .collect()
 }
-
-fn thread_count(requested: usize) -> usize {
-    if requested > 0 {
-        requested
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
-}

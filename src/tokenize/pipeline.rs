@@ -14,8 +14,8 @@ use super::journal::{
 };
 use super::tokenizer::LoadedTokenizer;
 use super::{
-    fingerprint, input_infos, options_json, thread_count, Eos, Progress, ProgressSnapshot,
-    TokenizeConfig, TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
+    fingerprint, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
+    TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
 use crate::format::{
     atomic_write, checksum_hex, DatasetWriter, DocumentCounts, Manifest, Provenance, SpecialTokens,
@@ -103,7 +103,7 @@ pub(super) fn run(
     let options = options_json(config, eos, bos, tok.dtype);
     let fingerprint = fingerprint(&options, &inputs, tok.xxh3);
     let dir = config.output.clone();
-    let threads = thread_count(config.threads);
+    let threads = crate::util::thread_count(config.threads);
     if let Some(seed) = config.shuffle_seed {
         let plan = super::fused::Plan {
             inputs,
