@@ -225,13 +225,7 @@ fn memory_stays_within_the_budget_on_an_input_8_times_larger() {
     let t = TestDir::new();
     let input = t.path("big");
     std::fs::create_dir(&input).unwrap();
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
     // 128 MiB of uint16 tokens in records of up to 16k tokens, written as
     // they are made: the child's peak is measured from a fork of this
     // process, so this process must stay small.

@@ -268,13 +268,7 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
     let t = TestDir::new();
     let words: Vec<String> = (0..2000).map(|i| format!("w{i:x}")).collect();
     let tokenizer = word_tokenizer(&t, &words);
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
     // 4 MiB of random words; documents of 1 to 64 KiB are slices of it, so
     // generating hundreds of megabytes costs little more than writing them.
     let mut pool = String::new();

@@ -11,10 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, StringArray};
-use arrow::record_batch::RecordBatch;
 use common::*;
-use parquet::arrow::ArrowWriter;
-use parquet::file::properties::WriterProperties;
 
 /// Runs `cmd`, which must fail with exit 2; checks that stderr is a
 /// `prep: error:` line holding each of `parts`, and that `out` holds no
@@ -63,29 +60,14 @@ fn five_lines_with_third(third: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Writes `columns` as a Parquet file with row groups of at most `group_rows` rows.
-fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, group_rows: usize) {
-    let batch = RecordBatch::try_from_iter(columns).unwrap();
-    let props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(group_rows))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-}
-
 /// Deterministic, poorly compressible JSONL: `n` lines of pseudo-random words.
 fn noisy_jsonl(n: usize) -> Vec<u8> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
     let mut out = String::new();
     for i in 0..n {
         let mut text = format!("doc {i}:");
         for _ in 0..20 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            text.push_str(&format!(" w{:x}", state % 100_000));
+            text.push_str(&format!(" w{:x}", next() % 100_000));
         }
         out.push_str(&jsonl(&[&text]));
     }

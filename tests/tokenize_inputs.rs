@@ -10,10 +10,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, LargeStringArray, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field};
-use arrow::record_batch::RecordBatch;
 use common::*;
-use parquet::arrow::ArrowWriter;
-use parquet::file::properties::WriterProperties;
 use prep::{Dataset, Dtype};
 
 /// GPT-2's `<|endoftext|>`.
@@ -59,18 +56,6 @@ fn gzip_bytes(data: &[u8]) -> Vec<u8> {
 
 fn zstd_bytes(data: &[u8]) -> Vec<u8> {
     zstd::encode_all(data, 3).unwrap()
-}
-
-/// Writes `columns` as a Parquet file with row groups of at most `group_rows` rows.
-fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, group_rows: usize) {
-    let batch = RecordBatch::try_from_iter(columns).unwrap();
-    let props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(group_rows))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
 }
 
 /// Row groups in a Parquet file.
@@ -462,13 +447,7 @@ fn help_names_the_subcommand_every_flag_and_the_defaults() {
 
 /// `n` documents of pseudo-random lengths (a few longer than a 4 KiB shard).
 fn varied_texts(n: usize) -> Vec<String> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
     (0..n)
         .map(|i| {
             let words = if i % 67 == 13 {

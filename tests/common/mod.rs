@@ -256,3 +256,27 @@ pub fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usi
         "the killed run must not have finished"
     );
 }
+
+/// Writes `columns` as a Parquet file with row groups of at most `group_rows` rows.
+pub fn write_parquet(path: &Path, columns: Vec<(&str, arrow::array::ArrayRef)>, group_rows: usize) {
+    let batch = arrow::record_batch::RecordBatch::try_from_iter(columns).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+/// A xorshift64 generator: fixed-seed pseudo-random numbers for test data.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
