@@ -311,40 +311,23 @@ fn a_shuffle_killed_while_scattering_starts_over() {
     let input = tokenized(&t, "in");
     let out = t.path("out");
     // What a run killed in its first pass leaves: a journal and part of the buckets.
-    let mut child = t
-        .prep()
-        .args([
-            "shuffle",
-            "--quiet",
-            "--seed",
-            "5",
-            "--memory",
-            "64KiB",
-            "--shard-size",
-            "256KiB",
-        ])
-        .arg(&input)
-        .arg(&out)
-        .spawn()
-        .unwrap();
+    let args = [
+        "shuffle",
+        "--quiet",
+        "--seed",
+        "5",
+        "--memory",
+        "64KiB",
+        "--shard-size",
+        "256KiB",
+    ];
+    let mut child = t.prep().args(args).arg(&input).arg(&out).spawn().unwrap();
     while !out.join(".shuffle-tmp").exists() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    ok(t.prep()
-        .args([
-            "shuffle",
-            "--quiet",
-            "--seed",
-            "5",
-            "--memory",
-            "64KiB",
-            "--shard-size",
-            "256KiB",
-        ])
-        .arg(&input)
-        .arg(&out));
+    ok(t.prep().args(args).arg(&input).arg(&out));
     shuffled(&[&input], &t.path("whole"), 5, 64 << 10, 1);
     assert_eq!(bin_files(&t.path("whole")), bin_files(&out));
 }

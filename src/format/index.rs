@@ -192,6 +192,15 @@ mod tests {
         out
     }
 
+    /// A uint16 header with no tokens and `n_records` records.
+    fn u16_header(n_records: u64) -> IdxHeader {
+        IdxHeader {
+            dtype: Dtype::U16,
+            n_records,
+            n_tokens: 0,
+        }
+    }
+
     fn p() -> &'static Path {
         Path::new("s.idx")
     }
@@ -218,14 +227,7 @@ mod tests {
 
     #[test]
     fn bad_magic() {
-        let mut bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: 0,
-                n_tokens: 0,
-            },
-            &[0],
-        );
+        let mut bytes = file(u16_header(0), &[0]);
         bytes[0] = b'X';
         assert!(matches!(
             IdxHeader::parse(p(), &bytes),
@@ -235,14 +237,7 @@ mod tests {
 
     #[test]
     fn newer_version_is_refused_by_name() {
-        let mut bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: 0,
-                n_tokens: 0,
-            },
-            &[0],
-        );
+        let mut bytes = file(u16_header(0), &[0]);
         bytes[8] = 2;
         let err = IdxHeader::parse(p(), &bytes).unwrap_err();
         assert!(matches!(
@@ -258,14 +253,7 @@ mod tests {
 
     #[test]
     fn bad_token_size_and_reserved() {
-        let mut bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: 0,
-                n_tokens: 0,
-            },
-            &[0],
-        );
+        let mut bytes = file(u16_header(0), &[0]);
         bytes[12] = 3;
         assert!(matches!(
             IdxHeader::parse(p(), &bytes),
@@ -281,24 +269,10 @@ mod tests {
 
     #[test]
     fn hostile_record_count_does_not_overflow() {
-        let bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: u64::MAX,
-                n_tokens: 0,
-            },
-            &[0],
-        );
+        let bytes = file(u16_header(u64::MAX), &[0]);
         let err = IdxHeader::parse(p(), &bytes).unwrap_err();
         assert!(matches!(err, FormatError::IdxSize { .. }), "{err}");
-        let bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: u64::MAX / 8,
-                n_tokens: 0,
-            },
-            &[0],
-        );
+        let bytes = file(u16_header(u64::MAX / 8), &[0]);
         assert!(matches!(
             IdxHeader::parse(p(), &bytes),
             Err(FormatError::IdxSize { .. })
@@ -307,14 +281,7 @@ mod tests {
 
     #[test]
     fn size_must_match_record_count() {
-        let bytes = file(
-            IdxHeader {
-                dtype: Dtype::U16,
-                n_records: 3,
-                n_tokens: 0,
-            },
-            &[0, 0],
-        );
+        let bytes = file(u16_header(3), &[0, 0]);
         assert!(matches!(
             IdxHeader::parse(p(), &bytes),
             Err(FormatError::IdxSize { n_records: 3, .. })
