@@ -15,6 +15,8 @@ pub mod cli;
 pub mod format;
 pub mod input;
 pub mod inspect;
+pub mod pack;
+pub mod permute;
 pub mod progress;
 pub mod shuffle;
 pub mod size;

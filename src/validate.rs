@@ -14,8 +14,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::format::{
-    checksum_hex, offset_violations, Dtype, FormatError, IdxHeader, Manifest, ShardInfo,
-    FORMAT_VERSION, IDX_HEADER_LEN, MANIFEST_FILE,
+    checksum_hex, offset_violations, segment_violations, Dtype, FormatError, IdxHeader, Manifest,
+    SegHeader, ShardInfo, FORMAT_VERSION, IDX_HEADER_LEN, MANIFEST_FILE, SEG_HEADER_LEN,
 };
 
 /// The manifest schema, compiled into the binary so `validate` needs no files beside it.
@@ -92,6 +92,13 @@ pub enum ProblemKind {
     MissingEos,
     /// A record does not start with bos although the manifest says bos is prepended.
     MissingBos,
+    /// A packed row is not `seq_len` tokens long.
+    RowLength,
+    /// A packed shard's segment index is unreadable, disagrees with its
+    /// shard, or its pieces do not tile the rows.
+    Segments,
+    /// A packed row's tokens after its last piece are not the pad token.
+    Padding,
 }
 
 /// One problem, with where it is.
@@ -254,6 +261,17 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
         ));
     }
     unlisted_files(dir, &manifest, &mut problems);
+    let packed = manifest.kind == "packed";
+    if packed {
+        for message in packed_manifest_problems(&manifest) {
+            problems.push(problem(
+                ProblemKind::ManifestCounts,
+                Some(MANIFEST_FILE),
+                None,
+                message,
+            ));
+        }
+    }
 
     let threads = crate::util::thread_count(config.threads);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -261,7 +279,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
         .build()
         .map_err(|e| ValidateError::Threads(e.to_string()))?;
     let cap = problems.cap;
-    let results: Vec<(Problems, Checked)> = pool.install(|| {
+    let results: Vec<(Problems, Checked, Pieces)> = pool.install(|| {
         manifest
             .shards
             .par_iter()
@@ -274,15 +292,109 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
         checksums: !config.quick,
         ..Checked::default()
     };
-    for (shard_problems, shard_checked) in results {
+    let mut pieces = Pieces::default();
+    for (shard_problems, shard_checked, shard_pieces) in results {
         problems.merge(shard_problems);
         checked.records += shard_checked.records;
         checked.tokens += shard_checked.tokens;
         checked.bytes += shard_checked.bytes;
+        pieces.complete &= shard_pieces.complete;
+        pieces.segments += shard_pieces.segments;
+        pieces.padding += shard_pieces.padding;
+    }
+    if let (true, true, Some(p)) = (packed, pieces.complete, &manifest.packing) {
+        for (what, listed, found) in [
+            ("pieces", p.pieces, pieces.segments),
+            ("pad_tokens", p.pad_tokens, pieces.padding),
+        ] {
+            if listed != found {
+                problems.push(problem(
+                    ProblemKind::ManifestCounts,
+                    Some(MANIFEST_FILE),
+                    None,
+                    format!("packing.{what} is {listed} but the segment indexes hold {found}"),
+                ));
+            }
+        }
     }
     checked.bytes += check_tokenizer(dir, &manifest, config.quick, &mut problems);
     checked.seconds = started.elapsed().as_secs_f64();
     Ok(problems.into_report(dir.display().to_string(), checked))
+}
+
+/// Segments and padding counted over a packed dataset's shards.
+#[derive(Debug, Clone, Copy)]
+struct Pieces {
+    /// Every shard's segment index was read and sound.
+    complete: bool,
+    segments: u64,
+    padding: u64,
+}
+
+impl Default for Pieces {
+    fn default() -> Pieces {
+        Pieces {
+            complete: true,
+            segments: 0,
+            padding: 0,
+        }
+    }
+}
+
+/// What a packed manifest must say: its row length, its packing counts in
+/// agreement with its totals, a segment index for every shard.
+fn packed_manifest_problems(m: &Manifest) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(l) = m.seq_len else {
+        out.push("a packed dataset needs seq_len".into());
+        return out;
+    };
+    if l == 0 || l > u64::from(u32::MAX) {
+        out.push(format!("seq_len {l} is not between 1 and 2^32 - 1"));
+    }
+    if m.n_records.checked_mul(l) != Some(m.n_tokens) {
+        out.push(format!(
+            "n_tokens is {} but {} rows of {l} tokens hold {}",
+            m.n_tokens,
+            m.n_records,
+            m.n_records.saturating_mul(l)
+        ));
+    }
+    match &m.packing {
+        None => out.push("a packed dataset needs packing".into()),
+        Some(p) => {
+            if p.rows != m.n_records {
+                out.push(format!(
+                    "packing.rows is {} but n_records is {}",
+                    p.rows, m.n_records
+                ));
+            }
+            if p.pad_tokens > m.n_tokens {
+                out.push(format!(
+                    "packing.pad_tokens {} is more than n_tokens {}",
+                    p.pad_tokens, m.n_tokens
+                ));
+            }
+            if p.pad_tokens > 0 && m.special_tokens.pad.is_none() {
+                out.push("rows are padded but special_tokens.pad is null".into());
+            }
+        }
+    }
+    for (i, shard) in m.shards.iter().enumerate() {
+        match (&shard.seg, shard.seg_bytes, &shard.seg_xxh3) {
+            (Some(name), Some(_), Some(_)) => {
+                if !crate::format::is_safe_relative(name) {
+                    out.push(format!(
+                        "shard {i}: path {name:?} is not a plain relative path"
+                    ));
+                }
+            }
+            _ => out.push(format!(
+                "shard {i}: a packed shard needs seg, seg_bytes and seg_xxh3"
+            )),
+        }
+    }
+    out
 }
 
 /// Reads the manifest, reports schema problems, and parses it if it can be.
@@ -354,13 +466,14 @@ fn unlisted_files(dir: &Path, manifest: &Manifest, problems: &mut Problems) {
     let listed: BTreeSet<&str> = manifest
         .shards
         .iter()
-        .flat_map(|s| [s.bin.as_str(), s.idx.as_str()])
+        .flat_map(|s| [Some(s.bin.as_str()), Some(s.idx.as_str()), s.seg.as_deref()])
+        .flatten()
         .collect();
     let mut found = Vec::new();
     walk(dir, dir, &mut found);
     found.sort();
     for rel in found {
-        let looks_like_shard = [".bin", ".idx", ".bin.tmp", ".idx.tmp"]
+        let looks_like_shard = [".bin", ".idx", ".seg", ".bin.tmp", ".idx.tmp", ".seg.tmp"]
             .iter()
             .any(|ext| rel.ends_with(ext));
         if looks_like_shard && !listed.contains(rel.as_str()) {
@@ -455,11 +568,16 @@ fn check_shard(
     info: &ShardInfo,
     quick: bool,
     cap: usize,
-) -> (Problems, Checked) {
+) -> (Problems, Checked, Pieces) {
     let mut problems = Problems::new(cap);
     let mut checked = Checked::default();
+    let packed = manifest.kind == "packed";
+    let mut pieces = Pieces {
+        complete: false,
+        ..Pieces::default()
+    };
     if !crate::format::is_safe_relative(&info.bin) || !crate::format::is_safe_relative(&info.idx) {
-        return (problems, checked); // reported with the manifest's consistency problems
+        return (problems, checked, pieces); // reported with the manifest's consistency problems
     }
     let at = |kind, file: &str, message: String| problem(kind, Some(file), Some(s), message);
     let dtype = manifest.dtype;
@@ -480,7 +598,7 @@ fn check_shard(
         open(dir, &info.bin, s, &mut problems),
         open(dir, &info.idx, s, &mut problems),
     ) else {
-        return (problems, checked);
+        return (problems, checked, pieces);
     };
     for (name, map, listed) in [
         (&info.bin, &bin, info.bin_bytes),
@@ -594,7 +712,19 @@ fn check_shard(
     );
     checked.tokens += tokens;
 
-    if let Some(offsets) = offsets {
+    if let (true, Some(offsets)) = (packed, offsets) {
+        checked.records += offsets.len() as u64 - 1;
+        pieces = check_packed(
+            dir,
+            manifest,
+            s,
+            info,
+            offsets,
+            bin_bytes,
+            quick,
+            &mut problems,
+        );
+    } else if let Some(offsets) = offsets {
         checked.records += offsets.len() as u64 - 1;
         let special = &manifest.special_tokens;
         let checks = [
@@ -655,7 +785,181 @@ fn check_shard(
             }
         }
     }
-    (problems, checked)
+    (problems, checked, pieces)
+}
+
+/// The checks of a packed shard whose offsets are sound: rows of `seq_len`;
+/// a segment index that matches the shard, whose pieces tile each row from
+/// position 0; pad tokens after the last piece; and, when documents end
+/// with eos, eos at the end of every piece followed by another piece or by
+/// padding (such a piece ends its document, in both modes).
+#[allow(clippy::too_many_arguments)]
+fn check_packed(
+    dir: &Path,
+    manifest: &Manifest,
+    s: usize,
+    info: &ShardInfo,
+    offsets: &[u64],
+    bin: &[u8],
+    quick: bool,
+    problems: &mut Problems,
+) -> Pieces {
+    let mut counts = Pieces {
+        complete: false,
+        ..Pieces::default()
+    };
+    let at = |kind, file: &str, record: Option<u64>, message: String| {
+        let mut p = problem(kind, Some(file), Some(s), message);
+        p.record = record;
+        p
+    };
+    let Some(l) = manifest
+        .seq_len
+        .filter(|&l| l > 0 && l <= u64::from(u32::MAX))
+    else {
+        return counts; // reported with the manifest
+    };
+    for (r, w) in offsets.windows(2).enumerate() {
+        if w[1] - w[0] != l {
+            problems.push(at(
+                ProblemKind::RowLength,
+                &info.bin,
+                Some(r as u64),
+                format!("row of {} tokens, seq_len is {l}", w[1] - w[0]),
+            ));
+        }
+    }
+    let Some(name) = info
+        .seg
+        .as_deref()
+        .filter(|n| crate::format::is_safe_relative(n))
+    else {
+        return counts; // reported with the manifest
+    };
+    let Some(map) = open(dir, name, s, problems) else {
+        return counts;
+    };
+    let bytes = map.bytes();
+    if Some(bytes.len() as u64) != info.seg_bytes {
+        problems.push(at(
+            ProblemKind::FileSize,
+            name,
+            None,
+            format!(
+                "{} bytes, the manifest says {}",
+                bytes.len(),
+                info.seg_bytes.map_or("nothing".into(), |b| b.to_string())
+            ),
+        ));
+    }
+    if !quick {
+        verify_checksum(
+            bytes,
+            name,
+            info.seg_xxh3.as_deref().unwrap_or(""),
+            s,
+            problems,
+        );
+    }
+    let header = match SegHeader::parse(Path::new(name), bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            problems.push(at(
+                ProblemKind::Segments,
+                name,
+                None,
+                strip_path(&e.to_string(), name),
+            ));
+            return counts;
+        }
+    };
+    let rows = offsets.len() as u64 - 1;
+    if header.n_rows != rows || u64::from(header.seq_len) != l {
+        problems.push(at(
+            ProblemKind::Segments,
+            name,
+            None,
+            format!(
+                "header has {} rows of {} tokens, the shard has {rows} rows and seq_len is {l}",
+                header.n_rows, header.seq_len
+            ),
+        ));
+        return counts;
+    }
+    let split = header.segments_offset();
+    let (Some(row_index), Some(segments)) = (
+        crate::format::mmap_cast_u64(&bytes[SEG_HEADER_LEN..split]),
+        crate::format::mmap_cast_segments(&bytes[split..]),
+    ) else {
+        problems.push(at(
+            ProblemKind::Segments,
+            name,
+            None,
+            "not aligned in memory".into(),
+        ));
+        return counts;
+    };
+    let mut sound = true;
+    for (r, message) in segment_violations(row_index, segments, header.seq_len) {
+        sound = false;
+        problems.push(at(ProblemKind::Segments, name, Some(r), message));
+    }
+    if !sound {
+        return counts;
+    }
+    let dtype = manifest.dtype;
+    let pad = manifest.special_tokens.pad;
+    let eos = manifest
+        .eos_appended
+        .then_some(manifest.special_tokens.eos)
+        .flatten();
+    for (r, w) in row_index.windows(2).enumerate() {
+        let row = &segments[w[0] as usize..w[1] as usize];
+        let base = offsets[r];
+        let used = row.last().map_or(0, |p| p.end());
+        counts.padding += l - used;
+        for pos in used..l {
+            let found = token_at(bin, dtype, base + pos);
+            if Some(found) != pad {
+                let mut p = at(
+                    ProblemKind::Padding,
+                    &info.bin,
+                    Some(r as u64),
+                    format!(
+                        "token {found} at position {pos} follows the last piece (which ends at {used}) but is not the pad token {}",
+                        pad.map_or("(none)".into(), |p| p.to_string())
+                    ),
+                );
+                p.token = Some(base + pos);
+                problems.push(p);
+                break;
+            }
+        }
+        if let Some(eos) = eos {
+            for (k, piece) in row.iter().enumerate() {
+                let ends_document = k + 1 < row.len() || used < l;
+                let last = base + piece.end() - 1;
+                if ends_document && token_at(bin, dtype, last) != eos {
+                    let mut p = at(
+                        ProblemKind::MissingEos,
+                        &info.bin,
+                        Some(r as u64),
+                        format!(
+                            "piece {k} (document {}) is followed by {} but does not end with eos {eos}: found {}",
+                            piece.doc,
+                            if k + 1 < row.len() { "another piece" } else { "padding" },
+                            token_at(bin, dtype, last)
+                        ),
+                    );
+                    p.token = Some(last);
+                    problems.push(p);
+                }
+            }
+        }
+    }
+    counts.segments = segments.len() as u64;
+    counts.complete = true;
+    counts
 }
 
 fn open(

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod inspect;
+mod pack;
 mod progress;
 mod shuffle;
 mod tokenize;
@@ -29,6 +30,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Shuffle documents into an exact, uniformly random order in bounded memory.
     Shuffle(shuffle::Args),
+    /// Pack documents into rows of exactly --seq-len tokens (bestfit or concat).
+    Pack(pack::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
     /// Show what a dataset holds: counts, shards, record lengths, one record.
@@ -51,6 +54,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Shuffle(args) => shuffle::run(args),
+        Command::Pack(args) => pack::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Inspect(args) => inspect::run(args),
     };

@@ -43,8 +43,41 @@ pub struct Manifest {
     pub tokenizer: TokenizerInfo,
     /// The shards, in record order.
     pub shards: Vec<ShardInfo>,
+    /// Tokens per row of a packed dataset (absent for documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<u64>,
+    /// How a packed dataset was packed (absent for documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packing: Option<Packing>,
     /// How the dataset was made.
     pub provenance: Provenance,
+}
+
+/// What `prep pack` did: the mode, and counts of rows, padding and cuts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Packing {
+    /// `"concat"` or `"bestfit"`.
+    pub mode: String,
+    /// The seed of the row order, or null when the rows keep the input order.
+    pub seed: Option<u64>,
+    /// Documents per best-fit window (null for concat).
+    pub window: Option<u64>,
+    /// The separator added after every document (`--sep`), or null.
+    pub separator: Option<u32>,
+    /// Rows written; equals `n_records`.
+    pub rows: u64,
+    /// Padding tokens among the rows' `n_tokens`.
+    pub pad_tokens: u64,
+    /// `pad_tokens / n_tokens` (0 for an empty dataset).
+    pub pad_share: f64,
+    /// Non-empty documents read from the input.
+    pub documents: u64,
+    /// Documents split over more than one row, or partly dropped.
+    pub documents_cut: u64,
+    /// Document pieces written, one segment each.
+    pub pieces: u64,
+    /// Document tokens not written: concat's last partial row.
+    pub tokens_dropped: u64,
 }
 
 /// Special token ids of a dataset.
@@ -86,6 +119,15 @@ pub struct ShardInfo {
     pub bin_xxh3: String,
     /// XXH3-64 of the `.idx`, 16 hex digits.
     pub idx_xxh3: String,
+    /// The segment index of a packed shard, relative to the dataset directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seg: Option<String>,
+    /// Size of the `.seg` in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seg_bytes: Option<u64>,
+    /// XXH3-64 of the `.seg`, 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seg_xxh3: Option<String>,
 }
 
 /// How a dataset was made.

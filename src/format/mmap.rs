@@ -44,6 +44,10 @@ pub(crate) trait Plain: Copy {}
 impl Plain for u16 {}
 impl Plain for u32 {}
 impl Plain for u64 {}
+/// `#[repr(C)]` with fields u64, u64, u32, u32: 24 bytes, no padding, every
+/// bit pattern a valid value (the size and alignment are asserted where it
+/// is defined).
+impl Plain for super::segments::Segment {}
 
 /// Views `bytes` as a slice of `T` without copying, or `None` when the start
 /// is not aligned for `T` or the length is not a multiple of its size.
@@ -51,9 +55,10 @@ impl Plain for u64 {}
 /// Values are read in the machine's byte order, so callers check that the
 /// machine is little-endian first ([`little_endian`]).
 pub(crate) fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
-    // SAFETY: `T` is a plain integer (the `Plain` trait is private and
-    // implemented only for u16, u32, u64), so every bit pattern is a valid
-    // value and no invariant can be broken; `align_to` itself guarantees the
+    // SAFETY: `T` is a plain integer or a `#[repr(C)]` struct of them with
+    // no padding (the `Plain` trait is private and implemented only for u16,
+    // u32, u64 and `Segment`), so every bit pattern is a valid value and no
+    // invariant can be broken; `align_to` itself guarantees the
     // middle slice is aligned and in bounds. The prefix and suffix must be
     // empty, or the view would not cover `bytes` exactly.
     let (prefix, middle, suffix) = unsafe { bytes.align_to::<T>() };

@@ -10,6 +10,7 @@ mod index;
 mod manifest;
 mod mmap;
 mod reader;
+mod segments;
 mod writer;
 
 pub use index::{
@@ -18,11 +19,15 @@ pub use index::{
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
-    DocumentCounts, InputInfo, Manifest, Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
-    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    DocumentCounts, InputInfo, Manifest, Packing, Provenance, ShardInfo, SpecialTokens,
+    TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
+pub use segments::{
+    segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC,
+    SEG_VERSION,
+};
 pub(crate) use writer::TMP_SUFFIX;
 
 /// Views mapped bytes as u16 tokens (None if misaligned or of odd length).
@@ -32,6 +37,11 @@ pub(crate) fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {
 
 /// Views mapped bytes as u32 tokens (None if misaligned or of ragged length).
 pub(crate) fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
+    mmap::cast(bytes)
+}
+
+/// Views mapped bytes as segment entries (None if misaligned or of ragged length).
+pub(crate) fn mmap_cast_segments(bytes: &[u8]) -> Option<&[Segment]> {
     mmap::cast(bytes)
 }
 

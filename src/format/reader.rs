@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::index::check_offsets;
 use super::mmap::{cast, little_endian, Mapped};
+use super::segments::{SegHeader, Segment};
 use super::{Dtype, FormatError, IdxHeader, Manifest, ShardInfo, IDX_HEADER_LEN};
 
 /// The tokens of one record, borrowed from the mapped `.bin`.
@@ -55,12 +56,24 @@ impl<'a> Tokens<'a> {
 struct Shard {
     bin: Mapped,
     idx: Mapped,
+    /// The segment index of a packed shard, and where its entries start.
+    seg: Option<(Mapped, usize)>,
 }
 
 impl Shard {
     fn offsets(&self) -> &[u64] {
         // Checked at open: the index is aligned, its length matches the header.
         cast::<u64>(&self.idx.bytes()[IDX_HEADER_LEN..]).expect("checked at open")
+    }
+
+    /// The row index and the entries of the segment index, if there is one.
+    fn segments(&self) -> Option<(&[u64], &[Segment])> {
+        let (map, at) = self.seg.as_ref()?;
+        let bytes = map.bytes();
+        // Checked at open: sizes match the header, the row index is in bounds.
+        let rows = cast::<u64>(&bytes[super::SEG_HEADER_LEN..*at]).expect("checked at open");
+        let segments = cast::<Segment>(&bytes[*at..]).expect("checked at open");
+        Some((rows, segments))
     }
 }
 
@@ -97,7 +110,7 @@ impl Dataset {
         let mut start = 0u64;
         for info in &manifest.shards {
             starts.push(start);
-            shards.push(open_shard(&dir, manifest.dtype, info)?);
+            shards.push(open_shard(&dir, &manifest, info)?);
             start += info.n_records; // cannot overflow: Manifest::read summed them
         }
         starts.push(start);
@@ -161,6 +174,39 @@ impl Dataset {
         })
     }
 
+    /// Record `index` as the little-endian bytes of the `.bin`, borrowed
+    /// from the mapping (what [`crate::format::ShardWriter::push_raw`] takes).
+    pub fn record_bytes(&self, index: u64) -> Result<&[u8], FormatError> {
+        if index >= self.len() {
+            return Err(FormatError::RecordOutOfRange {
+                index,
+                len: self.len(),
+            });
+        }
+        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let shard = &self.shards[s];
+        let local = (index - self.starts[s]) as usize;
+        let offsets = shard.offsets();
+        let size = self.manifest.dtype.size();
+        let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
+        Ok(&shard.bin.bytes()[lo * size..hi * size])
+    }
+
+    /// Number of shards.
+    pub fn n_shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The global number of shard `s`'s first record.
+    pub fn shard_first_record(&self, s: usize) -> u64 {
+        self.starts[s]
+    }
+
+    /// The `n_records + 1` token offsets of shard `s`, as its `.idx` holds them.
+    pub fn shard_offsets(&self, s: usize) -> &[u64] {
+        self.shards[s].offsets()
+    }
+
     /// The length in tokens of every record, in order, read from the
     /// offsets alone (no token is touched).
     pub fn record_lengths(&self) -> impl Iterator<Item = u64> + '_ {
@@ -169,13 +215,37 @@ impl Dataset {
             .flat_map(|s| s.offsets().windows(2).map(|w| w[1] - w[0]))
     }
 
+    /// The document pieces of row `index` of a packed dataset, in the order
+    /// they lie in the row, borrowed from the mapped `.seg` file. Tokens after
+    /// the last piece's end are padding.
+    ///
+    /// An error for a dataset without segment indexes (a `documents` dataset).
+    pub fn segments(&self, index: u64) -> Result<&[Segment], FormatError> {
+        if index >= self.len() {
+            return Err(FormatError::RecordOutOfRange {
+                index,
+                len: self.len(),
+            });
+        }
+        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let (rows, segments) = self.shards[s]
+            .segments()
+            .ok_or_else(|| FormatError::Mismatch {
+                path: self.dir.join(&self.manifest.shards[s].idx),
+                message: "this shard has no segment index (only packed datasets have one)".into(),
+            })?;
+        let local = (index - self.starts[s]) as usize;
+        Ok(&segments[rows[local] as usize..rows[local + 1] as usize])
+    }
+
     /// Every record in order.
     pub fn records(&self) -> impl Iterator<Item = Tokens<'_>> + '_ {
         (0..self.len()).map(move |i| self.record(i).expect("index in range"))
     }
 }
 
-fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, FormatError> {
+fn open_shard(dir: &Path, manifest: &Manifest, info: &ShardInfo) -> Result<Shard, FormatError> {
+    let dtype = manifest.dtype;
     let idx_path = dir.join(&info.idx);
     let bin_path = dir.join(&info.bin);
     let idx = Mapped::open(&idx_path)?;
@@ -225,5 +295,53 @@ fn open_shard(dir: &Path, dtype: Dtype, info: &ShardInfo) -> Result<Shard, Forma
             "tokens are not aligned in memory".into(),
         ));
     }
-    Ok(Shard { bin, idx })
+    let seg = match &info.seg {
+        None => None,
+        Some(name) => Some(open_segments(&dir.join(name), manifest, header.n_records)?),
+    };
+    Ok(Shard { bin, idx, seg })
+}
+
+/// Maps a `.seg` file and checks what reading it relies on: the header, the
+/// size, and a row index that stays within the entries. (Whether the pieces
+/// tile each row is `prep validate`'s to check.)
+fn open_segments(
+    path: &Path,
+    manifest: &Manifest,
+    n_rows: u64,
+) -> Result<(Mapped, usize), FormatError> {
+    let mismatch = |message: String| FormatError::Mismatch {
+        path: path.into(),
+        message,
+    };
+    let map = Mapped::open(path)?;
+    let header = SegHeader::parse(path, map.bytes())?;
+    if header.n_rows != n_rows {
+        return Err(mismatch(format!(
+            "{} rows, but the shard's index has {n_rows} records",
+            header.n_rows
+        )));
+    }
+    if Some(u64::from(header.seq_len)) != manifest.seq_len {
+        return Err(mismatch(format!(
+            "rows of {} tokens, but the manifest's seq_len is {:?}",
+            header.seq_len, manifest.seq_len
+        )));
+    }
+    let at = header.segments_offset();
+    let bytes = map.bytes();
+    let rows = cast::<u64>(&bytes[super::SEG_HEADER_LEN..at])
+        .ok_or_else(|| mismatch("the row index is not 8-byte aligned in memory".into()))?;
+    if cast::<Segment>(&bytes[at..]).is_none() {
+        return Err(mismatch("segments are not aligned in memory".into()));
+    }
+    let ok = rows.first() == Some(&0)
+        && rows.windows(2).all(|w| w[0] <= w[1])
+        && rows.last() == Some(&header.n_segments);
+    if !ok {
+        return Err(mismatch(
+            "the row index does not run from 0 to the number of segments without decreasing".into(),
+        ));
+    }
+    Ok((map, at))
 }

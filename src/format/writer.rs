@@ -230,6 +230,9 @@ impl ShardWriter {
             idx_bytes,
             bin_xxh3: checksum_hex(self.bin_hash.digest()),
             idx_xxh3: checksum_hex(idx_xxh3),
+            seg: None,
+            seg_bytes: None,
+            seg_xxh3: None,
         })
     }
 }

@@ -271,6 +271,8 @@ pub(super) fn run(
             xxh3: checksum_hex(tok.xxh3),
         },
         shards,
+        seq_len: None,
+        packing: None,
         provenance: Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: "tokenize".into(),

@@ -1,0 +1,297 @@
+//! The `.seg` file of a packed shard: for every row, the document pieces it
+//! holds and where each starts, so that training code builds attention masks,
+//! `cu_seqlens`, position ids and loss masks without scanning for separators.
+
+use std::path::Path;
+
+use super::FormatError;
+
+/// The first eight bytes of every `.seg` file.
+pub const SEG_MAGIC: [u8; 8] = *b"PREPSEG\0";
+/// The segment index version this build writes and the newest it reads.
+pub const SEG_VERSION: u32 = 1;
+/// Bytes before the row index.
+pub const SEG_HEADER_LEN: usize = 32;
+/// Bytes of one [`Segment`] entry.
+pub const SEGMENT_BYTES: usize = 24;
+
+/// One piece of a document inside a packed row, as stored in a `.seg` file
+/// (24 bytes, little-endian, in this field order).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// The document's record number in the dataset that was packed.
+    pub doc: u64,
+    /// Where the piece begins inside its document, in tokens; 0 for a piece
+    /// that starts its document.
+    pub doc_offset: u64,
+    /// Where the piece begins inside the row, in tokens.
+    pub start: u32,
+    /// Tokens in the piece, at least 1.
+    pub length: u32,
+}
+
+// Viewed in place by `mmap::cast`: the layout must be exactly the file's.
+const _: () = assert!(std::mem::size_of::<Segment>() == SEGMENT_BYTES);
+const _: () = assert!(std::mem::align_of::<Segment>() == 8);
+
+impl Segment {
+    /// The piece's end inside the row: `start + length`.
+    pub fn end(&self) -> u64 {
+        u64::from(self.start) + u64::from(self.length)
+    }
+
+    /// The entry's 24 bytes as stored.
+    pub fn encode(&self) -> [u8; SEGMENT_BYTES] {
+        let mut out = [0u8; SEGMENT_BYTES];
+        out[0..8].copy_from_slice(&self.doc.to_le_bytes());
+        out[8..16].copy_from_slice(&self.doc_offset.to_le_bytes());
+        out[16..20].copy_from_slice(&self.start.to_le_bytes());
+        out[20..24].copy_from_slice(&self.length.to_le_bytes());
+        out
+    }
+}
+
+/// The fixed-size header of a `.seg` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegHeader {
+    /// Tokens per row.
+    pub seq_len: u32,
+    /// Rows in the shard (the `.idx`'s `n_records`).
+    pub n_rows: u64,
+    /// Segment entries in the file.
+    pub n_segments: u64,
+}
+
+impl SegHeader {
+    /// The header's 32 bytes, as written at the start of the file.
+    pub fn encode(&self) -> [u8; SEG_HEADER_LEN] {
+        let mut out = [0u8; SEG_HEADER_LEN];
+        out[0..8].copy_from_slice(&SEG_MAGIC);
+        out[8..12].copy_from_slice(&SEG_VERSION.to_le_bytes());
+        out[12..16].copy_from_slice(&self.seq_len.to_le_bytes());
+        out[16..24].copy_from_slice(&self.n_rows.to_le_bytes());
+        out[24..32].copy_from_slice(&self.n_segments.to_le_bytes());
+        out
+    }
+
+    /// Parses and checks the header at the start of `bytes` (the whole
+    /// file), including that the file's length matches its counts.
+    ///
+    /// `path` only names the file in errors.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<SegHeader, FormatError> {
+        let bad = |message: String| FormatError::Mismatch {
+            path: path.into(),
+            message,
+        };
+        let len = bytes.len() as u64;
+        let head = bytes.get(..SEG_HEADER_LEN).ok_or_else(|| {
+            bad(format!(
+                "segment index is {len} bytes, shorter than its {SEG_HEADER_LEN}-byte header"
+            ))
+        })?;
+        if head[0..8] != SEG_MAGIC {
+            return Err(bad("not a prep segment index (bad magic bytes)".into()));
+        }
+        let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if version > SEG_VERSION || version == 0 {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.into(),
+                found: version.into(),
+                supported: SEG_VERSION.into(),
+            });
+        }
+        let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+        let header = SegHeader {
+            seq_len: u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")),
+            n_rows: word(16),
+            n_segments: word(24),
+        };
+        let expected = Self::file_len(header.n_rows, header.n_segments);
+        if expected != Some(len) {
+            return Err(bad(format!(
+                "segment index is {len} bytes, but a header with {} rows and {} segments needs {}",
+                header.n_rows,
+                header.n_segments,
+                expected.map_or_else(|| "more bytes than a u64 holds".into(), |e| e.to_string())
+            )));
+        }
+        Ok(header)
+    }
+
+    /// The size of a `.seg` file, or `None` if it overflows a u64.
+    pub fn file_len(n_rows: u64, n_segments: u64) -> Option<u64> {
+        let rows = n_rows.checked_add(1)?.checked_mul(8)?;
+        let segments = n_segments.checked_mul(SEGMENT_BYTES as u64)?;
+        rows.checked_add(segments)?
+            .checked_add(SEG_HEADER_LEN as u64)
+    }
+
+    /// Byte offset of the segment entries: after the header and the row index.
+    pub fn segments_offset(&self) -> usize {
+        SEG_HEADER_LEN + 8 * (self.n_rows as usize + 1)
+    }
+}
+
+/// Every place where a segment index breaks the rules, as (row, message),
+/// in row order: the row index must start at 0, not decrease and end at the
+/// number of entries; each row's pieces must be at least one token long and
+/// lie back to back from position 0, ending at or before `seq_len`.
+pub fn segment_violations<'a>(
+    row_index: &'a [u64],
+    segments: &'a [Segment],
+    seq_len: u32,
+) -> impl Iterator<Item = (u64, String)> + 'a {
+    let n = segments.len() as u64;
+    let first = match row_index.first() {
+        Some(0) => None,
+        Some(&f) => Some((0, format!("row_index[0] = {f}, expected 0"))),
+        None => Some((0, "the row index is empty".into())),
+    };
+    let last = match row_index.last() {
+        Some(&l) if l != n => Some((
+            row_index.len().saturating_sub(2) as u64,
+            format!("the row index ends at {l}, expected {n} (the number of segments)"),
+        )),
+        _ => None,
+    };
+    let rows = row_index.windows(2).enumerate().filter_map(move |(r, w)| {
+        let (lo, hi) = (w[0], w[1]);
+        if hi < lo {
+            return Some((
+                r as u64,
+                format!(
+                    "row_index[{}] = {hi} is smaller than row_index[{r}] = {lo}",
+                    r + 1
+                ),
+            ));
+        }
+        let pieces = segments.get(lo as usize..hi as usize)?;
+        let mut at = 0u64;
+        for (k, s) in pieces.iter().enumerate() {
+            if s.length == 0 {
+                return Some((r as u64, format!("piece {k} is empty")));
+            }
+            if u64::from(s.start) != at {
+                return Some((
+                    r as u64,
+                    format!("piece {k} starts at {}, expected {at}", s.start),
+                ));
+            }
+            at = s.end();
+            if at > u64::from(seq_len) {
+                return Some((
+                    r as u64,
+                    format!("piece {k} ends at {at}, past the row's {seq_len} tokens"),
+                ));
+            }
+        }
+        None
+    });
+    first.into_iter().chain(rows).chain(last)
+}
+
+/// Collects the pieces of a shard's rows and writes them as a `.seg` file.
+#[derive(Debug)]
+pub struct SegWriter {
+    seq_len: u32,
+    row_index: Vec<u64>,
+    segments: Vec<Segment>,
+}
+
+impl SegWriter {
+    /// An empty segment index for rows of `seq_len` tokens.
+    pub fn new(seq_len: u32) -> SegWriter {
+        SegWriter {
+            seq_len,
+            row_index: vec![0],
+            segments: Vec::new(),
+        }
+    }
+
+    /// Adds the next row's pieces, in the order they lie in the row.
+    pub fn push_row(&mut self, pieces: &[Segment]) {
+        self.segments.extend_from_slice(pieces);
+        self.row_index.push(self.segments.len() as u64);
+    }
+
+    /// Rows added so far.
+    pub fn n_rows(&self) -> u64 {
+        self.row_index.len() as u64 - 1
+    }
+
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = SegHeader {
+            seq_len: self.seq_len,
+            n_rows: self.n_rows(),
+            n_segments: self.segments.len() as u64,
+        };
+        let mut out = Vec::with_capacity(
+            SEG_HEADER_LEN + 8 * self.row_index.len() + SEGMENT_BYTES * self.segments.len(),
+        );
+        out.extend_from_slice(&header.encode());
+        for r in &self.row_index {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        for s in &self.segments {
+            out.extend_from_slice(&s.encode());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(start: u32, length: u32) -> Segment {
+        Segment {
+            doc: 0,
+            doc_offset: 0,
+            start,
+            length,
+        }
+    }
+
+    #[test]
+    fn encode_then_parse() {
+        let mut w = SegWriter::new(8);
+        w.push_row(&[seg(0, 5), seg(5, 3)]);
+        w.push_row(&[seg(0, 2)]);
+        let bytes = w.encode();
+        let header = SegHeader::parse(Path::new("x.seg"), &bytes).unwrap();
+        assert_eq!(
+            header,
+            SegHeader {
+                seq_len: 8,
+                n_rows: 2,
+                n_segments: 3
+            }
+        );
+        assert_eq!(
+            Some(bytes.len() as u64),
+            SegHeader::file_len(2, 3),
+            "size as specified"
+        );
+        assert!(SegHeader::parse(Path::new("x.seg"), &bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn violations_found() {
+        let ok = [seg(0, 5), seg(5, 3)];
+        assert_eq!(segment_violations(&[0, 2], &ok, 8).count(), 0);
+        assert_eq!(
+            segment_violations(&[0, 2], &ok, 7).count(),
+            1,
+            "past the row"
+        );
+        let gap = [seg(0, 4), seg(5, 3)];
+        assert_eq!(segment_violations(&[0, 2], &gap, 8).count(), 1);
+        let empty = [seg(0, 0)];
+        assert_eq!(segment_violations(&[0, 1], &empty, 8).count(), 1);
+        assert_eq!(segment_violations(&[0, 1], &ok, 8).count(), 1, "bad last");
+        let bad_first: Vec<_> = segment_violations(&[1, 2], &ok, 8).collect();
+        assert!(bad_first[0].1.contains("row_index[0]"), "{bad_first:?}");
+    }
+}

@@ -1,0 +1,650 @@
+//! `prep pack`: a documents dataset into rows of exactly `seq_len` tokens,
+//! with a segment index that says where every document piece lies.
+//!
+//! Two modes:
+//!
+//! - **concat** lays the documents end to end and cuts the stream every `L`
+//!   tokens, as Megatron-LM, nanoGPT and llm.c do. Rows keep the input order
+//!   unless a seed is given; the last partial row is dropped unless
+//!   `pad_last`.
+//! - **bestfit** cuts only documents longer than `L` (into pieces of `L` and
+//!   a remainder) and packs all pieces whole by best-fit decreasing
+//!   ([`bestfit`]), padding each row's rest. The input is packed in windows
+//!   of `window` documents, independently (memory stays bounded and windows
+//!   are planned in parallel); each window's rows are written in a seeded
+//!   random order, because decreasing order would put long documents first.
+//!
+//! The output is the same for any thread count. Rows of one shard are fixed
+//! in number (`shard_size / (L * token size)`), so an interrupted run resumes
+//! after its last complete shard: the plans are recomputed (they are cheap),
+//! the rows already written are skipped.
+
+pub mod bestfit;
+mod concat;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::format::{
+    atomic_write, checksum_hex, Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing,
+    Provenance, ShardInfo, MANIFEST_FILE,
+};
+use crate::permute::Permutation;
+use crate::progress::{Progress, ProgressSnapshot};
+use writer::PackWriter;
+
+/// How documents become rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackMode {
+    /// End to end, cut every `seq_len` tokens.
+    Concat,
+    /// Whole documents (pieces of long ones) by best-fit decreasing, padded.
+    BestFit,
+}
+
+impl PackMode {
+    /// The name used on the command line and in the manifest.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackMode::Concat => "concat",
+            PackMode::BestFit => "bestfit",
+        }
+    }
+}
+
+/// What `prep pack` is asked to do.
+#[derive(Debug, Clone)]
+pub struct PackConfig {
+    /// The documents dataset to pack.
+    pub input: PathBuf,
+    /// The dataset directory to write.
+    pub output: PathBuf,
+    /// Tokens per row.
+    pub seq_len: u32,
+    /// concat or bestfit.
+    pub mode: PackMode,
+    /// The pad token (a token string or an id); default the input's pad
+    /// token, else its eos.
+    pub pad: Option<String>,
+    /// A separator to add after every document, for inputs without eos.
+    pub sep: Option<String>,
+    /// Pack an input without eos as it is, with no separator.
+    pub no_sep: bool,
+    /// The seed of the row order. concat: `None` keeps the input order;
+    /// bestfit: `None` means 0.
+    pub seed: Option<u64>,
+    /// Documents per best-fit window.
+    pub window: u64,
+    /// concat: pad the last partial row instead of dropping it.
+    pub pad_last: bool,
+    /// Largest `.bin` of an output shard.
+    pub shard_size: u64,
+    /// Threads for planning best-fit windows; 0 means one per core. The
+    /// output does not depend on it.
+    pub threads: usize,
+    /// Replace an existing dataset in the output directory.
+    pub overwrite: bool,
+}
+
+/// Documents per best-fit window unless told otherwise.
+pub const DEFAULT_WINDOW: u64 = 1_000_000;
+
+impl PackConfig {
+    /// A config with the CLI's defaults: bestfit, seed 0, windows of
+    /// [`DEFAULT_WINDOW`] documents, 1 GiB shards.
+    pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>, seq_len: u32) -> PackConfig {
+        PackConfig {
+            input: input.into(),
+            output: output.into(),
+            seq_len,
+            mode: PackMode::BestFit,
+            pad: None,
+            sep: None,
+            no_sep: false,
+            seed: None,
+            window: DEFAULT_WINDOW,
+            pad_last: false,
+            shard_size: 1 << 30,
+            threads: 0,
+            overwrite: false,
+        }
+    }
+}
+
+/// Every way `prep pack` can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    /// The input or the output could not be read or written.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The options do not fit together or do not fit the input.
+    #[error("{0}")]
+    Usage(String),
+    /// A `--pad` or `--sep` value that names no token.
+    #[error("--{flag} {value:?}: {why}")]
+    Token {
+        /// `pad` or `sep`.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The output directory holds something this run must not overwrite.
+    #[error("output directory {}: {why}", dir.display())]
+    OutputExists {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it was refused.
+        why: String,
+    },
+    /// An I/O error on the output directory.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> PackError + '_ {
+    move |source| PackError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct PackReport {
+    /// The manifest written (`packing` holds the counts).
+    pub manifest: Manifest,
+    /// True when the output was already complete and nothing was done.
+    pub already_complete: bool,
+    /// Rows kept from an interrupted run.
+    pub resumed_rows: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// The ids a run uses: the separator added after each document, if any,
+/// and the pad token, if any.
+struct Specials {
+    sep: Option<u32>,
+    pad: Option<u32>,
+}
+
+/// Runs `prep pack`.
+pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, PackError> {
+    let started = Instant::now();
+    if config.seq_len == 0 {
+        return Err(PackError::Usage("--seq-len must be at least 1".into()));
+    }
+    if config.mode == PackMode::BestFit && config.pad_last {
+        return Err(PackError::Usage(
+            "--pad-last applies to --mode concat (bestfit pads every row it does not fill)".into(),
+        ));
+    }
+    if config.window == 0 {
+        return Err(PackError::Usage("--window must be at least 1".into()));
+    }
+    let input = Dataset::open(&config.input)?;
+    let base = input.manifest().clone();
+    if base.kind != "documents" {
+        return Err(PackError::Usage(format!(
+            "{} is a {} dataset; pack takes a documents dataset (from prep tokenize or prep shuffle)",
+            config.input.display(),
+            base.kind
+        )));
+    }
+    let specials = specials(config, &base)?;
+    let seed = match config.mode {
+        PackMode::Concat => config.seed,
+        PackMode::BestFit => Some(config.seed.unwrap_or(0)),
+    };
+    let window = (config.mode == PackMode::BestFit).then_some(config.window);
+    let l = config.seq_len;
+    let options = json!({
+        "seq_len": l,
+        "mode": config.mode.name(),
+        "seed": seed,
+        "window": window,
+        "pad": specials.pad,
+        "sep": specials.sep,
+        "pad_last": config.pad_last,
+        "shard_size": config.shard_size,
+    });
+    let manifest_bytes = std::fs::read(config.input.join(MANIFEST_FILE))
+        .map_err(io(&config.input.join(MANIFEST_FILE)))?;
+    let inputs = vec![InputInfo {
+        path: config.input.display().to_string(),
+        bytes: base.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum(),
+        xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest_bytes))),
+    }];
+    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
+        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs })
+            .to_string()
+            .as_bytes(),
+    ));
+    let dir = &config.output;
+    let kept = match prepare(dir, &fingerprint, config.overwrite)? {
+        Start::Complete(manifest) => {
+            progress.note("the packed dataset is already complete; nothing to do");
+            return Ok(PackReport {
+                manifest: *manifest,
+                already_complete: true,
+                resumed_rows: 0,
+                elapsed: started.elapsed(),
+            });
+        }
+        Start::Resume(shards) => shards,
+    };
+    let mut journal = Journal {
+        fingerprint: fingerprint.clone(),
+        shards: kept.clone(),
+    };
+    journal.save(dir)?;
+    let skip: u64 = kept.iter().map(|s| s.n_records).sum();
+    if skip > 0 {
+        progress.note(&format!(
+            "resuming: kept {} complete shards ({skip} rows) of an interrupted run",
+            kept.len()
+        ));
+    }
+
+    let dtype = base.dtype;
+    let mut out = PackWriter::new(
+        &input,
+        dir,
+        dtype,
+        l,
+        config.shard_size,
+        specials.sep,
+        specials.pad,
+        kept,
+    );
+    let sep = u64::from(specials.sep.is_some());
+    let mut shown = Shown {
+        progress,
+        seq_len: u64::from(l),
+        rows: 0,
+    };
+    let sealed = |s: Option<&ShardInfo>, journal: &mut Journal| -> Result<(), PackError> {
+        if let Some(s) = s {
+            journal.shards.push(s.clone());
+            journal.save(dir)?;
+        }
+        Ok(())
+    };
+
+    let packing = match config.mode {
+        PackMode::Concat => {
+            let stream = concat::Stream::new(&input, specials.sep.is_some());
+            let total = stream.len();
+            let full = total / u64::from(l);
+            let tail = total % u64::from(l);
+            let rows = full + u64::from(config.pad_last && tail > 0);
+            if rows > full && specials.pad.is_none() {
+                return Err(no_pad());
+            }
+            let written = (rows * u64::from(l)).min(total);
+            let c = concat::counts(input.record_lengths().map(|n| n + sep), l, written);
+            let perm = seed.map(|s| Permutation::new(rows, s, 0));
+            shown.rows = rows;
+            let mut pieces = Vec::new();
+            for r in skip..rows {
+                let source = perm.as_ref().map_or(r, |p| p.get(r));
+                stream.row(source, l, &mut pieces);
+                sealed(out.push(&pieces)?, &mut journal)?;
+                shown.rows(r + 1);
+            }
+            Packing {
+                mode: "concat".into(),
+                seed,
+                window: None,
+                separator: specials.sep,
+                rows,
+                pad_tokens: rows * u64::from(l) - written,
+                pad_share: 0.0,
+                documents: c.documents,
+                documents_cut: c.cut,
+                pieces: c.pieces,
+                tokens_dropped: total - written,
+            }
+        }
+        PackMode::BestFit => {
+            if specials.pad.is_none() {
+                return Err(no_pad());
+            }
+            let seed = seed.expect("bestfit always has a seed");
+            // An estimate for the progress bar; padding adds a little.
+            shown.rows = (input.n_tokens() + input.len() * sep).div_ceil(u64::from(l));
+            let threads = crate::util::thread_count(config.threads);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| PackError::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::other(e),
+                })?;
+            let mut packing = Packing {
+                mode: "bestfit".into(),
+                seed: Some(seed),
+                window,
+                separator: specials.sep,
+                rows: 0,
+                pad_tokens: 0,
+                pad_share: 0.0,
+                documents: 0,
+                documents_cut: 0,
+                pieces: 0,
+                tokens_dropped: 0,
+            };
+            let mut lengths = input.record_lengths().map(|n| n + sep);
+            let n_docs = input.len();
+            let mut next_doc = 0u64;
+            let mut w = 0u64;
+            let mut tokens = 0u64;
+            while next_doc < n_docs {
+                // A batch of windows, planned in parallel, written in order.
+                let mut batch = Vec::with_capacity(threads);
+                while batch.len() < threads && next_doc < n_docs {
+                    let n = config.window.min(n_docs - next_doc);
+                    let lens: Vec<u64> = lengths.by_ref().take(n as usize).collect();
+                    batch.push((w, next_doc, lens));
+                    next_doc += n;
+                    w += 1;
+                }
+                let plans: Vec<_> = pool.install(|| {
+                    batch
+                        .into_par_iter()
+                        .map(|(w, first, lens)| (w, bestfit::plan(first, &lens, l)))
+                        .collect()
+                });
+                for (w, plan) in plans {
+                    let rows = plan.n_rows() as u64;
+                    let first_row = packing.rows;
+                    packing.rows += rows;
+                    packing.documents += plan.documents;
+                    packing.documents_cut += plan.cut;
+                    packing.pieces += plan.pieces.len() as u64;
+                    tokens += plan.tokens;
+                    if packing.rows <= skip {
+                        continue;
+                    }
+                    let perm = Permutation::new(rows, seed, w);
+                    for j in skip.saturating_sub(first_row)..rows {
+                        let r = perm.get(j) as usize;
+                        sealed(out.push(plan.row(r))?, &mut journal)?;
+                        shown.rows(first_row + j + 1);
+                    }
+                }
+            }
+            packing.pad_tokens = packing.rows * u64::from(l) - tokens;
+            packing
+        }
+    };
+    let shards = out.finish()?;
+    let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
+    let packing = Packing {
+        pad_share: if n_tokens == 0 {
+            0.0
+        } else {
+            packing.pad_tokens as f64 / n_tokens as f64
+        },
+        ..packing
+    };
+
+    if let Some(file) = &base.tokenizer.file {
+        let from = config.input.join(file);
+        if from.is_file() {
+            let bytes = std::fs::read(&from).map_err(io(&from))?;
+            atomic_write(&dir.join(file), &bytes)?;
+        }
+    }
+    let documents = input.len();
+    let manifest = Manifest {
+        kind: "packed".into(),
+        n_records: shards.iter().map(|s| s.n_records).sum(),
+        n_tokens,
+        shards,
+        special_tokens: crate::format::SpecialTokens {
+            eos: base.special_tokens.eos.or(specials.sep),
+            pad: specials.pad,
+            ..base.special_tokens
+        },
+        eos_appended: base.eos_appended || specials.sep.is_some(),
+        seq_len: Some(u64::from(l)),
+        packing: Some(packing),
+        provenance: Provenance {
+            prep_version: env!("CARGO_PKG_VERSION").into(),
+            command: "pack".into(),
+            created: crate::util::now_rfc3339(),
+            inputs,
+            options,
+            documents: DocumentCounts {
+                read: documents,
+                written: documents,
+                ..DocumentCounts::default()
+            },
+            fingerprint,
+        },
+        ..base
+    };
+    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    let journal = dir.join(JOURNAL_FILE);
+    if journal.exists() {
+        std::fs::remove_file(&journal).map_err(io(&journal))?;
+    }
+    progress.finish();
+    Ok(PackReport {
+        manifest,
+        already_complete: false,
+        resumed_rows: skip,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn no_pad() -> PackError {
+    PackError::Usage(
+        "rows that are not full need a pad token, and the input names none (no pad, no eos): pass --pad TOKEN"
+            .into(),
+    )
+}
+
+/// Resolves `--sep` and `--pad` against the input's manifest and tokenizer.
+fn specials(config: &PackConfig, base: &Manifest) -> Result<Specials, PackError> {
+    let tokenizer = base
+        .tokenizer
+        .file
+        .as_ref()
+        .map(|f| config.input.join(f))
+        .filter(|p| p.is_file())
+        .and_then(|p| tokenizers::Tokenizer::from_file(p).ok());
+    let resolve = |flag: &'static str, value: &str| -> Result<u32, PackError> {
+        let id = tokenizer
+            .as_ref()
+            .and_then(|t| t.token_to_id(value))
+            .or_else(|| value.parse::<u32>().ok());
+        match id {
+            Some(id) if u64::from(id) < base.vocab_size => Ok(id),
+            Some(id) => Err(PackError::Token {
+                flag,
+                value: value.into(),
+                why: format!(
+                    "id {id} is not below the vocabulary size {}",
+                    base.vocab_size
+                ),
+            }),
+            None => Err(PackError::Token {
+                flag,
+                value: value.into(),
+                why: if tokenizer.is_some() {
+                    "neither a token of the dataset's tokenizer nor an id".into()
+                } else {
+                    "not an id (the dataset has no tokenizer.json to look tokens up in)".into()
+                },
+            }),
+        }
+    };
+    let sep = match (&config.sep, config.no_sep) {
+        (Some(_), true) => {
+            return Err(PackError::Usage(
+                "--sep and --no-sep contradict each other".into(),
+            ))
+        }
+        (Some(value), false) => {
+            if base.eos_appended {
+                return Err(PackError::Usage(format!(
+                    "the documents already end with eos (id {}); --sep would add a second separator",
+                    base.special_tokens.eos.map_or("?".into(), |e| e.to_string())
+                )));
+            }
+            Some(resolve("sep", value)?)
+        }
+        (None, no_sep) => {
+            if !base.eos_appended && !no_sep {
+                return Err(PackError::Usage(
+                    "the documents do not end with an eos token, so nothing would separate them: \
+                     pass --sep TOKEN to add one after each document, or --no-sep to pack them as they are"
+                        .into(),
+                ));
+            }
+            None
+        }
+    };
+    let pad = match &config.pad {
+        Some(value) => Some(resolve("pad", value)?),
+        None => base.special_tokens.pad.or(base.special_tokens.eos).or(sep),
+    };
+    Ok(Specials { sep, pad })
+}
+
+/// The journal's file name in the output directory.
+const JOURNAL_FILE: &str = ".prep-journal.json";
+
+/// A run under way: its fingerprint and the shards completed so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Journal {
+    fingerprint: String,
+    shards: Vec<ShardInfo>,
+}
+
+impl Journal {
+    fn save(&self, dir: &Path) -> Result<(), PackError> {
+        let json = serde_json::to_vec_pretty(self).expect("a journal serializes");
+        Ok(atomic_write(&dir.join(JOURNAL_FILE), &json)?)
+    }
+}
+
+enum Start {
+    /// Start after these intact shards (none for a fresh run).
+    Resume(Vec<ShardInfo>),
+    Complete(Box<Manifest>),
+}
+
+/// What the output directory holds: a finished dataset with the same
+/// fingerprint (left alone), an interrupted run with it (resumed after its
+/// intact shards), nothing, or something to refuse unless `overwrite`.
+fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, PackError> {
+    let refuse = |why: &str| PackError::OutputExists {
+        dir: dir.into(),
+        why: why.into(),
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        return Ok(Start::Resume(Vec::new()));
+    }
+    if overwrite {
+        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+            let path = entry.map_err(io(dir))?.path();
+            let r = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            r.map_err(io(&path))?;
+        }
+        return Ok(Start::Resume(Vec::new()));
+    }
+    if dir.join(MANIFEST_FILE).exists() {
+        let manifest = Manifest::read(dir)?;
+        if manifest.provenance.fingerprint == fingerprint {
+            return Ok(Start::Complete(Box::new(manifest)));
+        }
+        return Err(refuse(
+            "holds a dataset made from another input or options (pass --overwrite to replace it)",
+        ));
+    }
+    if let Ok(bytes) = std::fs::read(dir.join(JOURNAL_FILE)) {
+        return match serde_json::from_slice::<Journal>(&bytes) {
+            Ok(journal) if journal.fingerprint == fingerprint => {
+                let intact = journal
+                    .shards
+                    .iter()
+                    .take_while(|s| shard_intact(dir, s))
+                    .count();
+                let mut shards = journal.shards;
+                shards.truncate(intact);
+                Ok(Start::Resume(shards))
+            }
+            _ => Err(refuse(
+                "holds an interrupted run with another input or options (pass --overwrite to start over)",
+            )),
+        };
+    }
+    let foreign = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(Result::ok)
+        .next()
+        .is_some();
+    if foreign {
+        return Err(refuse(
+            "is not empty (choose a new directory, or pass --overwrite)",
+        ));
+    }
+    Ok(Start::Resume(Vec::new()))
+}
+
+/// True when a shard's files all match the checksums recorded for them.
+fn shard_intact(dir: &Path, s: &ShardInfo) -> bool {
+    let files = [
+        (Some(&s.bin), Some(&s.bin_xxh3)),
+        (Some(&s.idx), Some(&s.idx_xxh3)),
+        (s.seg.as_ref(), s.seg_xxh3.as_ref()),
+    ];
+    files.iter().all(|(name, sum)| match (name, sum) {
+        (Some(name), Some(sum)) => {
+            crate::format::hash_file(&dir.join(name)).is_ok_and(|(h, _)| checksum_hex(h) == **sum)
+        }
+        _ => false,
+    })
+}
+
+/// Progress in rows written out of the total.
+struct Shown<'a> {
+    progress: &'a dyn Progress,
+    seq_len: u64,
+    /// Rows the run will have written at the end (0 until known).
+    rows: u64,
+}
+
+impl Shown<'_> {
+    fn rows(&mut self, done: u64) {
+        if done % 1024 == 0 {
+            self.progress.update(&ProgressSnapshot {
+                input_bytes: done,
+                input_total: self.rows.max(done),
+                documents: 0,
+                text_bytes: 0,
+                tokens: done * self.seq_len,
+            });
+        }
+    }
+}
