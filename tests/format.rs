@@ -179,6 +179,9 @@ fn offsets_and_sizes_past_4_gib_and_2_pow_32_tokens() {
         idx_bytes: idx.len() as u64,
         bin_xxh3: "0000000000000000".into(),
         idx_xxh3: "0000000000000000".into(),
+        seg: None,
+        seg_bytes: None,
+        seg_xxh3: None,
     };
     atomic_write(
         &dir.path().join(MANIFEST_FILE),

@@ -173,6 +173,8 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
             xxh3: "0000000000000000".into(),
         },
         shards,
+        seq_len: None,
+        packing: None,
         provenance: Provenance {
             prep_version: "test".into(),
             command: "test".into(),
