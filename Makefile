@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -63,6 +63,11 @@ bench: build $(VENV)/.installed
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-shuffle: build $(VENV)/.installed
 	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE))
+
+# Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
+# padding on the real corpus (../shared/corpora, tokenized once into target/bench).
+bench-pack: build $(VENV)/.installed
+	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE))
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
