@@ -154,17 +154,8 @@ impl Dataset {
 
     /// Record `index`, borrowed from the mapped shard: no copy, no allocation.
     pub fn record(&self, index: u64) -> Result<Tokens<'_>, FormatError> {
-        if index >= self.len() {
-            return Err(FormatError::RecordOutOfRange {
-                index,
-                len: self.len(),
-            });
-        }
-        // The last shard whose first record is at or before `index`; empty
-        // shards share a start with their successor and are skipped over.
-        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let (s, local) = self.locate(index)?;
         let shard = &self.shards[s];
-        let local = (index - self.starts[s]) as usize;
         let offsets = shard.offsets();
         let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
         let bytes = shard.bin.bytes();
@@ -177,19 +168,33 @@ impl Dataset {
     /// Record `index` as the little-endian bytes of the `.bin`, borrowed
     /// from the mapping (what [`crate::format::ShardWriter::push_raw`] takes).
     pub fn record_bytes(&self, index: u64) -> Result<&[u8], FormatError> {
+        let (s, local) = self.locate(index)?;
+        let shard = &self.shards[s];
+        let offsets = shard.offsets();
+        let size = self.manifest.dtype.size();
+        let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
+        Ok(&shard.bin.bytes()[lo * size..hi * size])
+    }
+
+    /// The shard holding record `index`, and the record's number within it.
+    pub fn locate(&self, index: u64) -> Result<(usize, usize), FormatError> {
         if index >= self.len() {
             return Err(FormatError::RecordOutOfRange {
                 index,
                 len: self.len(),
             });
         }
+        // The last shard whose first record is at or before `index`; empty
+        // shards share a start with their successor and are skipped over.
         let s = self.starts.partition_point(|&start| start <= index) - 1;
-        let shard = &self.shards[s];
-        let local = (index - self.starts[s]) as usize;
-        let offsets = shard.offsets();
-        let size = self.manifest.dtype.size();
-        let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
-        Ok(&shard.bin.bytes()[lo * size..hi * size])
+        Ok((s, (index - self.starts[s]) as usize))
+    }
+
+    /// The length in tokens of record `index`, from the offsets alone.
+    pub fn record_len(&self, index: u64) -> Result<u64, FormatError> {
+        let (s, local) = self.locate(index)?;
+        let offsets = self.shards[s].offsets();
+        Ok(offsets[local + 1] - offsets[local])
     }
 
     /// Number of shards.
@@ -221,20 +226,13 @@ impl Dataset {
     ///
     /// An error for a dataset without segment indexes (a `documents` dataset).
     pub fn segments(&self, index: u64) -> Result<&[Segment], FormatError> {
-        if index >= self.len() {
-            return Err(FormatError::RecordOutOfRange {
-                index,
-                len: self.len(),
-            });
-        }
-        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        let (s, local) = self.locate(index)?;
         let (rows, segments) = self.shards[s]
             .segments()
             .ok_or_else(|| FormatError::Mismatch {
                 path: self.dir.join(&self.manifest.shards[s].idx),
                 message: "this shard has no segment index (only packed datasets have one)".into(),
             })?;
-        let local = (index - self.starts[s]) as usize;
         Ok(&segments[rows[local] as usize..rows[local + 1] as usize])
     }
 

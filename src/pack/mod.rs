@@ -36,7 +36,7 @@ use crate::format::{
 };
 use crate::permute::Permutation;
 use crate::progress::{Progress, ProgressSnapshot};
-use writer::PackWriter;
+use writer::{PackWriter, RowBuilder, BATCH_ROWS};
 
 /// How documents become rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,29 +258,25 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         ));
     }
 
-    let dtype = base.dtype;
-    let mut out = PackWriter::new(
-        &input,
-        dir,
-        dtype,
-        l,
-        config.shard_size,
-        specials.sep,
-        specials.pad,
-        kept,
-    );
+    let threads = crate::util::thread_count(config.threads);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| PackError::Io {
+            path: dir.clone(),
+            source: std::io::Error::other(e),
+        })?;
+    let builder = RowBuilder::new(&input, l, specials.sep, specials.pad);
+    let mut out = PackWriter::new(builder, &pool, dir, config.shard_size, kept);
     let sep = u64::from(specials.sep.is_some());
     let mut shown = Shown {
         progress,
         seq_len: u64::from(l),
         rows: 0,
     };
-    let sealed = |s: Option<&ShardInfo>, journal: &mut Journal| -> Result<(), PackError> {
-        if let Some(s) = s {
-            journal.shards.push(s.clone());
-            journal.save(dir)?;
-        }
-        Ok(())
+    let mut sealed = |s: &ShardInfo| -> Result<(), PackError> {
+        journal.shards.push(s.clone());
+        journal.save(dir)
     };
 
     let packing = match config.mode {
@@ -297,12 +293,22 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             let c = concat::counts(input.record_lengths().map(|n| n + sep), l, written);
             let perm = seed.map(|s| Permutation::new(rows, s, 0));
             shown.rows = rows;
-            let mut pieces = Vec::new();
-            for r in skip..rows {
-                let source = perm.as_ref().map_or(r, |p| p.get(r));
-                stream.row(source, l, &mut pieces);
-                sealed(out.push(&pieces)?, &mut journal)?;
-                shown.rows(r + 1);
+            let mut first = skip;
+            while first < rows {
+                let last = (first + BATCH_ROWS as u64).min(rows);
+                let batch: Vec<Vec<bestfit::Piece>> = pool.install(|| {
+                    (first..last)
+                        .into_par_iter()
+                        .map(|r| {
+                            let mut pieces = Vec::new();
+                            stream.row(perm.as_ref().map_or(r, |p| p.get(r)), l, &mut pieces);
+                            pieces
+                        })
+                        .collect()
+                });
+                out.write(&batch, &mut sealed)?;
+                shown.rows(last);
+                first = last;
             }
             Packing {
                 mode: "concat".into(),
@@ -325,14 +331,6 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             let seed = seed.expect("bestfit always has a seed");
             // An estimate for the progress bar; padding adds a little.
             shown.rows = (input.n_tokens() + input.len() * sep).div_ceil(u64::from(l));
-            let threads = crate::util::thread_count(config.threads);
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|e| PackError::Io {
-                    path: dir.clone(),
-                    source: std::io::Error::other(e),
-                })?;
             let mut packing = Packing {
                 mode: "bestfit".into(),
                 seed: Some(seed),
@@ -379,10 +377,14 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
                         continue;
                     }
                     let perm = Permutation::new(rows, seed, w);
-                    for j in skip.saturating_sub(first_row)..rows {
-                        let r = perm.get(j) as usize;
-                        sealed(out.push(plan.row(r))?, &mut journal)?;
-                        shown.rows(first_row + j + 1);
+                    let mut j = skip.saturating_sub(first_row);
+                    while j < rows {
+                        let end = (j + BATCH_ROWS as u64).min(rows);
+                        let batch: Vec<&[bestfit::Piece]> =
+                            (j..end).map(|j| plan.row(perm.get(j) as usize)).collect();
+                        out.write(&batch, &mut sealed)?;
+                        shown.rows(first_row + end);
+                        j = end;
                     }
                 }
             }
@@ -637,14 +639,12 @@ struct Shown<'a> {
 
 impl Shown<'_> {
     fn rows(&mut self, done: u64) {
-        if done % 1024 == 0 {
-            self.progress.update(&ProgressSnapshot {
-                input_bytes: done,
-                input_total: self.rows.max(done),
-                documents: 0,
-                text_bytes: 0,
-                tokens: done * self.seq_len,
-            });
-        }
+        self.progress.update(&ProgressSnapshot {
+            input_bytes: done,
+            input_total: self.rows.max(done),
+            documents: 0,
+            text_bytes: 0,
+            tokens: done * self.seq_len,
+        });
     }
 }

@@ -1,9 +1,20 @@
 //! Rows into shards: each row's tokens go to the shard's `.bin`/`.idx`
 //! (through [`DatasetWriter`]) and its pieces to the shard's `.seg`, written
 //! when the shard is complete.
+//!
+//! Rows are assembled in batches, in parallel, and written in order, so the
+//! output does not depend on the thread count. Tokens are read from the
+//! input with positioned reads, not through its mapping: pages of a mapping
+//! stay in the process's resident memory once touched (64 KiB around each
+//! fault), and rows that pick documents at random would touch the whole
+//! input. Resident memory stays that of a window's plan and one batch.
 
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::bestfit::Piece;
@@ -12,71 +23,93 @@ use crate::format::{
     ShardInfo,
 };
 
-/// Assembles rows from an input dataset's documents and writes them.
-pub(crate) struct PackWriter<'a> {
+/// Rows assembled in parallel before they are written in order.
+pub(crate) const BATCH_ROWS: usize = 4096;
+
+/// Builds rows from pieces of the input's documents.
+pub(crate) struct RowBuilder<'a> {
     input: &'a Dataset,
-    dir: PathBuf,
-    inner: DatasetWriter,
     seq_len: u32,
-    seg: SegWriter,
-    /// Every completed shard, `.seg` included.
-    shards: Vec<ShardInfo>,
     sep: Option<Vec<u8>>,
     pad: Vec<u8>,
-    row: Vec<u8>,
+}
+
+/// One assembled row: its bytes and its pieces.
+#[derive(Default)]
+struct Row {
+    bytes: Vec<u8>,
     segments: Vec<Segment>,
 }
 
-impl<'a> PackWriter<'a> {
-    /// A writer into `dir` that continues after the shards already `done`.
-    #[allow(clippy::too_many_arguments)]
+/// The input `.bin` files one task has open.
+struct Files<'a> {
+    input: &'a Dataset,
+    open: HashMap<usize, File>,
+}
+
+impl Files<'_> {
+    /// Appends tokens `from .. from + len` of record `doc` to `out`, as bytes.
+    fn read(
+        &mut self,
+        doc: u64,
+        from: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let ds = self.input;
+        let (s, local) = ds.locate(doc)?;
+        let size = ds.dtype().size() as u64;
+        let start = (ds.shard_offsets(s)[local] + from) * size;
+        let path = || ds.dir().join(&ds.manifest().shards[s].bin);
+        let file = match self.open.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(File::open(path()).map_err(|err| FormatError::io(path(), err))?)
+            }
+        };
+        let at = out.len();
+        out.resize(at + (len * size) as usize, 0);
+        file.read_exact_at(&mut out[at..], start)
+            .map_err(|err| FormatError::io(path(), err))
+    }
+}
+
+impl<'a> RowBuilder<'a> {
     pub(crate) fn new(
         input: &'a Dataset,
-        dir: &Path,
-        dtype: Dtype,
         seq_len: u32,
-        shard_size: u64,
         sep: Option<u32>,
         pad: Option<u32>,
-        done: Vec<ShardInfo>,
-    ) -> PackWriter<'a> {
+    ) -> RowBuilder<'a> {
+        let dtype = input.dtype();
         let bytes = |id: u32| match dtype {
             Dtype::U16 => (id as u16).to_le_bytes().to_vec(),
             Dtype::U32 => id.to_le_bytes().to_vec(),
         };
-        PackWriter {
+        RowBuilder {
             input,
-            dir: dir.into(),
-            inner: DatasetWriter::new(dir, dtype, shard_size, done.clone()),
             seq_len,
-            seg: SegWriter::new(seq_len),
-            shards: done,
             sep: sep.map(bytes),
             pad: pad.map(bytes).unwrap_or_default(),
-            row: Vec::with_capacity(seq_len as usize * dtype.size()),
-            segments: Vec::new(),
         }
     }
 
-    /// Writes one row made of `pieces` (in order) and padding to `seq_len`.
-    /// Returns the shard completed to make room for it, if one was.
-    pub(crate) fn push(&mut self, pieces: &[Piece]) -> Result<Option<&ShardInfo>, FormatError> {
-        self.row.clear();
-        self.segments.clear();
+    /// Row `pieces` (in order) followed by padding to `seq_len`.
+    fn build(&self, pieces: &[Piece], files: &mut Files, row: &mut Row) -> Result<(), FormatError> {
+        row.bytes.clear();
+        row.segments.clear();
         let mut at = 0u32;
         for p in pieces {
-            let bytes = self.input.record_bytes(p.doc)?;
-            let size = self.input.dtype().size();
-            let doc_len = (bytes.len() / size) as u64;
-            let from = p.offset.min(doc_len) as usize;
-            let to = (p.offset + u64::from(p.len)).min(doc_len) as usize;
-            self.row.extend_from_slice(&bytes[from * size..to * size]);
+            let doc_len = self.input.record_len(p.doc)?;
+            let from = p.offset.min(doc_len);
+            let to = (p.offset + u64::from(p.len)).min(doc_len);
+            files.read(p.doc, from, to - from, &mut row.bytes)?;
             if p.offset + u64::from(p.len) > doc_len {
                 // The piece runs past the document's tokens: its separator.
-                self.row
+                row.bytes
                     .extend_from_slice(self.sep.as_deref().expect("a separator was added"));
             }
-            self.segments.push(Segment {
+            row.segments.push(Segment {
                 doc: p.doc,
                 doc_offset: p.offset,
                 start: at,
@@ -85,50 +118,169 @@ impl<'a> PackWriter<'a> {
             at += p.len;
         }
         let full = self.seq_len as usize * self.input.dtype().size();
-        if self.row.len() < full && self.pad.is_empty() {
+        if row.bytes.len() < full && self.pad.is_empty() {
             return Err(FormatError::Mismatch {
-                path: self.dir.clone(),
+                path: self.input.dir().into(),
                 message: "a row shorter than seq_len needs a pad token".into(),
             });
         }
-        while self.row.len() < full {
-            self.row.extend_from_slice(&self.pad);
+        while row.bytes.len() < full {
+            row.bytes.extend_from_slice(&self.pad);
         }
-        let sealed = self.inner.push_raw(&self.row)?.is_some();
-        if sealed {
-            let done = self.inner.shards().last().expect("just sealed").clone();
-            self.finish_shard(done)?;
+        Ok(())
+    }
+}
+
+/// Writes rows into shards with their segment indexes.
+///
+/// Each batch is assembled while the one before it is written: two buffers
+/// of rows, one filled by the pool's threads, one drained by the writer.
+pub(crate) struct PackWriter<'a> {
+    builder: RowBuilder<'a>,
+    pool: &'a rayon::ThreadPool,
+    sink: Sink,
+    /// Rows assembled and not yet written: `pending[..pending_len]`.
+    pending: Vec<Row>,
+    pending_len: usize,
+    /// The buffer the next batch is assembled into.
+    spare: Vec<Row>,
+}
+
+/// The writing side: shards, their segment indexes, and what is complete.
+struct Sink {
+    dir: PathBuf,
+    inner: DatasetWriter,
+    seq_len: u32,
+    seg: SegWriter,
+    /// Every completed shard, `.seg` included.
+    shards: Vec<ShardInfo>,
+}
+
+impl<'a> PackWriter<'a> {
+    /// A writer into `dir` that continues after the shards already `done`.
+    pub(crate) fn new(
+        builder: RowBuilder<'a>,
+        pool: &'a rayon::ThreadPool,
+        dir: &Path,
+        shard_size: u64,
+        done: Vec<ShardInfo>,
+    ) -> PackWriter<'a> {
+        let seq_len = builder.seq_len;
+        PackWriter {
+            sink: Sink {
+                dir: dir.into(),
+                inner: DatasetWriter::new(dir, builder.input.dtype(), shard_size, done.clone()),
+                seq_len,
+                seg: SegWriter::new(seq_len),
+                shards: done,
+            },
+            builder,
+            pool,
+            pending: Vec::new(),
+            pending_len: 0,
+            spare: Vec::new(),
         }
-        self.seg.push_row(&self.segments);
-        Ok(if sealed { self.shards.last() } else { None })
     }
 
-    /// Writes the `.seg` of a completed shard and records it.
-    fn finish_shard(&mut self, mut info: ShardInfo) -> Result<(), FormatError> {
-        let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));
-        debug_assert_eq!(seg.n_rows(), info.n_records);
-        let stem = info.bin.strip_suffix(".bin").unwrap_or(&info.bin);
-        let name = format!("{stem}.seg");
-        let bytes = seg.encode();
-        atomic_write(&self.dir.join(&name), &bytes)?;
-        info.seg = Some(name);
-        info.seg_bytes = Some(bytes.len() as u64);
-        info.seg_xxh3 = Some(checksum_hex(xxh3_64(&bytes)));
-        self.shards.push(info);
+    /// Assembles the rows of `batch` in parallel while writing the batch
+    /// before it; `sealed` is called with every shard completed on the way.
+    /// The rows of the last batch are written by [`PackWriter::finish`].
+    pub(crate) fn write<P: AsRef<[Piece]> + Sync>(
+        &mut self,
+        batch: &[P],
+        mut sealed: impl FnMut(&ShardInfo) -> Result<(), super::PackError>,
+    ) -> Result<(), super::PackError> {
+        let n = batch.len();
+        if self.spare.len() < n {
+            self.spare.resize_with(n, Row::default);
+        }
+        let PackWriter {
+            builder,
+            pool,
+            sink,
+            pending,
+            pending_len,
+            spare,
+        } = self;
+        let threads = pool.current_num_threads().max(1);
+        let (written, built) = pool.install(|| {
+            rayon::join(
+                || sink.write(&pending[..*pending_len]),
+                || build_all(builder, &mut spare[..n], batch, threads),
+            )
+        });
+        built?;
+        for info in written? {
+            sealed(&info)?;
+        }
+        std::mem::swap(&mut self.pending, &mut self.spare);
+        self.pending_len = n;
         Ok(())
     }
 
-    /// Completes the open shard and returns every shard, in order.
+    /// Writes the last batch, completes the open shard and returns every
+    /// shard, in order.
     pub(crate) fn finish(mut self) -> Result<Vec<ShardInfo>, FormatError> {
-        let dataset = std::mem::replace(
-            &mut self.inner,
-            DatasetWriter::new(&self.dir, Dtype::U16, 1, Vec::new()),
-        );
-        let all = dataset.finish()?;
-        if all.len() > self.shards.len() {
+        self.sink.write(&self.pending[..self.pending_len])?;
+        let sink = self.sink;
+        let mut shards = sink.shards;
+        let all = sink.inner.finish()?;
+        if all.len() > shards.len() {
             let last = all.last().expect("one more than recorded").clone();
-            self.finish_shard(last)?;
+            shards.push(finish_shard(&sink.dir, sink.seg, last)?);
         }
-        Ok(self.shards)
+        Ok(shards)
     }
+}
+
+/// Assembles `batch` into `rows`, in parallel chunks.
+fn build_all<P: AsRef<[Piece]> + Sync>(
+    builder: &RowBuilder,
+    rows: &mut [Row],
+    batch: &[P],
+    threads: usize,
+) -> Result<(), FormatError> {
+    let chunk = batch.len().div_ceil(threads * 4).max(1);
+    rows.par_chunks_mut(chunk)
+        .zip(batch.par_chunks(chunk))
+        .try_for_each(|(rows, pieces)| {
+            let mut files = Files {
+                input: builder.input,
+                open: HashMap::new(),
+            };
+            rows.iter_mut()
+                .zip(pieces)
+                .try_for_each(|(row, p)| builder.build(p.as_ref(), &mut files, row))
+        })
+}
+
+impl Sink {
+    /// Writes `rows` in order; returns the shards completed on the way.
+    fn write(&mut self, rows: &[Row]) -> Result<Vec<ShardInfo>, FormatError> {
+        let mut sealed = Vec::new();
+        for row in rows {
+            if self.inner.push_raw(&row.bytes)?.is_some() {
+                let done = self.inner.shards().last().expect("just sealed").clone();
+                let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));
+                let info = finish_shard(&self.dir, seg, done)?;
+                self.shards.push(info.clone());
+                sealed.push(info);
+            }
+            self.seg.push_row(&row.segments);
+        }
+        Ok(sealed)
+    }
+}
+
+/// Writes the `.seg` of a completed shard and adds it to the shard's entry.
+fn finish_shard(dir: &Path, seg: SegWriter, mut info: ShardInfo) -> Result<ShardInfo, FormatError> {
+    debug_assert_eq!(seg.n_rows(), info.n_records);
+    let stem = info.bin.strip_suffix(".bin").unwrap_or(&info.bin);
+    let name = format!("{stem}.seg");
+    let bytes = seg.encode();
+    atomic_write(&dir.join(&name), &bytes)?;
+    info.seg = Some(name);
+    info.seg_bytes = Some(bytes.len() as u64);
+    info.seg_xxh3 = Some(checksum_hex(xxh3_64(&bytes)));
+    Ok(info)
 }
