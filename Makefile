@@ -17,7 +17,7 @@ build:
 	$(CARGO) build --release
 
 # Tokenize the small real corpus in fixtures/ with the GPT-2 tokenizer in fixtures/,
-# then validate the dataset and show what it holds.
+# shuffle it, pack it into rows of 2048 tokens, then validate and show both datasets.
 demo: build
 	rm -rf $(TARGET_DIR)/demo
 	$(RELEASE) tokenize \
@@ -26,9 +26,16 @@ demo: build
 		--output $(TARGET_DIR)/demo/debian-gpt2 \
 		--shard-size 1MiB
 	@echo
+	$(RELEASE) shuffle $(TARGET_DIR)/demo/debian-gpt2 $(TARGET_DIR)/demo/shuffled --seed 1 --shard-size 1MiB
+	@echo
+	$(RELEASE) pack $(TARGET_DIR)/demo/shuffled $(TARGET_DIR)/demo/packed-2048 --seq-len 2048 --shard-size 1MiB
+	@echo
 	$(RELEASE) validate $(TARGET_DIR)/demo/debian-gpt2
+	$(RELEASE) validate $(TARGET_DIR)/demo/packed-2048
 	@echo
 	$(RELEASE) inspect $(TARGET_DIR)/demo/debian-gpt2
+	@echo
+	$(RELEASE) inspect $(TARGET_DIR)/demo/packed-2048 --record 0
 
 # A virtual environment with the Python reference (tokenizers) and test tools.
 $(VENV)/.installed: tools/requirements.txt

@@ -100,6 +100,8 @@ pub struct RecordView {
     pub ids: Vec<u32>,
     /// Its text, when a tokenizer was found.
     pub text: Option<String>,
+    /// A packed row's document pieces (null for a documents dataset).
+    pub segments: Option<Vec<crate::format::Segment>>,
 }
 
 /// Everything `prep inspect` reports; its JSON form is described by
@@ -276,7 +278,16 @@ pub fn inspect(
                 Some(path) if tokenizer.is_some() || path.is_file() => Some(decode(&path, &ids)?),
                 _ => None,
             };
-            Some(RecordView { index, ids, text })
+            let segments = match m.kind.as_str() {
+                "packed" => Some(ds.segments(index)?.to_vec()),
+                _ => None,
+            };
+            Some(RecordView {
+                index,
+                ids,
+                text,
+                segments,
+            })
         }
     };
     Ok(Inspection {

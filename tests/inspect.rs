@@ -178,3 +178,42 @@ fn an_empty_dataset_and_a_broken_one() {
         "{err}"
     );
 }
+
+#[test]
+fn a_packed_row_is_shown_with_its_pieces() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(&mut tokenize_cmd(
+        &t,
+        &[fixture("corpus/debian-sample.jsonl.zst")],
+        &docs,
+    ));
+    let packed = t.path("packed");
+    ok(t.prep()
+        .arg("pack")
+        .arg(&docs)
+        .arg(&packed)
+        .args(["--seq-len", "512", "-q"]));
+    let ds = prep::Dataset::open(&packed).unwrap();
+    // A row that ends in padding, so that every field shows.
+    let row = (0..ds.len())
+        .find(|&i| ds.segments(i).unwrap().last().unwrap().end() < 512)
+        .unwrap();
+    let v = inspect_json(&t, &packed, &["--record", &row.to_string()]);
+    let pieces = v["record"]["segments"].as_array().unwrap();
+    let expected = ds.segments(row).unwrap();
+    assert_eq!(pieces.len(), expected.len());
+    for (p, e) in pieces.iter().zip(expected) {
+        assert_eq!(p["doc"], e.doc);
+        assert_eq!(p["start"], e.start);
+        assert_eq!(p["length"], e.length);
+    }
+    let human = ok(t
+        .prep()
+        .arg("inspect")
+        .arg(&packed)
+        .args(["--record", &row.to_string()]));
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("Packed by bestfit"), "{human}");
+    assert!(human.contains("padding"), "{human}");
+}

@@ -19,7 +19,8 @@ skip them (delete target/bench/pack-debian-gpt2 to tokenize again).
    CPU seconds (user + sys of the children; the wall time is mostly waiting for
    the disk, and varies by tens of percent from run to run), tokens/s and MB/s
    of token data, time over the copy's, and prep's peak memory from its summary
-   (VmHWM, which counts the mapped input's pages: nearly all of it is the input).
+   (VmHWM: pack reads the input with positioned reads, not through its mapping,
+   so this is its own memory, not the input's pages).
 2. Quality on the real corpus, L = 512, 2048, 8192: rows of bestfit over rows
    of concat, documents cut by each mode, bestfit's padding, concat's dropped
    tokens (the last partial row).

@@ -126,6 +126,32 @@ fn human(i: &Inspection) -> String {
             );
         }
     }
+    if let (Some(p), Some(l)) = (&m.packing, m.seq_len) {
+        let share = |n: u64, of: u64| 100.0 * n as f64 / of.max(1) as f64;
+        s += &format!(
+            "\nPacked by {} into rows of {l} tokens, {}{}:\n",
+            p.mode,
+            p.seed.map_or("in input order".to_owned(), |s| format!(
+                "rows shuffled with seed {s}"
+            )),
+            p.window
+                .map_or(String::new(), |w| format!(", windows of {w} documents")),
+        );
+        s += &format!(
+            "  documents   {} in {} pieces ({:.2} per row), {} cut ({:.2}%)\n",
+            p.documents,
+            p.pieces,
+            p.pieces as f64 / p.rows.max(1) as f64,
+            p.documents_cut,
+            share(p.documents_cut, p.documents)
+        );
+        s += &format!(
+            "  padding     {} tokens ({:.3}%)\n  dropped     {} tokens\n",
+            p.pad_tokens,
+            100.0 * p.pad_share,
+            p.tokens_dropped
+        );
+    }
     if !i.overflow.is_empty() && m.n_records > 0 {
         s += "\nDocuments longer than a context length:\n";
         for o in &i.overflow {
@@ -147,6 +173,27 @@ fn human(i: &Inspection) -> String {
         match &r.text {
             Some(text) => s += &format!("  text: {text:?}\n"),
             None => s += "  text: (no tokenizer found; pass --tokenizer to decode)\n",
+        }
+        if let Some(segments) = &r.segments {
+            s += "  pieces:\n";
+            for p in segments {
+                s += &format!(
+                    "    row[{}..{}]  document {} from token {}{}\n",
+                    p.start,
+                    p.end(),
+                    p.doc,
+                    p.doc_offset,
+                    if p.doc_offset == 0 {
+                        ""
+                    } else {
+                        " (continued)"
+                    }
+                );
+            }
+            let used = segments.last().map_or(0, |p| p.end());
+            if (used as usize) < r.ids.len() {
+                s += &format!("    row[{used}..{}]  padding\n", r.ids.len());
+            }
         }
     }
     s

@@ -18,7 +18,7 @@ pub const SEGMENT_BYTES: usize = 24;
 /// One piece of a document inside a packed row, as stored in a `.seg` file
 /// (24 bytes, little-endian, in this field order).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Segment {
     /// The document's record number in the dataset that was packed.
     pub doc: u64,
