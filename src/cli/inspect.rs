@@ -47,6 +47,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Ids of a record shown in the human form (and 20 times as many characters of text).
+const SHOWN: usize = 64;
+
 fn human(i: &Inspection) -> String {
     let m = &i.manifest;
     let special = |id: Option<u32>| id.map_or("none".to_owned(), |id| id.to_string());
@@ -165,12 +168,21 @@ fn human(i: &Inspection) -> String {
     }
     if let Some(r) = &i.record {
         s += &format!(
-            "\nRecord {} ({} tokens):\n  ids: {:?}\n",
+            "\nRecord {} ({} tokens):\n  ids: {:?}{}\n",
             r.index,
             r.ids.len(),
-            r.ids
+            &r.ids[..r.ids.len().min(SHOWN)],
+            if r.ids.len() > SHOWN {
+                format!(" ... ({} more; --json shows all)", r.ids.len() - SHOWN)
+            } else {
+                String::new()
+            }
         );
         match &r.text {
+            Some(text) if text.chars().count() > 20 * SHOWN => {
+                let head: String = text.chars().take(20 * SHOWN).collect();
+                s += &format!("  text: {head:?} ... (--json shows all)\n");
+            }
             Some(text) => s += &format!("  text: {text:?}\n"),
             None => s += "  text: (no tokenizer found; pass --tokenizer to decode)\n",
         }
