@@ -75,6 +75,7 @@ bench-shuffle: build $(VENV)/.installed
 # padding on the real corpus (../shared/corpora, tokenized once into target/bench).
 bench-pack: build $(VENV)/.installed
 	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE))
+	$(CARGO) run --release --example bench_bestfit
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
@@ -82,7 +83,7 @@ bench-validate: build $(VENV)/.installed
 # Fuzz the parsers of untrusted bytes (cargo-fuzz, libFuzzer) for FUZZ_SECONDS each.
 # The stable toolchain takes the sanitizer flags with RUSTC_BOOTSTRAP=1.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := idx manifest
+FUZZ_TARGETS := idx manifest seg
 fuzz:
 	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
 	for t in $(FUZZ_TARGETS); do \

@@ -25,8 +25,8 @@ pub use manifest::{
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
 pub use segments::{
-    segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC,
-    SEG_VERSION,
+    check_segments, segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES,
+    SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
 pub(crate) use writer::TMP_SUFFIX;
 

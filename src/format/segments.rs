@@ -191,6 +191,37 @@ pub fn segment_violations<'a>(
     first.into_iter().chain(rows).chain(last)
 }
 
+/// Parses a whole `.seg` file and checks every rule of FORMAT.md on it: the
+/// header, the size, the row index and the pieces of every row. Works on
+/// bytes at any alignment (it decodes rather than views them); `path` only
+/// names the file in errors.
+pub fn check_segments(path: &Path, bytes: &[u8]) -> Result<SegHeader, FormatError> {
+    let header = SegHeader::parse(path, bytes)?;
+    let at = header.segments_offset();
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
+    let rows: Vec<u64> = bytes[SEG_HEADER_LEN..at]
+        .chunks_exact(8)
+        .map(word)
+        .collect();
+    let segments: Vec<Segment> = bytes[at..]
+        .chunks_exact(SEGMENT_BYTES)
+        .map(|c| Segment {
+            doc: word(&c[0..8]),
+            doc_offset: word(&c[8..16]),
+            start: u32::from_le_bytes(c[16..20].try_into().expect("4 bytes")),
+            length: u32::from_le_bytes(c[20..24].try_into().expect("4 bytes")),
+        })
+        .collect();
+    let first = segment_violations(&rows, &segments, header.seq_len).next();
+    match first {
+        None => Ok(header),
+        Some((row, message)) => Err(FormatError::Mismatch {
+            path: path.into(),
+            message: format!("row {row}: {message}"),
+        }),
+    }
+}
+
 /// Collects the pieces of a shard's rows and writes them as a `.seg` file.
 #[derive(Debug)]
 pub struct SegWriter {
@@ -275,6 +306,11 @@ mod tests {
             "size as specified"
         );
         assert!(SegHeader::parse(Path::new("x.seg"), &bytes[..bytes.len() - 1]).is_err());
+        assert_eq!(check_segments(Path::new("x.seg"), &bytes).unwrap(), header);
+        let mut shifted = bytes.clone();
+        shifted[header.segments_offset() + 16] = 1; // the first piece starts at 1
+        let err = check_segments(Path::new("x.seg"), &shifted).unwrap_err();
+        assert!(err.to_string().contains("row 0"), "{err}");
     }
 
     #[test]
