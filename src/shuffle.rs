@@ -175,6 +175,19 @@ struct Entry {
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
     let started = Instant::now();
     let first = config.inputs.first().ok_or(ShuffleError::NoInput)?;
+    if let Some(input) = config
+        .inputs
+        .iter()
+        .find(|i| crate::util::same_or_inside(&config.output, i))
+    {
+        return Err(ShuffleError::OutputExists {
+            dir: config.output.clone(),
+            why: format!(
+                "is the input {} or inside it; choose another directory",
+                input.display()
+            ),
+        });
+    }
     let datasets = config
         .inputs
         .iter()
@@ -541,18 +554,9 @@ fn prepare(
         return Ok(Start::Fresh);
     }
     if overwrite {
-        for entry in std::fs::read_dir(dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            if kept(&path) {
-                continue;
-            }
-            let r = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            r.map_err(|e| ShuffleError::Io { path, source: e })?;
-        }
+        // Only what prep writes (the caller's `keep` entries are not among
+        // them): a wrong OUT must not cost anyone their files.
+        crate::format::remove_prep_files(dir)?;
         return Ok(Start::Fresh);
     }
     if dir.join(MANIFEST_FILE).exists() {

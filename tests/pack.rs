@@ -423,6 +423,38 @@ fn bad_options_are_refused_with_exit_2_and_no_output() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(!out.join(MANIFEST_FILE).exists(), "{args:?}");
     }
+    // The input is never the output, even with --overwrite.
+    for out in [
+        input.clone(),
+        input.join("sub"),
+        input.join("..").join("docs"),
+    ] {
+        let err = fails(
+            t.prep()
+                .arg("pack")
+                .arg(&input)
+                .arg(&out)
+                .args(["--seq-len", "4", "--overwrite"]),
+            2,
+        );
+        assert!(err.contains("is the input or inside it"), "{err}");
+    }
+    assert!(Dataset::open(&input).is_ok(), "the input is intact");
+    // --overwrite replaces prep's files and leaves others be.
+    let mixed = t.path("mixed");
+    t.write("mixed/notes.txt", "mine");
+    t.write("mixed/shard-00007.seg", "stale");
+    ok(t.prep()
+        .arg("pack")
+        .arg(&input)
+        .arg(&mixed)
+        .args(["--seq-len", "4", "--overwrite", "-q"]));
+    assert_eq!(
+        std::fs::read_to_string(mixed.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert!(!mixed.join("shard-00007.seg").exists());
+    assert!(run(t.prep().arg("validate").arg(&mixed)).status.success());
     // A packed dataset is not packed again.
     let packed = t.path("packed");
     ok(t.prep()

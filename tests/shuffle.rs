@@ -208,6 +208,16 @@ fn the_command_line_shuffles_and_refuses_a_full_directory() {
         .args(["shuffle", "--seed", "10", "--overwrite", "--quiet"])
         .arg(&input)
         .arg(&out));
+    // The input is never the output, even with --overwrite.
+    let err = fails(
+        t.prep()
+            .args(["shuffle", "--seed", "10", "--overwrite"])
+            .arg(&input)
+            .arg(&input),
+        2,
+    );
+    assert!(err.contains("is the input"), "{err}");
+    assert!(run_validate(&t, &input), "the input is intact");
 }
 
 fn run_validate(t: &TestDir, dir: &Path) -> bool {

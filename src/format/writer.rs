@@ -19,6 +19,37 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Names of the files prep writes into a dataset directory: shard files
+/// (`shard-*.bin`, `.idx`, `.seg`), unfinished `.tmp` files, the manifest,
+/// the journal and the tokenizer copy.
+pub(crate) fn is_prep_file(name: &str) -> bool {
+    let shard =
+        name.starts_with("shard-") && [".bin", ".idx", ".seg"].iter().any(|e| name.ends_with(e));
+    shard
+        || name.ends_with(TMP_SUFFIX)
+        || name == super::MANIFEST_FILE
+        || name == ".prep-journal.json"
+        || name == "tokenizer.json"
+}
+
+/// Removes prep's own files (see [`is_prep_file`]) and its private working
+/// folders (`.shuffle-tmp`) from `dir`, and nothing else: `--overwrite` on a
+/// directory that holds other files leaves them be.
+pub(crate) fn remove_prep_files(dir: &Path) -> Result<(), FormatError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))? {
+        let entry = entry.map_err(|e| FormatError::io(dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(|e| FormatError::io(&path, e))?;
+        if kind.is_file() && is_prep_file(&name) {
+            std::fs::remove_file(&path).map_err(|e| FormatError::io(&path, e))?;
+        } else if kind.is_dir() && name == ".shuffle-tmp" {
+            std::fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` so that readers see the old file or the new one,
 /// never a part: a temporary file in the same directory, fsync, rename.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {

@@ -36,7 +36,7 @@ use crate::format::{
 };
 use crate::permute::Permutation;
 use crate::progress::{Progress, ProgressSnapshot};
-use writer::{PackWriter, RowBuilder, BATCH_ROWS};
+use writer::{batch_rows, PackWriter, RowBuilder};
 
 /// How documents become rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,6 +194,12 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     if config.window == 0 {
         return Err(PackError::Usage("--window must be at least 1".into()));
     }
+    if crate::util::same_or_inside(&config.output, &config.input) {
+        return Err(PackError::Usage(format!(
+            "the output {} is the input or inside it; choose another directory",
+            config.output.display()
+        )));
+    }
     let input = Dataset::open(&config.input)?;
     let base = input.manifest().clone();
     if base.kind != "documents" {
@@ -269,6 +275,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let builder = RowBuilder::new(&input, l, specials.sep, specials.pad);
     let mut out = PackWriter::new(builder, &pool, dir, config.shard_size, kept);
     let sep = u64::from(specials.sep.is_some());
+    let per_batch = batch_rows(u64::from(l) * base.dtype.size() as u64);
     let mut shown = Shown {
         progress,
         seq_len: u64::from(l),
@@ -295,7 +302,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             shown.rows = rows;
             let mut first = skip;
             while first < rows {
-                let last = (first + BATCH_ROWS as u64).min(rows);
+                let last = (first + per_batch).min(rows);
                 let batch: Vec<Vec<bestfit::Piece>> = pool.install(|| {
                     (first..last)
                         .into_par_iter()
@@ -379,7 +386,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
                     let perm = Permutation::new(rows, seed, w);
                     let mut j = skip.saturating_sub(first_row);
                     while j < rows {
-                        let end = (j + BATCH_ROWS as u64).min(rows);
+                        let end = (j + per_batch).min(rows);
                         let batch: Vec<&[bestfit::Piece]> =
                             (j..end).map(|j| plan.row(perm.get(j) as usize)).collect();
                         out.write(&batch, &mut sealed)?;
@@ -564,15 +571,8 @@ fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, Pack
         return Ok(Start::Resume(Vec::new()));
     }
     if overwrite {
-        for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-            let path = entry.map_err(io(dir))?.path();
-            let r = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            r.map_err(io(&path))?;
-        }
+        // Only what prep writes: a wrong OUT must not cost anyone their files.
+        crate::format::remove_prep_files(dir)?;
         return Ok(Start::Resume(Vec::new()));
     }
     if dir.join(MANIFEST_FILE).exists() {
@@ -608,7 +608,7 @@ fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, Pack
         .is_some();
     if foreign {
         return Err(refuse(
-            "is not empty (choose a new directory, or pass --overwrite)",
+            "is not empty (choose a new directory, or pass --overwrite to replace prep's files in it)",
         ));
     }
     Ok(Start::Resume(Vec::new()))

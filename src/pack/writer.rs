@@ -23,8 +23,14 @@ use crate::format::{
     ShardInfo,
 };
 
-/// Rows assembled in parallel before they are written in order.
-pub(crate) const BATCH_ROWS: usize = 4096;
+/// Bytes of rows assembled in parallel before they are written in order
+/// (two such batches are in memory: one being filled, one being written).
+const BATCH_BYTES: u64 = 32 << 20;
+
+/// Rows per batch for rows of `row_bytes`: at least one, however long.
+pub(crate) fn batch_rows(row_bytes: u64) -> u64 {
+    (BATCH_BYTES / row_bytes.max(1)).max(1)
+}
 
 /// Builds rows from pieces of the input's documents.
 pub(crate) struct RowBuilder<'a> {

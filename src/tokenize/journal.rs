@@ -221,14 +221,10 @@ fn remove(path: &Path) -> Result<(), TokenizeError> {
 }
 
 fn is_shard_file(name: &str) -> bool {
-    name.starts_with("shard-") && (name.ends_with(".bin") || name.ends_with(".idx"))
+    name.starts_with("shard-") && crate::format::is_prep_file(name)
 }
 
 /// Files prep writes into a dataset directory.
 fn is_ours(name: &str) -> bool {
-    is_shard_file(name)
-        || name.ends_with(TMP_SUFFIX)
-        || name == MANIFEST_FILE
-        || name == JOURNAL_FILE
-        || name == TOKENIZER_FILE
+    crate::format::is_prep_file(name)
 }
