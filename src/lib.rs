@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod pack;
 pub mod permute;
 pub mod progress;
+pub mod sampler;
 pub mod shuffle;
 pub mod size;
 pub mod tokenize;

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod inspect;
 mod pack;
 mod progress;
+mod sample;
 mod shuffle;
 mod tokenize;
 mod validate;
@@ -34,6 +35,8 @@ enum Command {
     Pack(pack::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
+    /// Print the record indices one rank reads in one epoch (the training sampler's order).
+    Sample(sample::Args),
     /// Show what a dataset holds: counts, shards, record lengths, one record.
     Inspect(inspect::Args),
 }
@@ -57,6 +60,7 @@ pub fn run() -> ExitCode {
         Command::Pack(args) => pack::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Sample(args) => sample::run(args),
     };
     match result {
         Ok(code) => code,

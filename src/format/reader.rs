@@ -82,12 +82,22 @@ impl Shard {
 /// Opening runs the quick checks (headers, sizes, offsets against the
 /// manifest; not the checksums) so that no later call can read out of bounds.
 ///
-/// ```no_run
-/// let ds = prep::format::Dataset::open("out/ds")?;
+/// ```
+/// use prep::format::{Dataset, Tokens};
+///
+/// // A small dataset of 36 documents in 4 shards, from prep's test fixtures.
+/// let ds = Dataset::open("fixtures/validate/good")?;
+/// assert_eq!(ds.len(), 36);
+/// let mut tokens = 0;
 /// for i in 0..ds.len() {
+///     // A borrowed view of the mapped shard: no copy, no allocation.
 ///     let record = ds.record(i)?;
-///     println!("record {i}: {} tokens", record.len());
+///     if let Tokens::U16(ids) = record {
+///         assert_eq!(ids.last(), Some(&1), "every document ends with eos 1");
+///     }
+///     tokens += record.len() as u64;
 /// }
+/// assert_eq!(tokens, ds.n_tokens());
 /// # Ok::<(), prep::format::FormatError>(())
 /// ```
 pub struct Dataset {
@@ -97,6 +107,9 @@ pub struct Dataset {
     /// `starts[s]` is the global index of shard `s`'s first record; one extra
     /// entry holds the total.
     starts: Vec<u64>,
+    /// `token_starts[s]` is the global position of shard `s`'s first token;
+    /// one extra entry holds the total.
+    token_starts: Vec<u64>,
 }
 
 impl Dataset {
@@ -107,18 +120,24 @@ impl Dataset {
         let manifest = Manifest::read(&dir)?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         let mut starts = Vec::with_capacity(manifest.shards.len() + 1);
+        let mut token_starts = Vec::with_capacity(manifest.shards.len() + 1);
         let mut start = 0u64;
+        let mut token_start = 0u64;
         for info in &manifest.shards {
             starts.push(start);
             shards.push(open_shard(&dir, &manifest, info)?);
+            token_starts.push(token_start);
             start += info.n_records; // cannot overflow: Manifest::read summed them
+            token_start += info.n_tokens;
         }
         starts.push(start);
+        token_starts.push(token_start);
         Ok(Dataset {
             dir,
             manifest,
             shards,
             starts,
+            token_starts,
         })
     }
 
@@ -195,6 +214,60 @@ impl Dataset {
         let (s, local) = self.locate(index)?;
         let offsets = self.shards[s].offsets();
         Ok(offsets[local + 1] - offsets[local])
+    }
+
+    /// Tokens `range` of the dataset, counting every record's tokens back to
+    /// back across shards, as borrowed spans: one per shard the range
+    /// touches, in order, none of them empty. No copy.
+    ///
+    /// ```
+    /// let ds = prep::format::Dataset::open("fixtures/validate/good")?;
+    /// // A window across a shard boundary (the first shard holds fewer tokens).
+    /// let first = ds.manifest().shards[0].n_tokens;
+    /// let spans: Vec<_> = ds.tokens(first - 3..first + 5)?.collect();
+    /// assert_eq!(spans.len(), 2);
+    /// assert_eq!(spans.iter().map(|s| s.len()).sum::<usize>(), 8);
+    /// // The same tokens as the records hold.
+    /// let all: Vec<u32> = ds.records().flat_map(|r| r.to_vec()).collect();
+    /// let got: Vec<u32> = spans.iter().flat_map(|s| s.to_vec()).collect();
+    /// assert_eq!(got, all[first as usize - 3..first as usize + 5]);
+    /// # Ok::<(), prep::format::FormatError>(())
+    /// ```
+    pub fn tokens(
+        &self,
+        range: std::ops::Range<u64>,
+    ) -> Result<impl Iterator<Item = Tokens<'_>> + '_, FormatError> {
+        if range.start > range.end || range.end > self.n_tokens() {
+            return Err(FormatError::RecordOutOfRange {
+                index: range.end,
+                len: self.n_tokens(),
+            });
+        }
+        let first = self
+            .token_starts
+            .partition_point(|&t| t <= range.start)
+            .saturating_sub(1);
+        Ok((first..self.shards.len())
+            .map_while(move |s| {
+                let lo = range.start.max(self.token_starts[s]);
+                let hi = range.end.min(self.token_starts[s + 1]);
+                (lo < hi || self.token_starts[s] < range.end).then(|| {
+                    let (a, b) = (
+                        (lo - self.token_starts[s]) as usize,
+                        (hi.max(lo) - self.token_starts[s]) as usize,
+                    );
+                    let bytes = self.shards[s].bin.bytes();
+                    match self.manifest.dtype {
+                        Dtype::U16 => {
+                            Tokens::U16(&cast::<u16>(bytes).expect("checked at open")[a..b])
+                        }
+                        Dtype::U32 => {
+                            Tokens::U32(&cast::<u32>(bytes).expect("checked at open")[a..b])
+                        }
+                    }
+                })
+            })
+            .filter(|t| !t.is_empty()))
     }
 
     /// Number of shards.
