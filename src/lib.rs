@@ -26,3 +26,8 @@ pub mod util;
 pub mod validate;
 
 pub use format::{Dataset, Dtype, FormatError, Manifest, Tokens};
+
+/// The README's Rust examples compile (they are run by `cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

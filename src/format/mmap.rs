@@ -65,6 +65,17 @@ pub(crate) fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
     (prefix.is_empty() && suffix.is_empty()).then_some(middle)
 }
 
+/// The bytes of a slice of `T`, as they lie in memory: the inverse of
+/// [`cast`] (for tokens viewed from a little-endian file, the file's bytes).
+pub(crate) fn bytes_of<T: Plain>(values: &[T]) -> &[u8] {
+    // SAFETY: `values` is `size_of_val(values)` initialised bytes at its
+    // address (`Plain` types have no padding), u8 has alignment 1 and every
+    // byte value is valid; the lifetime is the slice's.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
+}
+
 /// Datasets are little-endian and viewed in place, so a big-endian machine
 /// cannot read them without copying.
 pub(crate) fn little_endian() -> Result<(), FormatError> {

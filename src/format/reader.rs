@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::index::check_offsets;
-use super::mmap::{cast, little_endian, Mapped};
+use super::mmap::{bytes_of, cast, little_endian, Mapped};
 use super::segments::{SegHeader, Segment};
 use super::{Dtype, FormatError, IdxHeader, Manifest, ShardInfo, IDX_HEADER_LEN};
 
@@ -35,6 +35,15 @@ impl<'a> Tokens<'a> {
         match self {
             Tokens::U16(t) => t.get(i).map(|&x| u32::from(x)),
             Tokens::U32(t) => t.get(i).copied(),
+        }
+    }
+
+    /// The tokens as the `.bin` stores them (little-endian), borrowed: what
+    /// a copy to another buffer or a device moves, without decoding.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        match *self {
+            Tokens::U16(t) => bytes_of(t),
+            Tokens::U32(t) => bytes_of(t),
         }
     }
 
