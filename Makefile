@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-read bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -76,6 +76,12 @@ bench-shuffle: build $(VENV)/.installed
 bench-pack: build $(VENV)/.installed
 	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE))
 	$(CARGO) run --release --example bench_bestfit
+
+# Random row gather from page cache with the Python and Rust readers, each beside a
+# memcpy of the same bytes, and the sampler's index rates (packs ../shared/corpora once).
+bench-read: build $(VENV)/.installed
+	$(VPY) tools/bench_read.py --prep $(abspath $(RELEASE)) --scratch $(TARGET_DIR)/bench
+	$(CARGO) run --release --example bench_read -- $(TARGET_DIR)/bench/read-packed-2048
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
