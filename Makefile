@@ -59,9 +59,11 @@ test-python: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
 
+# Also with the GPU loader (feature cuda): it must build on machines with no CUDA.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features cuda -- -D warnings
 
 # Throughput and peak memory against the Python tokenizers baseline, in one run.
 bench: build $(VENV)/.installed
