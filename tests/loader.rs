@@ -109,10 +109,6 @@ impl Flag {
             done = self.changed.wait(done).unwrap();
         }
     }
-
-    fn is_done(&self) -> bool {
-        *self.done.lock().unwrap()
-    }
 }
 
 type Fence = Arc<Flag>;
