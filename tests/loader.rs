@@ -47,6 +47,7 @@ fn host_batches_arrive_in_sampler_order_with_their_rows() {
                 batch_rows,
                 depth,
                 start,
+                threads: depth % 2 + 1,
             },
         )
         .unwrap();
@@ -83,6 +84,7 @@ fn records_of_different_lengths_are_refused() {
             batch_rows: 1,
             depth: 1,
             start: 0,
+            threads: 2,
         },
     )
     .err()
@@ -303,6 +305,7 @@ fn async_copies_respect_the_ring_with_slow_and_fast_consumers() {
                     batch_rows: 5,
                     depth,
                     start: 0,
+                    threads: 2,
                 },
             )
             .unwrap();
@@ -333,6 +336,7 @@ fn an_error_mid_epoch_reaches_the_consumer_after_the_good_batches() {
             batch_rows: 10,
             depth: 3,
             start: 0,
+            threads: 2,
         },
     )
     .unwrap();
@@ -371,6 +375,7 @@ fn dropping_the_loader_mid_epoch_stops_the_producer() {
                 batch_rows: 4,
                 depth: 2,
                 start: 0,
+                threads: 2,
             },
         )
         .unwrap();

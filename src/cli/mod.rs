@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench_read;
 mod inspect;
 mod pack;
 mod progress;
@@ -35,6 +36,8 @@ enum Command {
     Pack(pack::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
+    /// Measure the batch loader: tokens/s to host memory or a GPU, copy bandwidth, waits per step.
+    BenchRead(bench_read::Args),
     /// Print the record indices one rank reads in one epoch (the training sampler's order).
     Sample(sample::Args),
     /// Show what a dataset holds: counts, shards, record lengths, one record.
@@ -61,6 +64,7 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Sample(args) => sample::run(args),
+        Command::BenchRead(args) => bench_read::run(args),
     };
     match result {
         Ok(code) => code,
