@@ -15,6 +15,7 @@ pub mod cli;
 pub mod format;
 pub mod input;
 pub mod inspect;
+pub mod interop;
 pub mod loader;
 pub mod pack;
 pub mod permute;

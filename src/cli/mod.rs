@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench_read;
+mod export;
+mod import;
 mod inspect;
 mod pack;
 mod progress;
@@ -34,6 +36,10 @@ enum Command {
     Shuffle(shuffle::Args),
     /// Pack documents into rows of exactly --seq-len tokens (bestfit or concat).
     Pack(pack::Args),
+    /// Write a dataset as Megatron-LM, nanoGPT, llm.c or datatrove token files.
+    Export(export::Args),
+    /// Read Megatron-LM, nanoGPT, llm.c or datatrove token files into a dataset.
+    Import(import::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
     /// Measure the batch loader: tokens/s to host memory or a GPU, copy bandwidth, waits per step.
@@ -62,6 +68,8 @@ pub fn run() -> ExitCode {
         Command::Shuffle(args) => shuffle::run(args),
         Command::Pack(args) => pack::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Export(args) => export::run(args),
+        Command::Import(args) => import::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Sample(args) => sample::run(args),
         Command::BenchRead(args) => bench_read::run(args),

@@ -23,6 +23,7 @@ mod tokenizer;
 pub use crate::progress::{NoProgress, Progress, ProgressSnapshot};
 use tokenizer::display_path;
 pub(crate) use tokenizer::read_maybe_compressed as read_tokenizer_bytes;
+pub(crate) use tokenizer::LoadedTokenizer;
 
 /// How the end-of-document token is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,92 @@
+//! `prep import`: another trainer's token files into a prep dataset.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+
+use super::export::FormatArg;
+use crate::interop::{self, ImportConfig};
+use crate::size::parse_size;
+
+/// Read token files of another trainer into a prep dataset (shards,
+/// checksums, manifest).
+///
+/// megatron and datatrove inputs are path prefixes (OUT of prep export, or
+/// their own), and each sequence or document becomes a record. nanogpt
+/// files and llm.c shards (a directory, or shard files) keep no document
+/// boundaries: --eos ID ends a record after each end-of-text token (before
+/// each, with --eot-first, the token then moving to the record's end);
+/// without --eos each input is one record. Inputs are read in the order given.
+#[derive(Debug, Parser)]
+#[command(
+    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
+Exit codes: 0 success, 2 usage error or a file that is not what its format says."
+)]
+pub(crate) struct Args {
+    /// The format of the inputs.
+    #[arg(value_enum, value_name = "FORMAT")]
+    format: FormatArg,
+
+    /// Inputs, then the output dataset directory.
+    #[arg(value_name = "PATH", required = true, num_args = 2..)]
+    paths: Vec<PathBuf>,
+
+    /// A tokenizer.json (or .json.zst/.gz) to copy into the dataset; the
+    /// vocabulary size and dtype come from it. [default: the largest id + 1]
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+
+    /// nanogpt, llmc: the end-of-text id that ends each record.
+    #[arg(long, value_name = "ID")]
+    eos: Option<u32>,
+
+    /// llmc: the end-of-text token comes before each document.
+    #[arg(long, requires = "eos")]
+    eot_first: bool,
+
+    /// Largest .bin per output shard.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    shard_size: u64,
+
+    /// Replace a dataset in the output directory.
+    #[arg(long)]
+    overwrite: bool,
+
+    /// No summary.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    let output = args.paths.pop().expect("clap requires two paths");
+    let config = ImportConfig {
+        format: args.format.format(),
+        inputs: args.paths,
+        output,
+        tokenizer: args.tokenizer,
+        eos: args.eos,
+        eot_first: args.eot_first,
+        shard_size: args.shard_size,
+        overwrite: args.overwrite,
+    };
+    let started = Instant::now();
+    let m = interop::import(&config)?;
+    if !args.quiet {
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        let bytes: u64 = m.shards.iter().map(|s| s.bin_bytes).sum();
+        eprintln!(
+            "Imported {} records ({} tokens, {}) from {} files of {} in {:.1}s ({:.0} MB/s) into {}.",
+            m.n_records,
+            m.n_tokens,
+            m.dtype,
+            m.provenance.inputs.len(),
+            config.format.name(),
+            secs,
+            bytes as f64 / 1e6 / secs,
+            config.output.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,303 @@
+//! `prep export` and `prep import`: a round trip through every format gives
+//! the same records; the edge cases each format has (empty, one document,
+//! the largest ids) and its refusals; corrupt files are errors naming the
+//! file. tests/python/test_interop.py reads the exports with readers written
+//! from the formats' own facts.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
+
+fn records(dir: &Path) -> Vec<Vec<u32>> {
+    Dataset::open(dir)
+        .unwrap()
+        .records()
+        .map(|r| r.to_vec())
+        .collect()
+}
+
+/// Writes `docs` as a dataset whose documents end with `eos` (the last id
+/// of each document is replaced by it) and whose vocabulary is `vocab`.
+fn write_docs(dir: &Path, dtype: Dtype, docs: &[Vec<u32>], vocab: u64, eos: Option<u32>) {
+    std::fs::create_dir_all(dir).unwrap();
+    write_dataset(dir, dtype, 1 << 16, docs);
+    let mut m = Manifest::read(dir).unwrap();
+    m.vocab_size = vocab;
+    m.special_tokens.eos = eos;
+    m.eos_appended = eos.is_some();
+    prep::format::atomic_write(&dir.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+}
+
+/// Export `input` to each format and import it back; every round trip
+/// must give the input's records.
+fn round_trips(t: &TestDir, input: &Path, eos: Option<u32>, formats: &[&str]) {
+    let expected = records(input);
+    for &format in formats {
+        let out = t.path(&format!("{format}-out"));
+        let back = t.path(&format!("{format}-back"));
+        let target = match format {
+            "nanogpt" => out.join("train.bin"),
+            _ => out.join("x"),
+        };
+        let mut export = t.prep();
+        export
+            .arg("export")
+            .arg(input)
+            .args(["--to", format])
+            .arg(&target)
+            .arg("-q");
+        if format == "llmc" {
+            export.args(["--shard-tokens", "1000", "--val-tokens", "777"]);
+        }
+        ok(&mut export);
+        let mut import = t.prep();
+        import
+            .arg("import")
+            .arg(format)
+            .arg(&target)
+            .arg(&back)
+            .arg("-q");
+        if let Some(eos) = eos {
+            import.args(["--eos", &eos.to_string()]);
+        }
+        ok(&mut import);
+        assert_eq!(records(&back), expected, "{format}");
+        assert!(
+            run(t.prep().arg("validate").arg(&back)).status.success(),
+            "{format}: the import validates"
+        );
+    }
+}
+
+const ALL: &[&str] = &["megatron", "nanogpt", "llmc", "datatrove"];
+
+#[test]
+fn every_format_round_trips_the_demo_corpus() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    ok(
+        tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &input)
+            .args(["--shard-size", "256KiB"]),
+    );
+    round_trips(&t, &input, Some(50256), ALL);
+    // The import says what it knows: eos, and that every record ends with it.
+    let m = Manifest::read(&t.path("megatron-back")).unwrap();
+    assert_eq!(m.special_tokens.eos, Some(50256));
+    assert!(m.eos_appended);
+    assert_eq!(m.provenance.command, "import");
+}
+
+#[test]
+fn llmc_eot_first_moves_each_eos_to_the_front_and_back() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    let docs: Vec<Vec<u32>> = vec![vec![5, 6, 9], vec![9], vec![7, 8, 8, 9]];
+    write_docs(&input, Dtype::U16, &docs, 100, Some(9));
+    let out = t.path("llmc");
+    ok(t.prep()
+        .arg("export")
+        .arg(&input)
+        .args(["--to", "llmc", "--eot-first", "--shard-tokens", "3"])
+        .arg(&out)
+        .arg("-q"));
+    let mut stream = Vec::new();
+    for n in 1..=3 {
+        let bytes = std::fs::read(out.join(format!("prep_train_{n:06}.bin"))).unwrap();
+        assert_eq!(&bytes[..4], &20240520i32.to_le_bytes());
+        assert_eq!(
+            i32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+            (bytes.len() - 1024) / 2
+        );
+        stream.extend(
+            bytes[1024..]
+                .chunks(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        );
+    }
+    assert_eq!(stream, [9, 5, 6, 9, 9, 7, 8, 8]);
+    let back = t.path("back");
+    ok(t.prep()
+        .args(["import", "llmc"])
+        .arg(&out)
+        .arg(&back)
+        .args(["--eos", "9", "--eot-first", "-q"]));
+    assert_eq!(records(&back), docs);
+}
+
+#[test]
+fn edge_cases_empty_single_and_largest_ids() {
+    let t = TestDir::new();
+    // Empty, one document, and the largest uint16 ids.
+    let cases: Vec<(&str, Dtype, Vec<Vec<u32>>, u64)> = vec![
+        ("empty", Dtype::U16, vec![], 10),
+        ("single", Dtype::U16, vec![vec![1, 2, 3]], 10),
+        (
+            "u16max",
+            Dtype::U16,
+            vec![vec![65535, 0, 65534], vec![65535]],
+            65536,
+        ),
+        (
+            "i32max",
+            Dtype::U32,
+            vec![vec![2_147_483_647, 0], vec![70_000]],
+            1 << 31,
+        ),
+    ];
+    for (name, dtype, docs, vocab) in cases {
+        let input = t.path(name);
+        write_docs(&input, dtype, &docs, vocab, None);
+        let formats: &[&str] = match dtype {
+            Dtype::U16 => &["megatron", "nanogpt", "llmc", "datatrove"],
+            Dtype::U32 => &["megatron", "llmc", "datatrove"],
+        };
+        let sub = TestDir::new();
+        // Without --eos a flat format imports as one record: compare the
+        // record-keeping formats record by record, the others as streams.
+        let expected = records(&input);
+        for &format in formats {
+            let target = sub.path(&format!("{name}-{format}/x"));
+            ok(sub
+                .prep()
+                .arg("export")
+                .arg(&input)
+                .args(["--to", format])
+                .arg(&target)
+                .arg("-q"));
+            let back = sub.path(&format!("{name}-{format}-back"));
+            ok(sub
+                .prep()
+                .arg("import")
+                .arg(format)
+                .arg(&target)
+                .arg(&back)
+                .arg("-q"));
+            let got = records(&back);
+            match format {
+                "megatron" | "datatrove" => assert_eq!(got, expected, "{name} {format}"),
+                _ => assert_eq!(got.concat(), expected.concat(), "{name} {format}"),
+            }
+        }
+    }
+    // Ids past int32 cannot go to Megatron, uint32 datasets not to nanoGPT.
+    let big = t.path("big");
+    write_docs(&big, Dtype::U32, &[vec![1 << 31]], 1 << 32, None);
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(&big)
+            .args(["--to", "megatron"])
+            .arg(t.path("m")),
+        2,
+    );
+    assert!(err.contains("int32"), "{err}");
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(&big)
+            .args(["--to", "nanogpt"])
+            .arg(t.path("n.bin")),
+        2,
+    );
+    assert!(err.contains("uint16"), "{err}");
+    assert!(!t.path("m.bin").exists() && !t.path("m.idx").exists());
+}
+
+#[test]
+fn corrupt_inputs_are_errors_that_name_the_file() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    write_docs(&input, Dtype::U16, &[vec![1, 2, 3], vec![4, 5]], 10, None);
+    for format in ["megatron", "llmc", "datatrove"] {
+        ok(t.prep()
+            .arg("export")
+            .arg(&input)
+            .args(["--to", format])
+            .arg(t.path(&format!("{format}/x")))
+            .arg("-q"));
+    }
+    let damage = |path: &Path, at: usize, byte: u8| {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[at] = byte;
+        std::fs::write(path, bytes).unwrap();
+    };
+    // (format, input to import, how to break it, what the error says)
+    type Case<'a> = (&'a str, std::path::PathBuf, Box<dyn Fn()>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "megatron",
+            t.path("megatron/x"),
+            {
+                let p = t.path("megatron/x.bin");
+                Box::new(move || std::fs::write(&p, [0u8; 4]).unwrap())
+            },
+            "x.bin",
+        ),
+        (
+            "megatron",
+            t.path("megatron/x"),
+            {
+                let p = t.path("megatron/x.idx");
+                Box::new(move || damage(&p, 0, b'X'))
+            },
+            "bad magic",
+        ),
+        (
+            "llmc",
+            t.path("llmc/x"),
+            {
+                let p = t.path("llmc/x/prep_train_000001.bin");
+                Box::new(move || damage(&p, 8, 99))
+            },
+            "tokens need",
+        ),
+        (
+            "datatrove",
+            t.path("datatrove/x"),
+            {
+                let p = t.path("datatrove/x.ds.index");
+                Box::new(move || damage(&p, 0, 200))
+            },
+            "ends at token",
+        ),
+    ];
+    for (i, (format, target, broken, needle)) in cases.into_iter().enumerate() {
+        broken();
+        let out = t.path(&format!("back{i}"));
+        let err = fails(t.prep().arg("import").arg(format).arg(&target).arg(&out), 2);
+        assert!(err.contains(needle), "{format}: {err}");
+        let left: Vec<_> = std::fs::read_dir(&out).map_or(vec![], |d| d.collect());
+        assert!(
+            left.is_empty(),
+            "{format}: a bad input leaves nothing behind"
+        );
+    }
+}
+
+#[test]
+fn exports_refuse_to_replace_files_without_overwrite() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    write_docs(&input, Dtype::U16, &[vec![1, 2]], 10, None);
+    let target = t.path("out.bin");
+    std::fs::write(&target, "keep").unwrap();
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(&input)
+            .args(["--to", "nanogpt"])
+            .arg(&target),
+        2,
+    );
+    assert!(err.contains("--overwrite"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    ok(t.prep()
+        .arg("export")
+        .arg(&input)
+        .args(["--to", "nanogpt", "--overwrite", "-q"])
+        .arg(&target));
+    assert_eq!(std::fs::read(&target).unwrap(), [1, 0, 2, 0]);
+}
