@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-read bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -84,6 +84,11 @@ bench-pack: build $(VENV)/.installed
 bench-read: build $(VENV)/.installed
 	$(VPY) tools/bench_read.py --prep $(abspath $(RELEASE)) --scratch $(TARGET_DIR)/bench
 	$(CARGO) run --release --example bench_read -- $(TARGET_DIR)/bench/read-packed-2048
+
+# prep export and prep import of every format beside cp of the same bytes
+# (uses the dataset bench-pack makes).
+bench-interop: build $(VENV)/.installed
+	$(VPY) tools/bench_interop.py --prep $(abspath $(RELEASE))
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
