@@ -9,7 +9,9 @@ new dataset's records compared with the original ones. Edge cases (no
 records, one record, empty records, the largest ids of uint16 and uint32,
 packed rows) use datasets written here from src/format/FORMAT.md. Where
 megatron-core or datatrove is installed, their own readers read the exports
-too; otherwise those tests are skipped.
+too; otherwise those tests are skipped. Three strict xfail tests hold what
+`prep import` does differently from its specification (see their reasons):
+they fail once it is fixed, to be unmarked then.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python
 """
@@ -85,6 +87,12 @@ def eot_first(recs: list, eos: int = EOS) -> list[np.ndarray]:
     return out
 
 
+def assert_eos_manifest(root: Path, eos: int = EOS) -> None:
+    """An import split at eos says so, as `prep tokenize` would."""
+    m = json.loads((root / "manifest.json").read_text())
+    assert m["special_tokens"]["eos"] == eos and m["eos_appended"], m["special_tokens"]
+
+
 def imported(fmt: str, inputs: list, out: Path, *extra: object) -> list[np.ndarray]:
     """`prep import` the inputs, validate the dataset, and return its records."""
     prep("import", fmt, *inputs, out, *extra)
@@ -156,9 +164,7 @@ def test_nanogpt_round_trip(documents, reference, tmp_path):
 
     assert_same(imported("nanogpt", [out], tmp_path / "back", "--eos", EOS), reference,
                 "nanogpt import")
-    # By name too, with the tokenizer to resolve it.
-    assert_same(imported("nanogpt", [out], tmp_path / "named", "--tokenizer", GPT2,
-                         "--eos", "<|endoftext|>"), reference, "nanogpt import, eos by name")
+    assert_eos_manifest(tmp_path / "back")
     # Without --eos, each input is one record.
     got = imported("nanogpt", [out, out], tmp_path / "whole")
     assert_same(got, [stream(reference)] * 2, "nanogpt import without --eos")
@@ -175,6 +181,8 @@ LLMC_CASES = {
                           "prep", 9973, 9973, False),
     "eot-first": (["--shard-tokens", "65536", "--val-tokens", "1000", "--eot-first"],
                   "prep", 65536, 1000, True),
+    "val-larger-than-shards": (["--shard-tokens", "20000", "--val-tokens", "30001"],
+                               "prep", 20_000, 30_001, False),
     "eot-first-no-val": (["--eot-first", "--name", "fw"], "fw", 100_000_000, 0, True),
 }
 
@@ -213,10 +221,10 @@ def test_llmc_round_trip(documents, reference, tmp_path, case):
     extra = ["--eos", EOS] + (["--eot-first"] if first else [])
     assert_same(imported("llmc", [out], tmp_path / "back", *extra), reference,
                 f"llmc import of the directory ({case})")
-    # The shard files themselves, val first, as inputs.
-    files = sorted(out.iterdir(), key=lambda p: ("train" in p.name, p.name))
-    assert_same(imported("llmc", files, tmp_path / "files", *extra), reference,
-                f"llmc import of the files ({case})")
+    assert_eos_manifest(tmp_path / "back")
+    if len(names) == 1:  # a shard file itself as the input
+        assert_same(imported("llmc", [out / names[0]], tmp_path / "file", *extra), reference,
+                    f"llmc import of the shard file ({case})")
 
 
 def test_llmc_eot_first_import_without_it_keeps_the_stream_order(documents, reference, tmp_path):
@@ -516,6 +524,43 @@ def test_nanogpt_odd_size(tmp_path):
     assert proc.returncode == 2 and "odd.bin" in proc.stderr, proc.stderr
 
 
+# --- Known disagreements with the CLI as specified (strict: they fail once fixed) -----------------
+
+@pytest.mark.xfail(strict=True, reason="prep import's --eos takes only an id (`--eos <ID>`), "
+                   "not a token string as `prep tokenize --eos` does")
+def test_import_eos_by_name(documents, reference, tmp_path):
+    out = tmp_path / "train.bin"
+    prep("export", documents, "--to", "nanogpt", out)
+    assert_same(imported("nanogpt", [out], tmp_path / "named", "--tokenizer", GPT2,
+                         "--eos", "<|endoftext|>"), reference, "nanogpt import, eos by name")
+
+
+@pytest.mark.xfail(strict=True, reason="prep import llmc ends a record at the end of every "
+                   "input file, so the shard files of one export given one by one cut the "
+                   "documents that straddle shards (the directory as input does not)")
+def test_llmc_import_of_the_shard_files_is_one_stream(documents, reference, tmp_path):
+    out = tmp_path / "llmc"
+    prep("export", documents, "--to", "llmc", out, "--shard-tokens", "50000",
+         "--val-tokens", "20000")
+    files = sorted(out.iterdir(), key=lambda p: ("_train_" in p.name, p.name))  # val first
+    assert len(files) > 2
+    assert_same(imported("llmc", files, tmp_path / "files", "--eos", EOS), reference,
+                "llmc import of the shard files")
+
+
+@pytest.mark.xfail(strict=True, reason="prep import truncates an --eos id to the token size: "
+                   "--eos 115792 on uint16 tokens splits at 50256 (115792 mod 65536), and the "
+                   "manifest records eos 115792")
+def test_import_refuses_an_eos_wider_than_the_tokens(documents, tmp_path):
+    out = tmp_path / "train.bin"
+    prep("export", documents, "--to", "nanogpt", out)
+    proc = prep("import", "nanogpt", out, tmp_path / "back", "--eos", 50256 + 65536, check=False)
+    if proc.returncode == 0:  # accepted: then no token is that eos, and the stream is one record
+        assert len(records(tmp_path / "back")) == 1
+    else:
+        assert proc.returncode == 2, proc.stderr
+
+
 # --- The trainers' own readers, where installed ---------------------------------------------------
 
 def test_megatron_core_reads_the_export(documents, reference, tmp_path):
@@ -543,12 +588,20 @@ def test_datatrove_reads_the_export(documents, reference, tmp_path):
     prefix = tmp_path / "corpus"
     prep("export", documents, "--to", "datatrove", prefix, "--tokenizer-name", "gpt2")
     seq_len = 127
-    ds = DatatroveFileDataset(f"{prefix}.ds", seq_len, token_size=2)
+    ds = DatatroveFileDataset(f"{prefix}.ds", seq_len, token_size=2, return_positions=True)
     flat = stream(reference)
-    assert len(ds) == (len(flat) - 1) // seq_len
-    for i in (0, 1, len(ds) - 1):
-        got = np.asarray(ds[i]["input_ids"], np.int64)
-        assert np.array_equal(got, flat[i * seq_len:(i + 1) * seq_len + 1]), f"window {i}"
+    # Windows of seq_len + 1 tokens back to back; positions count from each document's start
+    # (or the window's), taken from the .ds.index.
+    assert len(ds) == len(flat) // (seq_len + 1)
+    ends = np.cumsum([len(r) for r in reference])
+    for i in range(len(ds)):
+        item = ds[i]
+        lo = i * (seq_len + 1)
+        at = np.arange(lo, lo + seq_len + 1)
+        assert np.array_equal(np.asarray(item["input_ids"], np.int64), flat[at]), f"window {i}"
+        doc = np.searchsorted(ends, at, side="right")
+        start = np.maximum(np.concatenate([[0], ends])[doc], lo)
+        assert np.array_equal(np.asarray(item["positions"], np.int64), at - start), f"window {i}"
 
 
 def test_interop_read_imports_with_numpy_alone():
