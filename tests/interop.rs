@@ -301,3 +301,81 @@ fn exports_refuse_to_replace_files_without_overwrite() {
         .arg(&target));
     assert_eq!(std::fs::read(&target).unwrap(), [1, 0, 2, 0]);
 }
+
+/// Past every 32-bit limit: 2^32 + 18 uint16 tokens (8 GiB) in three
+/// records, exported to Megatron (byte offsets past 4 GiB, lengths at the
+/// int32 limit) and datatrove, and imported back. Writes about 17 GiB, so it
+/// is not part of `make test`: run it with `cargo test --test interop --
+/// --ignored`.
+#[test]
+#[ignore = "writes about 17 GiB; run by hand"]
+fn a_dataset_past_4_gib_round_trips() {
+    use std::os::unix::fs::FileExt;
+    let t = TestDir::new();
+    let input = t.path("big");
+    std::fs::create_dir_all(&input).unwrap();
+    let max = (1u64 << 31) - 1;
+    let lengths = [max, max, 20];
+    let n_tokens: u64 = lengths.iter().sum();
+    let bin = std::fs::File::create(input.join("big.bin")).unwrap();
+    bin.set_len(n_tokens * 2).unwrap();
+    let markers = [(max - 1, 11u16), (max, 22), (n_tokens - 1, 33)];
+    for (token, value) in markers {
+        bin.write_all_at(&value.to_le_bytes(), token * 2).unwrap();
+    }
+    let mut idx = prep::format::IdxHeader {
+        dtype: Dtype::U16,
+        n_records: 3,
+        n_tokens,
+    }
+    .encode()
+    .to_vec();
+    for o in [0, max, 2 * max, n_tokens] {
+        idx.extend_from_slice(&o.to_le_bytes());
+    }
+    std::fs::write(input.join("big.idx"), &idx).unwrap();
+    let shard = prep::format::ShardInfo {
+        bin: "big.bin".into(),
+        idx: "big.idx".into(),
+        n_records: 3,
+        n_tokens,
+        bin_bytes: n_tokens * 2,
+        idx_bytes: idx.len() as u64,
+        bin_xxh3: "0000000000000000".into(),
+        idx_xxh3: "0000000000000000".into(),
+        seg: None,
+        seg_bytes: None,
+        seg_xxh3: None,
+    };
+    let mut m = manifest(Dtype::U16, vec![shard]);
+    m.vocab_size = 65536;
+    prep::format::atomic_write(&input.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+    for format in ["megatron", "datatrove"] {
+        let target = t.path(&format!("{format}/x"));
+        ok(t.prep()
+            .arg("export")
+            .arg(&input)
+            .args(["--to", format])
+            .arg(&target)
+            .arg("-q"));
+        let back = t.path(&format!("{format}-back"));
+        ok(t.prep()
+            .arg("import")
+            .arg(format)
+            .arg(&target)
+            .arg(&back)
+            .arg("-q"));
+        let ds = Dataset::open(&back).unwrap();
+        assert_eq!(ds.record_lengths().collect::<Vec<_>>(), lengths, "{format}");
+        for (token, value) in markers {
+            let span: Vec<u32> = ds
+                .tokens(token..token + 1)
+                .unwrap()
+                .flat_map(|s| s.to_vec())
+                .collect();
+            assert_eq!(span, [u32::from(value)], "{format}: token {token}");
+        }
+        std::fs::remove_dir_all(t.path(format)).unwrap();
+        std::fs::remove_dir_all(&back).unwrap();
+    }
+}

@@ -38,9 +38,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
 
-    /// nanogpt, llmc: the end-of-text id that ends each record.
-    #[arg(long, value_name = "ID")]
-    eos: Option<u32>,
+    /// The end-of-text token: an id, or a token string of --tokenizer.
+    /// nanogpt, llmc: a record ends after each (before each with
+    /// --eot-first); every format: the manifest records it.
+    #[arg(long, value_name = "TOKEN")]
+    eos: Option<String>,
 
     /// llmc: the end-of-text token comes before each document.
     #[arg(long, requires = "eos")]
@@ -61,12 +63,22 @@ pub(crate) struct Args {
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let output = args.paths.pop().expect("clap requires two paths");
+    let eos = match (&args.eos, &args.tokenizer) {
+        (None, _) => None,
+        (Some(value), Some(path)) => {
+            let tokenizer = crate::tokenize::LoadedTokenizer::load(path)?;
+            Some(tokenizer.resolve("eos", value)?)
+        }
+        (Some(value), None) => Some(value.parse::<u32>().map_err(|_| {
+            anyhow::anyhow!("--eos {value:?}: not an id (pass --tokenizer to give a token string)")
+        })?),
+    };
     let config = ImportConfig {
         format: args.format.format(),
         inputs: args.paths,
         output,
         tokenizer: args.tokenizer,
-        eos: args.eos,
+        eos,
         eot_first: args.eot_first,
         shard_size: args.shard_size,
         overwrite: args.overwrite,

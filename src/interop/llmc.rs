@@ -96,6 +96,12 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
     let dir = &config.output;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let total = ds.n_tokens();
+    if config.val_tokens > 0 && config.val_tokens >= total && total > 0 {
+        return Err(InteropError::Unsupported(format!(
+            "--val-tokens {} takes all {total} tokens and leaves none to train on",
+            config.val_tokens
+        )));
+    }
     let val = config.val_tokens.min(total);
     let mut plan = Vec::new();
     if val > 0 {
@@ -226,14 +232,18 @@ pub(crate) fn token_size(input: &Path) -> Result<usize, InteropError> {
     Ok(check(&first, map.bytes())?.0)
 }
 
-/// Reads the shards in order into one stream, split into records at
-/// `--eos` (one record per input without it).
+/// Reads the shards of every input, in order, as one stream (llm.c cuts
+/// shards without regard to documents), split into records at `--eos`;
+/// without it, each shard file is one record.
 pub(crate) fn import(
-    input: &Path,
+    inputs: &[PathBuf],
     config: &ImportConfig,
     sink: &mut impl RecordSink,
 ) -> Result<Vec<PathBuf>, InteropError> {
-    let files = shard_files(input)?;
+    let mut files = Vec::new();
+    for input in inputs {
+        files.extend(shard_files(input)?);
+    }
     let mut size = None;
     let maps = files
         .iter()
@@ -247,7 +257,14 @@ pub(crate) fn import(
             Ok(map)
         })
         .collect::<Result<Vec<_>, InteropError>>()?;
-    let mut split = Splitter::new(sink, size.unwrap_or(2), config.eos, config.eot_first);
+    let size = size.unwrap_or(2);
+    if config.eos.is_none() {
+        for map in &maps {
+            sink.record(&map.bytes()[HEADER..], size)?;
+        }
+        return Ok(files);
+    }
+    let mut split = Splitter::new(sink, size, config.eos, config.eot_first)?;
     for map in &maps {
         split.push(&map.bytes()[HEADER..])?;
     }

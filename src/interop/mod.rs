@@ -406,13 +406,20 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
         path: config.inputs.first().cloned().unwrap_or_default(),
     };
     let mut inputs = Vec::new();
-    for input in &config.inputs {
+    // llm.c shards of all inputs are one stream; the other formats are read
+    // input by input.
+    let groups: Vec<Vec<PathBuf>> = match config.format {
+        Format::Llmc => vec![config.inputs.clone()],
+        _ => config.inputs.iter().map(|i| vec![i.clone()]).collect(),
+    };
+    for group in &groups {
+        let input = &group[0];
         sink.path = input.clone();
         let files = match config.format {
             Format::Megatron => megatron::import(input, &mut sink)?,
             Format::Datatrove => datatrove::import(input, &mut sink)?,
             Format::NanoGpt => nanogpt::import(input, config, &mut sink)?,
-            Format::Llmc => llmc::import(input, config, &mut sink)?,
+            Format::Llmc => llmc::import(group, config, &mut sink)?,
         };
         for f in files {
             let bytes = std::fs::metadata(&f).map_err(io(&f))?.len();
@@ -428,6 +435,13 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
     let max_id = sink.max_id;
     let shards = sink.writer.finish()?;
     let vocab_size = match &tokenizer {
+        Some(t) if config.eos.is_some_and(|e| u64::from(e) >= t.vocab_size) => {
+            return Err(InteropError::Unsupported(format!(
+                "--eos {} is not below the tokenizer's vocabulary size {}",
+                config.eos.unwrap_or(0),
+                t.vocab_size
+            )));
+        }
         Some(t) => {
             if records > 0 && max_id >= t.vocab_size {
                 return Err(InteropError::Unsupported(format!(
@@ -437,7 +451,8 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
             }
             t.vocab_size
         }
-        None => max_id + 1,
+        // The vocabulary covers every id seen, and the eos named.
+        None => max_id.max(config.eos.map_or(0, u64::from)) + 1,
     };
     let tokenizer_info = match &tokenizer {
         Some(t) => {
@@ -538,15 +553,28 @@ pub(crate) struct Splitter<'a, S: RecordSink> {
 }
 
 impl<'a, S: RecordSink> Splitter<'a, S> {
-    pub(crate) fn new(sink: &'a mut S, size: usize, eos: Option<u32>, eot_first: bool) -> Self {
-        Splitter {
+    /// An error when `eos` does not fit the stream's tokens.
+    pub(crate) fn new(
+        sink: &'a mut S,
+        size: usize,
+        eos: Option<u32>,
+        eot_first: bool,
+    ) -> Result<Self, InteropError> {
+        if let Some(eos) = eos {
+            if size == 2 && eos > u32::from(u16::MAX) {
+                return Err(InteropError::Unsupported(format!(
+                    "--eos {eos} cannot occur in a file of uint16 tokens"
+                )));
+            }
+        }
+        Ok(Splitter {
             sink,
             size,
             eos,
             eot_first,
             current: Vec::new(),
             open: false,
-        }
+        })
     }
 
     pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<(), InteropError> {
@@ -572,6 +600,9 @@ impl<'a, S: RecordSink> Splitter<'a, S> {
                     self.flush_eot_first(&eos_bytes)?;
                 }
                 self.open = true;
+            } else if self.current.is_empty() {
+                // The whole record is in this buffer: no copy.
+                self.sink.record(&bytes[from..at + size], size)?;
             } else {
                 self.current.extend_from_slice(&bytes[from..at + size]);
                 self.sink.record(&self.current, size)?;

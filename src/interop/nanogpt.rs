@@ -41,7 +41,7 @@ pub(crate) fn import(
             format!("{} bytes: not whole uint16 tokens", map.bytes().len()),
         ));
     }
-    let mut split = Splitter::new(sink, 2, config.eos, false);
+    let mut split = Splitter::new(sink, 2, config.eos, false)?;
     split.push(map.bytes())?;
     split.finish()?;
     Ok(vec![path.into()])

@@ -9,9 +9,7 @@ new dataset's records compared with the original ones. Edge cases (no
 records, one record, empty records, the largest ids of uint16 and uint32,
 packed rows) use datasets written here from src/format/FORMAT.md. Where
 megatron-core or datatrove is installed, their own readers read the exports
-too; otherwise those tests are skipped. Three strict xfail tests hold what
-`prep import` does differently from its specification (see their reasons):
-they fail once it is fixed, to be unmarked then.
+too; otherwise those tests are skipped.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python
 """
@@ -524,10 +522,8 @@ def test_nanogpt_odd_size(tmp_path):
     assert proc.returncode == 2 and "odd.bin" in proc.stderr, proc.stderr
 
 
-# --- Known disagreements with the CLI as specified (strict: they fail once fixed) -----------------
+# --- --eos by name, llm.c shard files as one stream, an eos that cannot occur ---------------------
 
-@pytest.mark.xfail(strict=True, reason="prep import's --eos takes only an id (`--eos <ID>`), "
-                   "not a token string as `prep tokenize --eos` does")
 def test_import_eos_by_name(documents, reference, tmp_path):
     out = tmp_path / "train.bin"
     prep("export", documents, "--to", "nanogpt", out)
@@ -535,9 +531,6 @@ def test_import_eos_by_name(documents, reference, tmp_path):
                          "--eos", "<|endoftext|>"), reference, "nanogpt import, eos by name")
 
 
-@pytest.mark.xfail(strict=True, reason="prep import llmc ends a record at the end of every "
-                   "input file, so the shard files of one export given one by one cut the "
-                   "documents that straddle shards (the directory as input does not)")
 def test_llmc_import_of_the_shard_files_is_one_stream(documents, reference, tmp_path):
     out = tmp_path / "llmc"
     prep("export", documents, "--to", "llmc", out, "--shard-tokens", "50000",
@@ -548,17 +541,11 @@ def test_llmc_import_of_the_shard_files_is_one_stream(documents, reference, tmp_
                 "llmc import of the shard files")
 
 
-@pytest.mark.xfail(strict=True, reason="prep import truncates an --eos id to the token size: "
-                   "--eos 115792 on uint16 tokens splits at 50256 (115792 mod 65536), and the "
-                   "manifest records eos 115792")
 def test_import_refuses_an_eos_wider_than_the_tokens(documents, tmp_path):
     out = tmp_path / "train.bin"
     prep("export", documents, "--to", "nanogpt", out)
     proc = prep("import", "nanogpt", out, tmp_path / "back", "--eos", 50256 + 65536, check=False)
-    if proc.returncode == 0:  # accepted: then no token is that eos, and the stream is one record
-        assert len(records(tmp_path / "back")) == 1
-    else:
-        assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 2 and "uint16" in proc.stderr, proc.stderr
 
 
 # --- The trainers' own readers, where installed ---------------------------------------------------
