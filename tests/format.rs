@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{manifest, write_dataset};
-use prep::format::{atomic_write, Dtype, FormatError, IdxHeader, ShardInfo, MANIFEST_FILE};
+use common::{manifest, write_dataset, write_sparse_u16};
+use prep::format::{atomic_write, Dtype, FormatError, MANIFEST_FILE};
 use prep::Dataset;
 use proptest::prelude::*;
 
@@ -145,49 +145,18 @@ fn a_bin_of_the_wrong_size_is_refused() {
 /// than 2^32 tokens. The .bin is sparse (only its marker pages take disk).
 #[test]
 fn offsets_and_sizes_past_4_gib_and_2_pow_32_tokens() {
-    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let n_tokens: u64 = (1 << 32) + 10;
-    let offsets: [u64; 4] = [0, 1 << 31, (1 << 32) + 5, n_tokens];
-    let bin = std::fs::File::create(dir.path().join("big.bin")).unwrap();
-    bin.set_len(n_tokens * 2).unwrap();
     // Markers: the last token of record 0, the first and last of record 2.
-    for (token, value) in [
-        ((1u64 << 31) - 1, 11u16),
-        ((1 << 32) + 5, 22),
-        (n_tokens - 1, 33),
-    ] {
-        bin.write_all_at(&value.to_le_bytes(), token * 2).unwrap();
-    }
-    let mut idx = IdxHeader {
-        dtype: Dtype::U16,
-        n_records: 3,
-        n_tokens,
-    }
-    .encode()
-    .to_vec();
-    for o in offsets {
-        idx.extend_from_slice(&o.to_le_bytes());
-    }
-    std::fs::write(dir.path().join("big.idx"), &idx).unwrap();
-    let shard = ShardInfo {
-        bin: "big.bin".into(),
-        idx: "big.idx".into(),
-        n_records: 3,
-        n_tokens,
-        bin_bytes: n_tokens * 2,
-        idx_bytes: idx.len() as u64,
-        bin_xxh3: "0000000000000000".into(),
-        idx_xxh3: "0000000000000000".into(),
-        seg: None,
-        seg_bytes: None,
-        seg_xxh3: None,
-    };
-    atomic_write(
-        &dir.path().join(MANIFEST_FILE),
-        manifest(Dtype::U16, vec![shard]).to_json().as_bytes(),
-    )
-    .unwrap();
+    write_sparse_u16(
+        dir.path(),
+        &[1 << 31, (1 << 32) + 5 - (1 << 31), 5],
+        &[
+            ((1u64 << 31) - 1, 11),
+            ((1 << 32) + 5, 22),
+            (n_tokens - 1, 33),
+        ],
+    );
 
     let ds = Dataset::open(dir.path()).unwrap();
     assert_eq!(ds.n_tokens(), n_tokens);

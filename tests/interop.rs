@@ -11,14 +11,6 @@ use std::path::Path;
 use common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
 
-fn records(dir: &Path) -> Vec<Vec<u32>> {
-    Dataset::open(dir)
-        .unwrap()
-        .records()
-        .map(|r| r.to_vec())
-        .collect()
-}
-
 /// Writes `docs` as a dataset whose documents end with `eos` (the last id
 /// of each document is replaced by it) and whose vocabulary is `vocab`.
 fn write_docs(dir: &Path, dtype: Dtype, docs: &[Vec<u32>], vocab: u64, eos: Option<u32>) {
@@ -310,46 +302,14 @@ fn exports_refuse_to_replace_files_without_overwrite() {
 #[test]
 #[ignore = "writes about 17 GiB; run by hand"]
 fn a_dataset_past_4_gib_round_trips() {
-    use std::os::unix::fs::FileExt;
     let t = TestDir::new();
     let input = t.path("big");
     std::fs::create_dir_all(&input).unwrap();
     let max = (1u64 << 31) - 1;
     let lengths = [max, max, 20];
     let n_tokens: u64 = lengths.iter().sum();
-    let bin = std::fs::File::create(input.join("big.bin")).unwrap();
-    bin.set_len(n_tokens * 2).unwrap();
     let markers = [(max - 1, 11u16), (max, 22), (n_tokens - 1, 33)];
-    for (token, value) in markers {
-        bin.write_all_at(&value.to_le_bytes(), token * 2).unwrap();
-    }
-    let mut idx = prep::format::IdxHeader {
-        dtype: Dtype::U16,
-        n_records: 3,
-        n_tokens,
-    }
-    .encode()
-    .to_vec();
-    for o in [0, max, 2 * max, n_tokens] {
-        idx.extend_from_slice(&o.to_le_bytes());
-    }
-    std::fs::write(input.join("big.idx"), &idx).unwrap();
-    let shard = prep::format::ShardInfo {
-        bin: "big.bin".into(),
-        idx: "big.idx".into(),
-        n_records: 3,
-        n_tokens,
-        bin_bytes: n_tokens * 2,
-        idx_bytes: idx.len() as u64,
-        bin_xxh3: "0000000000000000".into(),
-        idx_xxh3: "0000000000000000".into(),
-        seg: None,
-        seg_bytes: None,
-        seg_xxh3: None,
-    };
-    let mut m = manifest(Dtype::U16, vec![shard]);
-    m.vocab_size = 65536;
-    prep::format::atomic_write(&input.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+    write_sparse_u16(&input, &lengths, &markers);
     for format in ["megatron", "datatrove"] {
         let target = t.path(&format!("{format}/x"));
         ok(t.prep()

@@ -184,11 +184,7 @@ fn tokenized(t: &TestDir) -> PathBuf {
 fn concat_rows_are_the_stream_cut_every_l_tokens() {
     let t = TestDir::new();
     let input = tokenized(&t);
-    let docs: Vec<Vec<u32>> = Dataset::open(&input)
-        .unwrap()
-        .records()
-        .map(|r| r.to_vec())
-        .collect();
+    let docs = records(&input);
     let all = stream(&docs);
     for l in [7usize, 512, 2048] {
         let out = t.path(&format!("concat-{l}"));
@@ -237,11 +233,7 @@ fn concat_rows_are_the_stream_cut_every_l_tokens() {
 fn concat_pad_last_keeps_every_token_and_a_seed_permutes_rows() {
     let t = TestDir::new();
     let input = tokenized(&t);
-    let docs: Vec<Vec<u32>> = Dataset::open(&input)
-        .unwrap()
-        .records()
-        .map(|r| r.to_vec())
-        .collect();
+    let docs = records(&input);
     let all = stream(&docs);
     let l = 1000;
     let plain = t.path("plain");
@@ -286,11 +278,7 @@ fn concat_pad_last_keeps_every_token_and_a_seed_permutes_rows() {
 fn bestfit_keeps_documents_whole_and_barely_pads_on_real_text() {
     let t = TestDir::new();
     let input = tokenized(&t);
-    let docs: Vec<Vec<u32>> = Dataset::open(&input)
-        .unwrap()
-        .records()
-        .map(|r| r.to_vec())
-        .collect();
+    let docs = records(&input);
     let eos = 50256;
     for l in [512usize, 2048] {
         let out = t.path(&format!("bestfit-{l}"));

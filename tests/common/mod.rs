@@ -207,6 +207,49 @@ pub fn write_dataset(
     shards
 }
 
+/// Writes a one-shard uint16 dataset with records of `lengths` tokens whose
+/// `.bin` is sparse: zeros but for `markers` (token position, value), so a
+/// dataset of many GiB takes almost no disk. Vocabulary 65,536.
+pub fn write_sparse_u16(dir: &Path, lengths: &[u64], markers: &[(u64, u16)]) {
+    use std::os::unix::fs::FileExt;
+    let n_tokens: u64 = lengths.iter().sum();
+    let bin = std::fs::File::create(dir.join("big.bin")).unwrap();
+    bin.set_len(n_tokens * 2).unwrap();
+    for (token, value) in markers {
+        bin.write_all_at(&value.to_le_bytes(), token * 2).unwrap();
+    }
+    let mut idx = prep::format::IdxHeader {
+        dtype: Dtype::U16,
+        n_records: lengths.len() as u64,
+        n_tokens,
+    }
+    .encode()
+    .to_vec();
+    let mut offset = 0u64;
+    idx.extend_from_slice(&offset.to_le_bytes());
+    for len in lengths {
+        offset += len;
+        idx.extend_from_slice(&offset.to_le_bytes());
+    }
+    std::fs::write(dir.join("big.idx"), &idx).unwrap();
+    let shard = ShardInfo {
+        bin: "big.bin".into(),
+        idx: "big.idx".into(),
+        n_records: lengths.len() as u64,
+        n_tokens,
+        bin_bytes: n_tokens * 2,
+        idx_bytes: idx.len() as u64,
+        bin_xxh3: "0000000000000000".into(),
+        idx_xxh3: "0000000000000000".into(),
+        seg: None,
+        seg_bytes: None,
+        seg_xxh3: None,
+    };
+    let mut m = manifest(Dtype::U16, vec![shard]);
+    m.vocab_size = 65536;
+    atomic_write(&dir.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+}
+
 /// Runs `cmd` (a prep command that prints its summary) and returns prep's
 /// own peak resident memory in bytes, as the summary reports it (Linux
 /// VmHWM at the end of the run). This is the process's peak since exec:
