@@ -587,13 +587,24 @@ impl<'a, S: RecordSink> Splitter<'a, S> {
             2 => (eos as u16).to_le_bytes().to_vec(),
             _ => eos.to_le_bytes().to_vec(),
         };
-        // Runs of tokens between end-of-text tokens are copied whole.
+        // Runs of tokens between end-of-text tokens are copied whole; the
+        // tokens are compared as integers, not as byte slices.
+        let ends: Vec<usize> = match size {
+            2 => bytes
+                .chunks_exact(2)
+                .enumerate()
+                .filter(|(_, c)| u32::from(u16::from_le_bytes([c[0], c[1]])) == eos)
+                .map(|(i, _)| i * 2)
+                .collect(),
+            _ => bytes
+                .chunks_exact(4)
+                .enumerate()
+                .filter(|(_, c)| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) == eos)
+                .map(|(i, _)| i * 4)
+                .collect(),
+        };
         let mut from = 0;
-        for (i, token) in bytes.chunks_exact(size).enumerate() {
-            if token != eos_bytes.as_slice() {
-                continue;
-            }
-            let at = i * size;
+        for at in ends {
             if self.eot_first {
                 self.current.extend_from_slice(&bytes[from..at]);
                 if self.open || !self.current.is_empty() {
