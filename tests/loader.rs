@@ -133,6 +133,7 @@ struct AsyncBackend {
     queue: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     copies: AtomicUsize,
+    recycled: AtomicUsize,
     fail_at: Option<usize>,
     violations: Arc<AtomicUsize>,
 }
@@ -149,6 +150,7 @@ impl AsyncBackend {
             queue: Mutex::new(tx),
             worker: Mutex::new(Some(worker)),
             copies: AtomicUsize::new(0),
+            recycled: AtomicUsize::new(0),
             fail_at,
             violations: Arc::new(AtomicUsize::new(0)),
         }
@@ -237,6 +239,14 @@ impl Backend for AsyncBackend {
         staging.pending = Some(fence.clone());
         Ok(fence)
     }
+
+    fn recycle(&self, fence: Fence) {
+        assert!(
+            Arc::strong_count(&fence) <= 2,
+            "a fence comes back only once its batch is released"
+        );
+        self.recycled.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Consumes an epoch like a training loop on a GPU: waits for each batch,
@@ -317,6 +327,13 @@ fn async_copies_respect_the_ring_with_slow_and_fast_consumers() {
                 backend.violations.load(Ordering::SeqCst),
                 0,
                 "a copy overwrote a target the consumer was using"
+            );
+            // Every fence but those of the last batch in each slot comes back.
+            let recycled = backend.recycled.load(Ordering::SeqCst);
+            assert!(
+                recycled + depth >= positions.len(),
+                "{recycled} fences recycled of {}",
+                positions.len()
             );
         }
     }

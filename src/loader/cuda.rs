@@ -44,6 +44,9 @@ pub struct CudaBackend {
     dtype: Dtype,
     widen: Widen,
     kernel: Option<CudaFunction>,
+    /// Copy events the consumer is done with, recorded again by the next
+    /// copies: after the first `depth` steps no event is created.
+    events: std::sync::Mutex<Vec<CudaEvent>>,
 }
 
 /// A pinned, write-combined host buffer.
@@ -118,6 +121,7 @@ impl CudaBackend {
             dtype,
             widen,
             kernel,
+            events: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -214,9 +218,29 @@ impl Backend for CudaBackend {
             // nothing for threads at or past `n`.
             unsafe { launch.launch(config) }.map_err(driver_error("widening the ids"))?;
         }
-        self.stream
-            .record_event(None)
-            .map_err(driver_error("recording the copy's event"))
+        // A spent event can be recorded again: a stream that waited on it
+        // waited on the work recorded then, not on what is recorded now.
+        let spent = self.events.lock().ok().and_then(|mut e| e.pop());
+        match spent {
+            Some(event) => {
+                event
+                    .record(&self.stream)
+                    .map_err(driver_error("recording the copy's event"))?;
+                Ok(event)
+            }
+            None => self
+                .stream
+                .record_event(Some(
+                    cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                ))
+                .map_err(driver_error("recording the copy's event")),
+        }
+    }
+
+    fn recycle(&self, fence: CudaEvent) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(fence);
+        }
     }
 }
 

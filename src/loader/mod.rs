@@ -87,6 +87,11 @@ pub trait Backend: Send + Sync + 'static {
         bytes: usize,
         after: Option<Self::Fence>,
     ) -> Result<Self::Fence, LoaderError>;
+
+    /// Takes back a copy's fence once the consumer is done with its batch,
+    /// so that [`Backend::copy`] can use it again instead of making a new
+    /// one each step. Fences the backend keeps no pool of are dropped.
+    fn recycle(&self, _fence: Self::Fence) {}
 }
 
 /// A batch ready for the consumer (or being copied into its target: see
@@ -147,6 +152,7 @@ impl<B: Backend> Batch<B> {
                 slot: self.slot,
                 target,
                 done,
+                ready: self.ready.take(),
             });
         }
     }
@@ -160,11 +166,13 @@ impl<B: Backend> Drop for Batch<B> {
     }
 }
 
-/// A target on its way back to the producer.
+/// A target on its way back to the producer, with the consumer's fence and
+/// the spent fence of the copy that filled it.
 struct Free<B: Backend> {
     slot: usize,
     target: B::Target,
     done: Option<B::Fence>,
+    ready: Option<B::Fence>,
 }
 
 /// What the producer sends: a batch, an error, or the end of the epoch.
@@ -231,6 +239,7 @@ impl<B: Backend> Loader<B> {
                     slot,
                     target: backend.alloc_target(bytes)?,
                     done: None,
+                    ready: None,
                 })
                 .expect("the receiver is alive");
         }
@@ -394,6 +403,9 @@ impl<B: Backend> Producer<B> {
             let Some(mut free) = self.take_free()? else {
                 return Ok(()); // stopped
             };
+            if let Some(spent) = free.ready.take() {
+                self.backend.recycle(spent);
+            }
             let ready = self.backend.copy(
                 &mut self.staging[s],
                 &mut free.target,
