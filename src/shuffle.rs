@@ -554,9 +554,10 @@ fn prepare(
         return Ok(Start::Fresh);
     }
     if overwrite {
-        // Only what prep writes (the caller's `keep` entries are not among
-        // them): a wrong OUT must not cost anyone their files.
-        crate::format::remove_prep_files(dir)?;
+        // Only what prep writes, and not the caller's `keep` entries (the
+        // fused tokenize's `.tokenized`): a wrong OUT must not cost anyone
+        // their files.
+        crate::format::remove_prep_files_but(dir, keep)?;
         return Ok(Start::Fresh);
     }
     if dir.join(MANIFEST_FILE).exists() {

@@ -28,7 +28,7 @@ pub use segments::{
     check_segments, segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES,
     SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
-pub(crate) use writer::{is_prep_file, remove_prep_files, TMP_SUFFIX};
+pub(crate) use writer::{is_prep_file, remove_prep_files, remove_prep_files_but, TMP_SUFFIX};
 
 /// Views mapped bytes as u16 tokens (None if misaligned or of odd length).
 pub(crate) fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {

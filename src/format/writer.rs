@@ -33,9 +33,10 @@ pub(crate) fn is_prep_file(name: &str) -> bool {
 }
 
 /// Removes prep's own files (see [`is_prep_file`]) and its private working
-/// folders (`.shuffle-tmp`) from `dir`, and nothing else: `--overwrite` on a
-/// directory that holds other files leaves them be.
-pub(crate) fn remove_prep_files(dir: &Path) -> Result<(), FormatError> {
+/// folders (`.shuffle-tmp`, and `.tokenized` unless it is in `keep`) from
+/// `dir`, and nothing else: `--overwrite` on a directory that holds other
+/// files leaves them be.
+pub(crate) fn remove_prep_files_but(dir: &Path, keep: &[String]) -> Result<(), FormatError> {
     for entry in std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))? {
         let entry = entry.map_err(|e| FormatError::io(dir, e))?;
         let path = entry.path();
@@ -43,11 +44,19 @@ pub(crate) fn remove_prep_files(dir: &Path) -> Result<(), FormatError> {
         let kind = entry.file_type().map_err(|e| FormatError::io(&path, e))?;
         if kind.is_file() && is_prep_file(&name) {
             std::fs::remove_file(&path).map_err(|e| FormatError::io(&path, e))?;
-        } else if kind.is_dir() && name == ".shuffle-tmp" {
+        } else if kind.is_dir()
+            && (name == ".shuffle-tmp" || name == ".tokenized")
+            && !keep.contains(&name)
+        {
             std::fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
         }
     }
     Ok(())
+}
+
+/// [`remove_prep_files_but`] keeping nothing.
+pub(crate) fn remove_prep_files(dir: &Path) -> Result<(), FormatError> {
+    remove_prep_files_but(dir, &[])
 }
 
 /// Writes `bytes` to `path` so that readers see the old file or the new one,
