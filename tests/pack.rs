@@ -636,3 +636,36 @@ proptest! {
         check_rows(&p, &docs, l as usize, u32::MAX);
     }
 }
+
+#[test]
+fn no_pad_token_is_refused_before_anything_is_written() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    // No eos, no pad: nothing to pad a short row with.
+    write_docs(&input, &docs_of(&[3, 5], None), None, 1 << 20);
+    for args in [
+        &["--seq-len", "4", "--no-sep"][..],
+        &[
+            "--seq-len",
+            "3",
+            "--no-sep",
+            "--mode",
+            "concat",
+            "--pad-last",
+        ][..],
+    ] {
+        let out = t.path("out");
+        let err = fails(t.prep().arg("pack").arg(&input).arg(&out).args(args), 2);
+        assert!(err.contains("--pad"), "{err}");
+        assert!(!out.exists(), "{args:?}: nothing written");
+    }
+    // concat without --pad-last pads nothing and needs no pad token.
+    ok(t.prep().arg("pack").arg(&input).arg(t.path("ok")).args([
+        "--seq-len",
+        "4",
+        "--no-sep",
+        "--mode",
+        "concat",
+        "-q",
+    ]));
+}

@@ -210,6 +210,15 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         )));
     }
     let specials = specials(config, &base)?;
+    // Before anything is written: rows that are not full need a pad token.
+    let stream_tokens = input.n_tokens() + input.len() * u64::from(specials.sep.is_some());
+    let short_rows = match config.mode {
+        PackMode::BestFit => true,
+        PackMode::Concat => config.pad_last && stream_tokens % u64::from(config.seq_len) != 0,
+    };
+    if short_rows && specials.pad.is_none() {
+        return Err(no_pad());
+    }
     let seed = match config.mode {
         PackMode::Concat => config.seed,
         PackMode::BestFit => Some(config.seed.unwrap_or(0)),
@@ -293,9 +302,6 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             let full = total / u64::from(l);
             let tail = total % u64::from(l);
             let rows = full + u64::from(config.pad_last && tail > 0);
-            if rows > full && specials.pad.is_none() {
-                return Err(no_pad());
-            }
             let written = (rows * u64::from(l)).min(total);
             let c = concat::counts(input.record_lengths().map(|n| n + sep), l, written);
             let perm = seed.map(|s| Permutation::new(rows, s, 0));
@@ -332,9 +338,6 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             }
         }
         PackMode::BestFit => {
-            if specials.pad.is_none() {
-                return Err(no_pad());
-            }
             let seed = seed.expect("bestfit always has a seed");
             // An estimate for the progress bar; padding adds a little.
             shown.rows = (input.n_tokens() + input.len() * sep).div_ceil(u64::from(l));
