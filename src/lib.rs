@@ -18,6 +18,7 @@ pub mod inspect;
 pub mod interop;
 pub mod loader;
 pub mod pack;
+pub mod partition;
 pub mod permute;
 pub mod progress;
 pub mod sampler;

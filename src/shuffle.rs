@@ -412,8 +412,10 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                     ..DocumentCounts::default()
                 },
                 fingerprint,
+                merged: Vec::new(),
             },
         },
+        partition: None,
         ..base
     };
     atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;

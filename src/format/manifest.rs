@@ -51,6 +51,40 @@ pub struct Manifest {
     pub packing: Option<Packing>,
     /// How the dataset was made.
     pub provenance: Provenance,
+    /// A partial dataset made by one task of a partitioned run (`--part
+    /// I/N`); absent for whole datasets. `prep merge` joins the parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Partition>,
+}
+
+/// Which share of a partitioned run a partial dataset holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    /// The stage that wrote it: `"tokenize"`, `"shuffle"` or `"pack"`.
+    pub stage: String,
+    /// 0-based part number.
+    pub part: u64,
+    /// Parts in the run.
+    pub parts: u64,
+    /// The fingerprint of the whole run (inputs and options, the part left
+    /// out): equal in every part of one run, and the merged dataset's
+    /// `provenance.fingerprint`.
+    pub job: String,
+    /// Per-record XXH3-128 of the document text, for `--dedup` across parts:
+    /// 16 bytes per record, little-endian, in record order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashes: Option<FileInfo>,
+}
+
+/// A file of a dataset besides its shards: name, size and checksum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileInfo {
+    /// Relative to the dataset directory.
+    pub file: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// XXH3-64 of its bytes, 16 hex digits.
+    pub xxh3: String,
 }
 
 /// What `prep pack` did: the mode, and counts of rows, padding and cuts.
@@ -147,6 +181,10 @@ pub struct Provenance {
     pub documents: DocumentCounts,
     /// XXH3-64 of the options and inputs; equal fingerprints mean equal output.
     pub fingerprint: String,
+    /// The partial datasets `prep merge` joined into this one, in order
+    /// (path and size of each, and the XXH3 of its manifest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<InputInfo>,
 }
 
 /// One input file of a run.

@@ -19,8 +19,8 @@ pub use index::{
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
-    DocumentCounts, InputInfo, Manifest, Packing, Provenance, ShardInfo, SpecialTokens,
-    TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance, ShardInfo,
+    SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};

@@ -497,6 +497,7 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
         shards,
         seq_len: None,
         packing: None,
+        partition: None,
         provenance: Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: "import".into(),
@@ -509,6 +510,7 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
                 ..DocumentCounts::default()
             },
             fingerprint,
+            merged: Vec::new(),
         },
     };
     atomic_write(&out.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;

@@ -446,7 +446,9 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
                 ..DocumentCounts::default()
             },
             fingerprint,
+            merged: Vec::new(),
         },
+        partition: None,
         ..base
     };
     atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;

@@ -103,6 +103,7 @@ pub(super) fn run(
         options: plan.options.clone(),
         documents,
         fingerprint: plan.fingerprint.clone(),
+        merged: Vec::new(),
     });
     progress.note(&format!("shuffling with seed {}", plan.seed));
     let shuffled = shuffle::run(&shuffle_config, progress)?;

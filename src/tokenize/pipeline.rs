@@ -273,6 +273,7 @@ pub(super) fn run(
         shards,
         seq_len: None,
         packing: None,
+        partition: None,
         provenance: Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: "tokenize".into(),
@@ -281,6 +282,7 @@ pub(super) fn run(
             options,
             documents: state.counts,
             fingerprint,
+            merged: Vec::new(),
         },
     };
     atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;

@@ -175,6 +175,7 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
         shards,
         seq_len: None,
         packing: None,
+        partition: None,
         provenance: Provenance {
             prep_version: "test".into(),
             command: "test".into(),
@@ -183,6 +184,7 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
             options: serde_json::json!({}),
             documents: DocumentCounts::default(),
             fingerprint: "0000000000000000".into(),
+            merged: Vec::new(),
         },
     }
 }
