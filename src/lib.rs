@@ -17,6 +17,7 @@ pub mod input;
 pub mod inspect;
 pub mod interop;
 pub mod loader;
+pub mod merge;
 pub mod pack;
 pub mod partition;
 pub mod permute;

@@ -461,13 +461,37 @@ fn read_manifest(dir: &Path, problems: &mut Problems) -> Result<Option<Manifest>
 }
 
 /// Files under `dir` that look like shards (`.bin`, `.idx`, or their `.tmp`
-/// forms) but are not listed.
+/// forms) but are not listed. A partial dataset's record hashes count as
+/// listed; so do the files of the parts a merged dataset names (a shard that
+/// `--dedup` rewrote without some records leaves the part's own in place).
 fn unlisted_files(dir: &Path, manifest: &Manifest, problems: &mut Problems) {
+    let mut hashes = Vec::new();
+    if let Some(h) = manifest.partition.as_ref().and_then(|p| p.hashes.as_ref()) {
+        hashes.push(h.file.clone());
+    }
+    for part in &manifest.provenance.merged {
+        let Ok(m) = Manifest::read(&dir.join(&part.path)) else {
+            continue;
+        };
+        let files = m
+            .shards
+            .iter()
+            .flat_map(|s| [Some(&s.bin), Some(&s.idx), s.seg.as_ref()]);
+        let own_hashes = m
+            .partition
+            .as_ref()
+            .and_then(|p| p.hashes.as_ref())
+            .map(|h| &h.file);
+        for file in files.flatten().chain(own_hashes) {
+            hashes.push(format!("{}/{file}", part.path));
+        }
+    }
     let listed: BTreeSet<&str> = manifest
         .shards
         .iter()
         .flat_map(|s| [Some(s.bin.as_str()), Some(s.idx.as_str()), s.seg.as_deref()])
         .flatten()
+        .chain(hashes.iter().map(String::as_str))
         .collect();
     let mut found = Vec::new();
     walk(dir, dir, &mut found);

@@ -12,6 +12,7 @@ mod bench_read;
 mod export;
 mod import;
 mod inspect;
+mod merge;
 mod pack;
 mod progress;
 mod sample;
@@ -36,6 +37,8 @@ enum Command {
     Shuffle(shuffle::Args),
     /// Pack documents into rows of exactly --seq-len tokens (bestfit or concat).
     Pack(pack::Args),
+    /// Join the partial datasets of a --part run (or shuffle buckets) into one dataset, without copying tokens.
+    Merge(merge::Args),
     /// Write a dataset as Megatron-LM, nanoGPT, llm.c or datatrove token files.
     Export(export::Args),
     /// Read Megatron-LM, nanoGPT, llm.c or datatrove token files into a dataset.
@@ -67,6 +70,7 @@ pub fn run() -> ExitCode {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Shuffle(args) => shuffle::run(args),
         Command::Pack(args) => pack::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Export(args) => export::run(args),
         Command::Import(args) => import::run(args),

@@ -84,6 +84,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size, requires = "shuffle_seed")]
     memory: u64,
 
+    /// Be task I of N of a partitioned run: read only this part's share of
+    /// the inputs (whole files, byte ranges of plain JSONL files, row groups
+    /// of Parquet files) and write a partial dataset; `prep merge` joins the
+    /// N parts into exactly the dataset a run without --part makes.
+    #[arg(long, value_name = "I/N", conflicts_with = "shuffle_seed")]
+    part: Option<crate::partition::Part>,
+
     /// Replace a dataset or interrupted run found in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -109,6 +116,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.overwrite = args.overwrite;
     config.shuffle_seed = args.shuffle_seed;
     config.shuffle_memory = args.memory;
+    config.part = args.part;
     let bar = super::progress::Bar::new(args.quiet);
     let report = tokenize::run(&config, &bar)?;
     if !args.quiet {

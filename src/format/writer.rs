@@ -21,7 +21,7 @@ fn tmp_path(path: &Path) -> PathBuf {
 
 /// Names of the files prep writes into a dataset directory: shard files
 /// (`shard-*.bin`, `.idx`, `.seg`), unfinished `.tmp` files, the manifest,
-/// the journal and the tokenizer copy.
+/// the journal, the tokenizer copy and a partial dataset's `hashes.bin`.
 pub(crate) fn is_prep_file(name: &str) -> bool {
     let shard =
         name.starts_with("shard-") && [".bin", ".idx", ".seg"].iter().any(|e| name.ends_with(e));
@@ -30,6 +30,7 @@ pub(crate) fn is_prep_file(name: &str) -> bool {
         || name == super::MANIFEST_FILE
         || name == ".prep-journal.json"
         || name == "tokenizer.json"
+        || name == "hashes.bin"
 }
 
 /// Removes prep's own files (see [`is_prep_file`]) and its private working

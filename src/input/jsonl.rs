@@ -35,21 +35,42 @@ pub(crate) struct JsonlSource {
     /// Reused between lines; each document gets an exact-size copy, so a
     /// batch's memory is its payload bytes, not a doubling buffer's capacity.
     scratch: Vec<u8>,
+    /// Byte offset of the next line (plain files).
+    pos: u64,
+    /// Reading a slice of a plain file: lines starting at or past this
+    /// offset belong to the next part.
+    end: Option<u64>,
+    /// The offset of the first line read when it is not the file's first:
+    /// line numbers then count from it until an error needs them whole.
+    first_line_at: Option<u64>,
 }
 
 impl JsonlSource {
     /// Opens `path`, decompressing as `compression` says; compressed bytes
     /// read from disk are added to `progress`.
+    ///
+    /// With `range` (plain files only), only the lines that start at a byte
+    /// offset in it are read (see [`super::share`]).
     pub(crate) fn open(
         path: &Path,
         compression: Compression,
+        range: Option<std::ops::Range<u64>>,
         progress: Arc<AtomicU64>,
     ) -> Result<JsonlSource, InputError> {
         let open_error = |source| InputError::Open {
             path: path.to_owned(),
             source,
         };
-        let file = File::open(path).map_err(open_error)?;
+        let mut file = File::open(path).map_err(open_error)?;
+        let mut pos = 0;
+        if let Some(range) = &range {
+            debug_assert_eq!(
+                compression,
+                Compression::None,
+                "only plain files are sliced"
+            );
+            pos = super::share::seek_to_line(&mut file, range.start).map_err(open_error)?;
+        }
         let counted = CountingReader {
             inner: file,
             progress,
@@ -67,6 +88,9 @@ impl JsonlSource {
             reader: BufReader::with_capacity(BUF_SIZE, decoded),
             line: 0,
             scratch: Vec::new(),
+            pos,
+            end: range.as_ref().map(|r| r.end),
+            first_line_at: (pos > 0).then_some(pos),
         })
     }
 
@@ -75,21 +99,31 @@ impl JsonlSource {
     /// they are skipped, but still counted in the line numbers.
     pub(crate) fn next_doc(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
         loop {
+            if self.end.is_some_and(|end| self.pos >= end) {
+                return Ok(None);
+            }
             self.scratch.clear();
             if self.scratch.capacity() > KEEP_LINE_CAPACITY {
                 self.scratch = Vec::new();
             }
-            let read = self
-                .reader
-                .read_until(b'\n', &mut self.scratch)
-                .map_err(|source| InputError::Read {
-                    path: self.path.clone(),
-                    line: self.line + 1,
-                    source,
-                })?;
+            let read = match self.reader.read_until(b'\n', &mut self.scratch) {
+                Ok(read) => read,
+                Err(source) => {
+                    let line = match self.location(self.line + 1) {
+                        Location::Line(line) => line,
+                        other => super::resolve_location(&self.path, other).line_or(self.line + 1),
+                    };
+                    return Err(InputError::Read {
+                        path: self.path.clone(),
+                        line,
+                        source,
+                    });
+                }
+            };
             if read == 0 {
                 return Ok(None);
             }
+            self.pos += read as u64;
             self.line += 1;
             let mut line = self.scratch.as_slice();
             if let Some(rest) = line.strip_suffix(b"\n") {
@@ -102,9 +136,17 @@ impl JsonlSource {
                 continue;
             }
             return Ok(Some((
-                Location::Line(self.line),
+                self.location(self.line),
                 Payload::Json(line.to_vec()),
             )));
+        }
+    }
+
+    /// Where line `line` (counted from the first line read) is.
+    fn location(&self, line: u64) -> Location {
+        match self.first_line_at {
+            None => Location::Line(line),
+            Some(start) => Location::LineFrom { start, line },
         }
     }
 }

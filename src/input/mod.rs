@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 pub mod jsonl;
 pub mod parquet;
+pub mod share;
+
+pub use share::{share, Share, Slice};
 
 /// The extensions [`expand`] accepts, for error messages.
 const ACCEPTED_EXTENSIONS: &str =
@@ -280,6 +283,15 @@ impl fmt::Display for TextKey {
 pub enum Location {
     /// 1-based line number in a JSONL file.
     Line(u64),
+    /// In a slice of a plain JSONL file read by one part (`--part`): the
+    /// `line`-th line (1-based) counted from the line that starts at byte
+    /// `start`. [`resolve_location`] turns it into a [`Location::Line`].
+    LineFrom {
+        /// Byte offset of the first line the part read.
+        start: u64,
+        /// 1-based line number counted from there.
+        line: u64,
+    },
     /// 0-based row group and 0-based row within it, in a Parquet file.
     Row {
         /// Row group index.
@@ -294,8 +306,34 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::Line(line) => write!(f, "line {line}"),
+            Location::LineFrom { start, line } => {
+                write!(f, "line {line} counted from byte {start}")
+            }
             Location::Row { row_group, row } => write!(f, "row group {row_group}, row {row}"),
         }
+    }
+}
+
+impl Location {
+    /// The line number of a [`Location::Line`], else `fallback`.
+    fn line_or(self, fallback: u64) -> u64 {
+        match self {
+            Location::Line(line) => line,
+            _ => fallback,
+        }
+    }
+}
+
+/// `loc` with a line counted from a slice's start ([`Location::LineFrom`])
+/// turned into the line's number in the whole file, by counting the lines
+/// before the slice. Reads the file up to there: for error messages only.
+/// Other locations, and any that cannot be resolved, come back unchanged.
+pub fn resolve_location(path: &Path, loc: Location) -> Location {
+    match loc {
+        Location::LineFrom { start, line } => {
+            share::line_number_at(path, start).map_or(loc, |first| Location::Line(first + line - 1))
+        }
+        other => other,
     }
 }
 
@@ -559,6 +597,8 @@ pub fn extract_text<'a>(line: &'a [u8], key: &TextKey) -> Result<Cow<'a, str>, D
 /// thousand rows at a time, reading only the text column.
 pub struct Reader {
     files: Vec<InputFile>,
+    /// What to read of each file.
+    slices: Vec<Slice>,
     key: TextKey,
     /// Index of the next file to open.
     next_file: usize,
@@ -582,8 +622,23 @@ impl Reader {
     /// A reader over `files`, in the given order. Nothing is opened until the
     /// first [`Reader::next_batch`].
     pub fn new(files: Vec<InputFile>, key: TextKey) -> Reader {
+        let shares = files
+            .into_iter()
+            .map(|file| Share {
+                file,
+                slice: Slice::Whole,
+            })
+            .collect();
+        Reader::from_shares(shares, key)
+    }
+
+    /// A reader over a part's share of the inputs (see [`share()`]): each
+    /// file's slice, in the given order.
+    pub fn from_shares(shares: Vec<Share>, key: TextKey) -> Reader {
+        let (files, slices) = shares.into_iter().map(|s| (s.file, s.slice)).unzip();
         Reader {
             files,
+            slices,
             key,
             next_file: 0,
             current: None,
@@ -644,16 +699,25 @@ impl Reader {
                 // More than 4 billion input files cannot be indexed by RawDoc::file.
                 let index = u32::try_from(self.next_file).unwrap_or(u32::MAX);
                 self.next_file += 1;
+                let slice = &self.slices[self.next_file - 1];
                 let source = match file.kind {
                     InputKind::Jsonl(compression) => jsonl::JsonlSource::open(
                         &file.path,
                         compression,
+                        match slice {
+                            Slice::Bytes(range) => Some(range.clone()),
+                            _ => None,
+                        },
                         Arc::clone(&self.progress),
                     )
                     .map(Source::Jsonl),
                     InputKind::Parquet => parquet::ParquetSource::open(
                         &file.path,
                         &self.key,
+                        match slice {
+                            Slice::RowGroups(range) => Some(range.clone()),
+                            _ => None,
+                        },
                         Arc::clone(&self.progress),
                     )
                     .map(Source::Parquet),

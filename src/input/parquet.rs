@@ -33,6 +33,9 @@ pub(crate) struct ParquetSource {
     group_rows: Vec<u64>,
     /// Compressed bytes of each row group, in file order.
     group_bytes: Vec<u64>,
+    /// The file's index of the first row group read (a part may read a
+    /// range of them).
+    first_group: usize,
     /// The row group holding `row`, and the index of its first row.
     group: usize,
     group_start: u64,
@@ -55,9 +58,11 @@ struct Decoded {
 impl ParquetSource {
     /// Opens `path` and checks that `key` names a string column; the size of
     /// each row group is added to `progress` once its last row is handed out.
+    /// With `groups`, only those row groups are read.
     pub(crate) fn open(
         path: &Path,
         key: &TextKey,
+        groups: Option<std::ops::Range<usize>>,
         progress: Arc<AtomicU64>,
     ) -> Result<ParquetSource, InputError> {
         let file = File::open(path).map_err(|source| InputError::Open {
@@ -82,16 +87,21 @@ impl ParquetSource {
             .map(|(index, _)| index);
         let mask = ProjectionMask::leaves(schema, leaves);
 
-        let groups = builder.metadata().row_groups();
-        let group_rows = groups
+        let all = builder.metadata().row_groups();
+        let groups = groups.unwrap_or(0..all.len());
+        let groups = groups.start.min(all.len())..groups.end.min(all.len());
+        let first_group = groups.start;
+        let selected = &all[groups.clone()];
+        let group_rows = selected
             .iter()
             .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
             .collect();
-        let group_bytes = groups
+        let group_bytes = selected
             .iter()
             .map(|g| u64::try_from(g.compressed_size()).unwrap_or(0))
             .collect();
         let reader = builder
+            .with_row_groups(groups.collect())
             .with_projection(mask)
             .with_batch_size(BATCH_ROWS)
             .build()
@@ -103,6 +113,7 @@ impl ParquetSource {
             names,
             group_rows,
             group_bytes,
+            first_group,
             group: 0,
             group_start: 0,
             row: 0,
@@ -162,7 +173,7 @@ impl ParquetSource {
             self.group_start += rows;
             self.group += 1;
         }
-        (self.group, self.row - self.group_start)
+        (self.first_group + self.group, self.row - self.group_start)
     }
 
     /// Finds the arrays on the path to the text in a projected batch.
@@ -504,7 +515,7 @@ mod tests {
             .iter()
             .map(|d| match d.loc {
                 Location::Row { row_group, row } => (row_group, row),
-                Location::Line(_) => panic!(),
+                _ => panic!("a parquet row has a row location"),
             })
             .collect();
         assert_eq!(

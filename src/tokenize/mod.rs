@@ -14,6 +14,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
 use crate::input::{DocError, InputError, Location};
+use crate::partition::Part;
 
 mod fused;
 mod journal;
@@ -70,6 +71,9 @@ pub struct TokenizeConfig {
     pub shuffle_seed: Option<u64>,
     /// Memory budget of that shuffle.
     pub shuffle_memory: u64,
+    /// Task `I` of `N` of a partitioned run (`--part I/N`): read only this
+    /// part's share of the inputs and write a partial dataset for `prep merge`.
+    pub part: Option<Part>,
 }
 
 impl TokenizeConfig {
@@ -95,6 +99,7 @@ impl TokenizeConfig {
             window_per_thread: DEFAULT_WINDOW_PER_THREAD,
             shuffle_seed: None,
             shuffle_memory: 4 << 30,
+            part: None,
         }
     }
 }
@@ -174,6 +179,9 @@ pub enum TokenizeError {
     /// The shuffle of `--shuffle-seed` failed.
     #[error(transparent)]
     Shuffle(#[from] crate::shuffle::ShuffleError),
+    /// Options that do not go together.
+    #[error("{0}")]
+    Usage(String),
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {message}")]
     Threads {
@@ -258,6 +266,15 @@ fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3
         "tokenizer_xxh3": checksum_hex(tokenizer_xxh3),
     });
     checksum_hex(xxh3_64(canonical.to_string().as_bytes()))
+}
+
+/// The fingerprint of part `part` of the run whose fingerprint is `job`.
+fn part_fingerprint(job: &str, part: Part) -> String {
+    checksum_hex(xxh3_64(
+        json!({ "job": job, "part": part.to_string() })
+            .to_string()
+            .as_bytes(),
+    ))
 }
 
 fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {

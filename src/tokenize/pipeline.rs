@@ -18,8 +18,8 @@ use super::{
     TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
 use crate::format::{
-    atomic_write, checksum_hex, DatasetWriter, DocumentCounts, Manifest, Provenance, SpecialTokens,
-    TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    atomic_write, checksum_hex, DatasetWriter, DocumentCounts, FileInfo, Manifest, Partition,
+    Provenance, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
 
@@ -100,8 +100,24 @@ pub(super) fn run(
         .transpose()?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
-    let options = options_json(config, eos, bos, tok.dtype);
-    let fingerprint = fingerprint(&options, &inputs, tok.xxh3);
+    let mut options = options_json(config, eos, bos, tok.dtype);
+    // A part's fingerprint is its own; `job`, the whole run's, is what every
+    // part shares and what the merged dataset carries.
+    let job = fingerprint(&options, &inputs, tok.xxh3);
+    let fingerprint = match config.part {
+        Some(part) => {
+            if config.shuffle_seed.is_some() {
+                return Err(TokenizeError::Usage(
+                    "--part and --shuffle-seed do not go together: shuffle a partitioned run with \
+                     prep shuffle --scatter/--gather after prep merge"
+                        .into(),
+                ));
+            }
+            options["part"] = part.to_string().into();
+            super::part_fingerprint(&job, part)
+        }
+        None => job.clone(),
+    };
     let dir = config.output.clone();
     let threads = crate::util::thread_count(config.threads);
     if let Some(seed) = config.shuffle_seed {
@@ -173,9 +189,19 @@ pub(super) fn run(
         dedup: config.dedup,
         replay_until: checkpoint.position,
     });
-    let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
-    let input_total: u64 = files.iter().map(|f| f.bytes).sum();
-    let mut reader = Reader::new(files, shared.key.clone());
+    let shares = match config.part {
+        Some(part) => input::share(&files, part)?,
+        None => files
+            .into_iter()
+            .map(|file| input::Share {
+                file,
+                slice: input::Slice::Whole,
+            })
+            .collect(),
+    };
+    let paths: Vec<PathBuf> = shares.iter().map(|s| s.file.path.clone()).collect();
+    let input_total: u64 = shares.iter().map(|s| s.file.bytes).sum();
+    let mut reader = Reader::from_shares(shares, shared.key.clone());
     let input_done = reader.progress();
 
     let window = threads * config.window_per_thread.max(1);
@@ -199,6 +225,7 @@ pub(super) fn run(
         counts: checkpoint.documents,
         text_bytes: checkpoint.text_bytes,
         seen: HashSet::new(),
+        hashes: (config.dedup && config.part.is_some()).then(Vec::new),
         position: 0,
         dedup: config.dedup,
         skip_bad: config.skip_bad,
@@ -251,6 +278,19 @@ pub(super) fn run(
     written?;
 
     let shards = state.writer.finish()?;
+    let partition = match config.part {
+        Some(part) => Some(Partition {
+            stage: "tokenize".into(),
+            part: part.index,
+            parts: part.count,
+            job: job.clone(),
+            hashes: match &state.hashes {
+                Some(hashes) => Some(write_hashes(&dir, hashes)?),
+                None => None,
+            },
+        }),
+        None => None,
+    };
     let manifest = Manifest {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
@@ -273,7 +313,7 @@ pub(super) fn run(
         shards,
         seq_len: None,
         packing: None,
-        partition: None,
+        partition,
         provenance: Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: "tokenize".into(),
@@ -308,6 +348,21 @@ pub(super) fn run(
         warnings: state.warnings,
     })
 }
+
+/// Writes a part's record hashes (16 bytes each, little-endian) to
+/// [`HASHES_FILE`] and describes the file for the manifest.
+fn write_hashes(dir: &std::path::Path, hashes: &[u128]) -> Result<FileInfo, TokenizeError> {
+    let bytes: Vec<u8> = hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
+    atomic_write(&dir.join(HASHES_FILE), &bytes)?;
+    Ok(FileInfo {
+        file: HASHES_FILE.into(),
+        bytes: bytes.len() as u64,
+        xxh3: checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes)),
+    })
+}
+
+/// A deduplicating part's record hashes, for `prep merge`.
+pub(crate) const HASHES_FILE: &str = "hashes.bin";
 
 /// A dataset that skipped bad documents is this run's output only if this
 /// run skips them too.
@@ -403,6 +458,9 @@ struct WriteState {
     counts: DocumentCounts,
     text_bytes: u64,
     seen: HashSet<u128>,
+    /// A deduplicating part keeps the text hash of every record it writes,
+    /// in order, so that `prep merge` can drop duplicates across parts.
+    hashes: Option<Vec<u128>>,
     /// Input documents seen so far, in reading order.
     position: u64,
     dedup: bool,
@@ -457,12 +515,18 @@ fn write_batch(
         state.position += 1;
         match outcome {
             Outcome::Replay { hash } => {
+                // A replayed document was written by the earlier run exactly
+                // when its hash is new (bad ones have none).
                 if let Some(hash) = hash {
-                    state.seen.insert(hash);
+                    let written = state.seen.insert(hash);
+                    if let Some(hashes) = state.hashes.as_mut().filter(|_| written) {
+                        hashes.push(hash);
+                    }
                 }
             }
             Outcome::Bad { file, loc, error } => {
                 let path = state.paths[file as usize].clone();
+                let loc = input::resolve_location(&path, loc);
                 let error = match error {
                     Bad::Doc(error) => TokenizeError::BadDocument { path, loc, error },
                     Bad::Encode(message) => TokenizeError::Encode { path, loc, message },
@@ -492,6 +556,9 @@ fn write_batch(
                     state.counts.read += 1;
                     state.counts.deduplicated += 1;
                     continue;
+                }
+                if let Some(hashes) = state.hashes.as_mut() {
+                    hashes.push(hash);
                 }
                 // The checkpoint of a shard completed to make room for this
                 // document: everything before it, nothing of it.

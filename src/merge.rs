@@ -1,0 +1,653 @@
+//! `prep merge`: the partial datasets of a partitioned run (`--part I/N` of
+//! tokenize or pack, or the buckets of a distributed shuffle) into one
+//! dataset.
+//!
+//! Parts are put in the order of the part number their manifests record,
+//! never the order given (a shell sorts `part-10` before `part-2`), and must
+//! be every part of one run: same stage, same job fingerprint, numbers
+//! `0..N` each once. They must read the same way: tokenizer, dtype,
+//! vocabulary, special tokens, kind, and for packed parts the row length and
+//! packing mode.
+//!
+//! Token data is not copied. A part that lies inside the output directory
+//! (the usual layout, `OUT/part-00003`) has its shards listed in the merged
+//! manifest in place (`part-00003/shard-00000.bin`); a part elsewhere has
+//! its shard files hard-linked into the output directory, which needs the
+//! same file system; `--copy` copies them instead. The merged manifest is
+//! written last, so a merge that stops half-way leaves no dataset, and
+//! running it again finishes it.
+//!
+//! ## `--dedup` across parts
+//!
+//! A tokenize run with `--dedup` drops every document whose text was seen
+//! earlier in the inputs. A part can only see its own share, so it drops
+//! the duplicates within the share and records the XXH3-128 of the text of
+//! every record it writes (`hashes.bin`, 16 bytes per record). The merge
+//! walks the records in order with one set of hashes and drops each record
+//! whose hash an earlier part already wrote: exactly the records the
+//! one-machine run drops. Shards that lose records are rewritten into the
+//! output directory (only those: the others stay in place); memory is the
+//! set of distinct hashes, as for a one-machine `--dedup`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
+
+use crate::format::{
+    atomic_write, checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
+    Manifest, Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
+};
+use crate::progress::{Progress, ProgressSnapshot};
+
+/// What `prep merge` is asked to do.
+#[derive(Debug, Clone)]
+pub struct MergeConfig {
+    /// The partial datasets, in any order.
+    pub parts: Vec<PathBuf>,
+    /// The merged dataset's directory (it may hold the parts).
+    pub output: PathBuf,
+    /// Copy shard files that are not inside the output directory instead of
+    /// hard-linking them.
+    pub copy: bool,
+    /// Replace a different dataset found in the output directory.
+    pub overwrite: bool,
+}
+
+impl MergeConfig {
+    /// Merge `parts` into `output`, linking what lies outside it.
+    pub fn new(parts: Vec<PathBuf>, output: impl Into<PathBuf>) -> MergeConfig {
+        MergeConfig {
+            parts,
+            output: output.into(),
+            copy: false,
+            overwrite: false,
+        }
+    }
+}
+
+/// Every way `prep merge` can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// A part or the output could not be read or written.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// No part given.
+    #[error("no partial dataset given")]
+    NoInput,
+    /// A dataset without a `partition` in its manifest.
+    #[error(
+        "{}: not a partial dataset (its manifest has no partition); prep merge joins the parts \
+         of one run made with --part (or the buckets of prep shuffle --gather)",
+        dir.display()
+    )]
+    NotAPart {
+        /// The dataset.
+        dir: PathBuf,
+    },
+    /// Two parts that cannot be joined.
+    #[error("cannot merge {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
+    Mismatch {
+        /// The first part.
+        first: PathBuf,
+        /// The part that differs from it.
+        other: PathBuf,
+        /// What differs.
+        what: &'static str,
+        /// The first part's value.
+        a: String,
+        /// The other's.
+        b: String,
+    },
+    /// Parts missing or given twice.
+    #[error("{0}")]
+    Parts(String),
+    /// A part's `hashes.bin` does not match its manifest.
+    #[error("{}: {why}", path.display())]
+    Hashes {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The output directory holds something this run must not overwrite.
+    #[error("output directory {}: {why}", dir.display())]
+    OutputExists {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it was refused.
+        why: String,
+    },
+    /// A shard file outside the output directory could not be hard-linked.
+    #[error(
+        "cannot hard-link {} to {}: {source}; pass --copy to copy it, or write the parts inside \
+         the output directory so they are used in place",
+        from.display(),
+        to.display()
+    )]
+    Link {
+        /// The part's file.
+        from: PathBuf,
+        /// The link that was to be made.
+        to: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Any other I/O error.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> MergeError + '_ {
+    move |source| MergeError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct MergeReport {
+    /// The manifest written (or found).
+    pub manifest: Manifest,
+    /// The output was already this merge: nothing was done.
+    pub already_complete: bool,
+    /// Parts joined.
+    pub parts: usize,
+    /// Shards used where they lie, inside the output directory.
+    pub referenced: usize,
+    /// Shards hard-linked into the output directory.
+    pub linked: usize,
+    /// Shards copied (`--copy`).
+    pub copied: usize,
+    /// Shards rewritten without the records `--dedup` drops across parts.
+    pub rewritten: usize,
+    /// Token and index bytes written (copies and rewrites).
+    pub bytes_written: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// One part, opened.
+struct Part {
+    dir: PathBuf,
+    ds: Dataset,
+    partition: Partition,
+    /// XXH3-64 of its manifest.json.
+    manifest_xxh3: String,
+}
+
+/// Runs `prep merge`.
+pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport, MergeError> {
+    let started = Instant::now();
+    if config.parts.is_empty() {
+        return Err(MergeError::NoInput);
+    }
+    let out = &config.output;
+    let mut parts = Vec::with_capacity(config.parts.len());
+    for dir in &config.parts {
+        if crate::util::same_or_inside(out, dir) {
+            return Err(MergeError::OutputExists {
+                dir: out.clone(),
+                why: format!(
+                    "is the part {} or inside it; choose the directory that holds the parts",
+                    dir.display()
+                ),
+            });
+        }
+        let ds = Dataset::open(dir)?;
+        let partition = ds
+            .manifest()
+            .partition
+            .clone()
+            .ok_or_else(|| MergeError::NotAPart { dir: dir.clone() })?;
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        parts.push(Part {
+            dir: dir.clone(),
+            ds,
+            partition,
+            manifest_xxh3: checksum_hex(xxh3_64(&bytes)),
+        });
+    }
+    parts.sort_by_key(|p| p.partition.part);
+    check_parts(&parts)?;
+    let first = &parts[0];
+    let base = first.ds.manifest().clone();
+    let job = first.partition.job.clone();
+    let merged: Vec<InputInfo> = parts
+        .iter()
+        .map(|p| InputInfo {
+            path: relative_to(out, &p.dir).unwrap_or_else(|| p.dir.display().to_string()),
+            bytes: p
+                .ds
+                .manifest()
+                .shards
+                .iter()
+                .map(|s| s.bin_bytes + s.idx_bytes + s.seg_bytes.unwrap_or(0))
+                .sum(),
+            xxh3: Some(p.manifest_xxh3.clone()),
+        })
+        .collect();
+
+    if let Some(done) = prepare(out, &job, &merged, config.overwrite)? {
+        progress.note("the merged dataset is already complete; nothing to do");
+        return Ok(MergeReport {
+            manifest: done,
+            already_complete: true,
+            parts: parts.len(),
+            referenced: 0,
+            linked: 0,
+            copied: 0,
+            rewritten: 0,
+            bytes_written: 0,
+            elapsed: started.elapsed(),
+        });
+    }
+
+    let dedup = first.partition.stage == "tokenize"
+        && base.provenance.options.get("dedup") == Some(&serde_json::Value::Bool(true));
+    let mut report = MergeReport {
+        manifest: base.clone(),
+        already_complete: false,
+        parts: parts.len(),
+        referenced: 0,
+        linked: 0,
+        copied: 0,
+        rewritten: 0,
+        bytes_written: 0,
+        elapsed: Duration::ZERO,
+    };
+    let mut seen: HashSet<u128> = HashSet::new();
+    let empty_text = xxh3_128(b"");
+    let mut documents = DocumentCounts::default();
+    let mut shards: Vec<ShardInfo> = Vec::new();
+    let total_bytes: u64 = merged.iter().map(|m| m.bytes).sum();
+    let mut done_bytes = 0u64;
+    for part in &parts {
+        let m = part.ds.manifest();
+        add_counts(&mut documents, &m.provenance.documents);
+        let hashes = if dedup {
+            Some(read_hashes(part)?)
+        } else {
+            None
+        };
+        let inside = relative_to(out, &part.dir);
+        for (s, shard) in m.shards.iter().enumerate() {
+            let first_record = part.ds.shard_first_record(s);
+            // Records of this shard an earlier part already wrote.
+            let drop: Vec<bool> = match &hashes {
+                Some(h) => (0..shard.n_records)
+                    .map(|r| !seen.insert(h[(first_record + r) as usize]))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let stem = DatasetWriter::shard_stem(shards.len());
+            if drop.iter().any(|&d| d) {
+                let mut writer = ShardWriter::create(out, &stem, m.dtype)?;
+                for (r, &dropped) in drop.iter().enumerate() {
+                    let index = first_record + r as u64;
+                    if dropped {
+                        documents.written -= 1;
+                        documents.deduplicated += 1;
+                        let hash = hashes.as_ref().expect("drops come from hashes")[index as usize];
+                        documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
+                        continue;
+                    }
+                    writer.push_raw(part.ds.record_bytes(index)?)?;
+                }
+                let info = writer.finish()?;
+                report.rewritten += 1;
+                report.bytes_written += info.bin_bytes + info.idx_bytes;
+                shards.push(info);
+            } else if let Some(prefix) = &inside {
+                report.referenced += 1;
+                shards.push(ShardInfo {
+                    bin: format!("{prefix}/{}", shard.bin),
+                    idx: format!("{prefix}/{}", shard.idx),
+                    seg: shard.seg.as_ref().map(|seg| format!("{prefix}/{seg}")),
+                    ..shard.clone()
+                });
+            } else {
+                let place = |name: &str, ext: &str| -> Result<String, MergeError> {
+                    let to_name = format!("{stem}.{ext}");
+                    place_file(&part.dir.join(name), &out.join(&to_name), config.copy)?;
+                    Ok(to_name)
+                };
+                let placed = ShardInfo {
+                    bin: place(&shard.bin, "bin")?,
+                    idx: place(&shard.idx, "idx")?,
+                    seg: shard
+                        .seg
+                        .as_ref()
+                        .map(|seg| place(seg, "seg"))
+                        .transpose()?,
+                    ..shard.clone()
+                };
+                if config.copy {
+                    report.copied += 1;
+                    report.bytes_written +=
+                        shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
+                } else {
+                    report.linked += 1;
+                }
+                shards.push(placed);
+            }
+            done_bytes += shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
+            progress.update(&ProgressSnapshot {
+                input_bytes: done_bytes,
+                input_total: total_bytes,
+                documents: 0,
+                text_bytes: 0,
+                tokens: 0,
+            });
+        }
+    }
+
+    if let Some(file) = &base.tokenizer.file {
+        let from = first.dir.join(file);
+        if from.is_file() {
+            let bytes = std::fs::read(&from).map_err(io(&from))?;
+            atomic_write(&out.join(file), &bytes)?;
+        }
+    }
+    let n_tokens = shards.iter().map(|s| s.n_tokens).sum();
+    let packing = base.packing.as_ref().map(|_| {
+        let mut sum = parts
+            .iter()
+            .filter_map(|p| p.ds.manifest().packing.clone())
+            .reduce(add_packing)
+            .expect("packed parts have packing");
+        sum.pad_share = if n_tokens == 0 {
+            0.0
+        } else {
+            sum.pad_tokens as f64 / n_tokens as f64
+        };
+        sum
+    });
+    let mut options = base.provenance.options.clone();
+    if let Some(map) = options.as_object_mut() {
+        map.remove("part");
+    }
+    let manifest = Manifest {
+        n_records: shards.iter().map(|s| s.n_records).sum(),
+        n_tokens,
+        shards,
+        packing,
+        partition: None,
+        provenance: crate::format::Provenance {
+            created: crate::util::now_rfc3339(),
+            options,
+            documents,
+            fingerprint: job,
+            merged,
+            ..base.provenance.clone()
+        },
+        ..base
+    };
+    atomic_write(&out.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    progress.finish();
+    report.manifest = manifest;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Every part of one run, each once, all readable the same way.
+fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
+    let first = &parts[0];
+    let (a, pa) = (first.ds.manifest(), &first.partition);
+    for p in &parts[1..] {
+        let (b, pb) = (p.ds.manifest(), &p.partition);
+        let differ = |what, x: String, y: String| {
+            Err(MergeError::Mismatch {
+                first: first.dir.clone(),
+                other: p.dir.clone(),
+                what,
+                a: x,
+                b: y,
+            })
+        };
+        if pa.stage != pb.stage {
+            return differ("stages", pa.stage.clone(), pb.stage.clone());
+        }
+        if pa.parts != pb.parts {
+            return differ("part counts", pa.parts.to_string(), pb.parts.to_string());
+        }
+        if pa.job != pb.job {
+            return differ(
+                "runs (job fingerprints: other inputs or options)",
+                pa.job.clone(),
+                pb.job.clone(),
+            );
+        }
+        if a.tokenizer.xxh3 != b.tokenizer.xxh3 {
+            return differ(
+                "tokenizers",
+                a.tokenizer.xxh3.clone(),
+                b.tokenizer.xxh3.clone(),
+            );
+        }
+        if a.dtype != b.dtype {
+            return differ("dtypes", a.dtype.to_string(), b.dtype.to_string());
+        }
+        if a.vocab_size != b.vocab_size {
+            return differ(
+                "vocabulary sizes",
+                a.vocab_size.to_string(),
+                b.vocab_size.to_string(),
+            );
+        }
+        if a.kind != b.kind {
+            return differ("kinds", a.kind.clone(), b.kind.clone());
+        }
+        let specials = |m: &Manifest| {
+            format!(
+                "{:?} bos_prepended={} eos_appended={}",
+                m.special_tokens, m.bos_prepended, m.eos_appended
+            )
+        };
+        if specials(a) != specials(b) {
+            return differ("special tokens", specials(a), specials(b));
+        }
+        let shape = |m: &Manifest| {
+            format!(
+                "seq_len={:?} {:?}",
+                m.seq_len,
+                m.packing
+                    .as_ref()
+                    .map(|p| (&p.mode, p.seed, p.window, p.separator))
+            )
+        };
+        if shape(a) != shape(b) {
+            return differ("packings", shape(a), shape(b));
+        }
+    }
+    let n = pa.parts;
+    let mut count = vec![0u32; usize::try_from(n).unwrap_or(usize::MAX).min(1 << 24)];
+    for p in parts {
+        if let Some(c) = count.get_mut(p.partition.part as usize) {
+            *c += 1;
+        }
+    }
+    let twice: Vec<String> = parts
+        .windows(2)
+        .filter(|w| w[0].partition.part == w[1].partition.part)
+        .map(|w| format!("{} and {}", w[0].dir.display(), w[1].dir.display()))
+        .collect();
+    if let Some(t) = twice.first() {
+        return Err(MergeError::Parts(format!(
+            "part {} of the {} run is given twice: {t}",
+            parts
+                .windows(2)
+                .find(|w| w[0].partition.part == w[1].partition.part)
+                .map_or(0, |w| w[0].partition.part),
+            pa.stage
+        )));
+    }
+    if parts.len() as u64 != n {
+        let missing: Vec<String> = count
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c == 0)
+            .map(|(i, _)| i.to_string())
+            .take(20)
+            .collect();
+        return Err(MergeError::Parts(format!(
+            "the {} run has {n} parts and {} were given; missing part{} {}{}",
+            pa.stage,
+            parts.len(),
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            if (n as usize).saturating_sub(parts.len()) > missing.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the output directory already holds this merge (`Some`), may be
+/// written (`None`), or must be refused.
+fn prepare(
+    out: &Path,
+    job: &str,
+    merged: &[InputInfo],
+    overwrite: bool,
+) -> Result<Option<Manifest>, MergeError> {
+    if !out.exists() {
+        std::fs::create_dir_all(out).map_err(io(out))?;
+        return Ok(None);
+    }
+    if !out.is_dir() {
+        return Err(MergeError::OutputExists {
+            dir: out.into(),
+            why: "is a file, not a directory".into(),
+        });
+    }
+    if out.join(MANIFEST_FILE).exists() {
+        let found = Manifest::read(out)?;
+        let sums = |m: &[InputInfo]| m.iter().map(|i| i.xxh3.clone()).collect::<Vec<_>>();
+        if found.provenance.fingerprint == job && sums(&found.provenance.merged) == sums(merged) {
+            return Ok(Some(found));
+        }
+        if !overwrite {
+            return Err(MergeError::OutputExists {
+                dir: out.into(),
+                why: "holds another dataset (pass --overwrite to replace it; the parts inside it are kept)".into(),
+            });
+        }
+    }
+    if out.join(".prep-journal.json").exists() && !overwrite {
+        return Err(MergeError::OutputExists {
+            dir: out.into(),
+            why: "holds an interrupted run of another command (pass --overwrite to replace it)"
+                .into(),
+        });
+    }
+    // prep's own files at the top (an older merge, or this one stopped
+    // half-way); the part folders and anything else stay.
+    crate::format::remove_prep_files(out)?;
+    Ok(None)
+}
+
+/// `dir` relative to `out` when it lies inside it, with `/` separators.
+fn relative_to(out: &Path, dir: &Path) -> Option<String> {
+    let out = std::fs::canonicalize(out).ok()?;
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let rel = dir.strip_prefix(&out).ok()?;
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_str().map(str::to_owned))
+        .collect::<Option<_>>()?;
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// Hard-links (or with `copy`, copies) `from` to `to`, replacing `to`.
+fn place_file(from: &Path, to: &Path, copy: bool) -> Result<(), MergeError> {
+    let tmp = to.with_extension(format!(
+        "{}.tmp",
+        to.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    if copy {
+        std::fs::copy(from, &tmp).map_err(io(&tmp))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&tmp))?;
+    } else {
+        std::fs::hard_link(from, &tmp).map_err(|source| MergeError::Link {
+            from: from.into(),
+            to: to.into(),
+            source,
+        })?;
+    }
+    std::fs::rename(&tmp, to).map_err(io(to))
+}
+
+/// A deduplicating part's record hashes, checked against its manifest.
+fn read_hashes(part: &Part) -> Result<Vec<u128>, MergeError> {
+    let info = part.partition.hashes.as_ref().ok_or_else(|| MergeError::Hashes {
+        path: part.dir.join(MANIFEST_FILE),
+        why: "a --dedup part without record hashes (partition.hashes); make the part again with this prep".into(),
+    })?;
+    let path = part.dir.join(&info.file);
+    if !crate::format::is_safe_relative(&info.file) {
+        return Err(MergeError::Hashes {
+            path,
+            why: "the hashes file name is not a plain relative path".into(),
+        });
+    }
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let want = part.ds.len().checked_mul(16);
+    if want != Some(bytes.len() as u64) || info.bytes != bytes.len() as u64 {
+        return Err(MergeError::Hashes {
+            path,
+            why: format!(
+                "{} bytes, but {} records need {} (16 each) and the manifest says {}",
+                bytes.len(),
+                part.ds.len(),
+                part.ds.len() * 16,
+                info.bytes
+            ),
+        });
+    }
+    if checksum_hex(xxh3_64(&bytes)) != info.xxh3 {
+        return Err(MergeError::Hashes {
+            path,
+            why: "checksum differs from the manifest's: the file is damaged".into(),
+        });
+    }
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|c| u128::from_le_bytes(c.try_into().expect("16 bytes")))
+        .collect())
+}
+
+fn add_counts(sum: &mut DocumentCounts, c: &DocumentCounts) {
+    sum.read += c.read;
+    sum.written += c.written;
+    sum.skipped += c.skipped;
+    sum.deduplicated += c.deduplicated;
+    sum.empty += c.empty;
+}
+
+/// Two parts' packing counts added (mode, seed, window and separator are equal).
+fn add_packing(a: Packing, b: Packing) -> Packing {
+    Packing {
+        rows: a.rows + b.rows,
+        pad_tokens: a.pad_tokens + b.pad_tokens,
+        documents: a.documents + b.documents,
+        documents_cut: a.documents_cut + b.documents_cut,
+        pieces: a.pieces + b.pieces,
+        tokens_dropped: a.tokens_dropped + b.tokens_dropped,
+        ..a
+    }
+}
