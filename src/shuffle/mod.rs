@@ -20,9 +20,25 @@
 //! are read and written sequentially in large blocks: two reads and two
 //! writes of the data, a third of each only for a corpus more than 128 times
 //! the budget.
+//!
+//! # On many machines
+//!
+//! The same order can be made by independent tasks ([`dist`]: `prep shuffle
+//! --scatter`, then `--gather`). Scatter task `I` of `N` keys its share of
+//! the documents `g` (a contiguous range of the same numbering) and sends
+//! each to bucket `j = floor(k(g) * B / 2⁶⁴)`. That map is monotone in the
+//! key, so bucket `j` is exactly the key interval `[j·2⁶⁴/B, (j+1)·2⁶⁴/B)`:
+//! every key of bucket `j` is below every key of bucket `j + 1`, and equal
+//! keys share a bucket. Gather task `j` collects bucket `j` from every part
+//! and sorts it by `(k, g)`. Concatenating the gathered buckets `0..B` is
+//! therefore the documents in increasing `(k, g)` order: the one-machine
+//! permutation itself, record for record, for any `N` and `B`, not merely a
+//! permutation drawn from the same distribution. Keys are uniform, so
+//! buckets hold about `n/B` documents each whatever the inputs' order.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -35,6 +51,9 @@ use crate::format::{
     Manifest, Provenance, ShardInfo, IDX_HEADER_LEN, MANIFEST_FILE,
 };
 use crate::progress::{Progress, ProgressSnapshot};
+
+pub mod dist;
+pub use dist::{gather, scatter, GatherConfig, GatherReport, ScatterConfig, ScatterReport};
 
 /// Bytes of bookkeeping per document: key, index, offset and length.
 const ENTRY_BYTES: u64 = 32;
@@ -127,6 +146,70 @@ pub enum ShuffleError {
     /// No input given.
     #[error("no input dataset given")]
     NoInput,
+    /// A bucket's records do not add up: a damaged bucket or scatter file.
+    #[error("{}: {why}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// A scatter directory's `scatter.json` cannot be read, is not one, or
+    /// contradicts itself.
+    #[error("{}: {why}", path.display())]
+    BadScatter {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Scatter tasks of the run have not finished: their `scatter.json` is
+    /// missing.
+    #[error("{}: {} of the {parts} scatter parts have not finished (parts {}); run them (prep shuffle --scatter --part I/{parts}) before gathering", path.display(), missing.len(), list(missing))]
+    MissingParts {
+        /// The first missing part's `scatter.json`.
+        path: PathBuf,
+        /// The numbers of the missing parts.
+        missing: Vec<u64>,
+        /// Parts in the run.
+        parts: u64,
+    },
+    /// A scatter directory of another run than the others (other inputs,
+    /// seed, bucket or part counts) in the same work directory.
+    #[error("{} is of another run than {}: {why}; remove it, or gather from a directory that holds one run", path.display(), first.display())]
+    OtherRun {
+        /// Its `scatter.json` (or the directory, unfinished).
+        path: PathBuf,
+        /// The first part's `scatter.json`.
+        first: PathBuf,
+        /// What differs.
+        why: String,
+    },
+    /// More buckets than the memory budget can buffer while scattering.
+    #[error("{buckets} buckets need at least {} of --memory to scatter (a write buffer each); give more memory or use fewer buckets", crate::size::format_bytes(*need))]
+    TooManyBuckets {
+        /// Buckets asked for.
+        buckets: u64,
+        /// Memory they need.
+        need: u64,
+    },
+    /// Gather was asked for a bucket the run does not have.
+    #[error("bucket {bucket} does not exist: the scatter made {buckets} buckets (0 to {})", buckets.saturating_sub(1))]
+    NoBucket {
+        /// The bucket asked for.
+        bucket: u64,
+        /// Buckets of the run.
+        buckets: u64,
+    },
+}
+
+/// `1, 2, 5`, shortened after 10 numbers.
+fn list(numbers: &[u64]) -> String {
+    let mut s: Vec<String> = numbers.iter().take(10).map(u64::to_string).collect();
+    if numbers.len() > 10 {
+        s.push(format!("and {} more", numbers.len() - 10));
+    }
+    s.join(", ")
 }
 
 /// What a run did.
@@ -164,6 +247,32 @@ struct Entry {
     len: usize,
 }
 
+/// Documents held in memory to be sorted: their tokens back to back, and
+/// an entry each.
+struct Batch {
+    data: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+impl Batch {
+    fn with_capacity(bytes: usize, documents: usize) -> Batch {
+        Batch {
+            data: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(documents),
+        }
+    }
+
+    fn push(&mut self, key: u64, g: u64, tokens: &[u8]) {
+        self.entries.push(Entry {
+            key,
+            g,
+            offset: self.data.len(),
+            len: tokens.len(),
+        });
+        self.data.extend_from_slice(tokens);
+    }
+}
+
 /// Runs `prep shuffle`.
 ///
 /// Resumable: a journal in the output directory records every output shard
@@ -174,51 +283,12 @@ struct Entry {
 /// dataset is left alone.
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
     let started = Instant::now();
-    let first = config.inputs.first().ok_or(ShuffleError::NoInput)?;
-    if let Some(input) = config
-        .inputs
-        .iter()
-        .find(|i| crate::util::same_or_inside(&config.output, i))
-    {
-        return Err(ShuffleError::OutputExists {
-            dir: config.output.clone(),
-            why: format!(
-                "is the input {} or inside it; choose another directory",
-                input.display()
-            ),
-        });
-    }
-    let datasets = config
-        .inputs
-        .iter()
-        .map(Dataset::open)
-        .collect::<Result<Vec<_>, _>>()?;
-    let base = datasets[0].manifest().clone();
-    for (ds, path) in datasets.iter().zip(&config.inputs).skip(1) {
-        compatible(first, &base, path, ds.manifest())?;
-    }
-    let inputs = config
-        .inputs
-        .iter()
-        .zip(&datasets)
-        .map(|(path, ds)| {
-            let manifest =
-                std::fs::read(path.join(MANIFEST_FILE)).map_err(|e| ShuffleError::Io {
-                    path: path.join(MANIFEST_FILE),
-                    source: e,
-                })?;
-            Ok(InputInfo {
-                path: path.display().to_string(),
-                bytes: ds
-                    .manifest()
-                    .shards
-                    .iter()
-                    .map(|s| s.bin_bytes + s.idx_bytes)
-                    .sum(),
-                xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest))),
-            })
-        })
-        .collect::<Result<Vec<_>, ShuffleError>>()?;
+    let Inputs {
+        datasets,
+        base,
+        info: inputs,
+    } = open_inputs(&config.inputs, &config.output)?;
+    let first = &config.inputs[0];
     let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
     let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
         json!({ "prep_version": env!("CARGO_PKG_VERSION"), "options": options, "inputs": inputs })
@@ -259,12 +329,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         Start::Fresh => {
             // Saved at once, so that a run stopped while scattering is
             // recognised as this run's and started over, not refused.
-            let journal = Journal {
-                fingerprint: fingerprint.clone(),
-                scattered: false,
-                buckets: Vec::new(),
-                shards: Vec::new(),
-            };
+            let journal = Journal::fresh(&fingerprint);
             journal.save(dir)?;
             journal
         }
@@ -301,21 +366,14 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     if need <= budget / 2 && !gather.journal.scattered {
         // In memory: one sorted run, named "" in the journal.
         buckets = 0;
-        let mut data = Vec::with_capacity(token_bytes as usize);
-        let mut entries = Vec::with_capacity(n_docs as usize);
-        for_each_document(&config.inputs, &datasets, |g, tokens| {
-            entries.push(Entry {
-                key: key(config.seed, g),
-                g,
-                offset: data.len(),
-                len: tokens.len(),
-            });
-            data.extend_from_slice(tokens);
+        let mut batch = Batch::with_capacity(token_bytes as usize, n_docs as usize);
+        for_each_document(&config.inputs, &datasets, 0..n_docs, |g, tokens| {
+            batch.push(key(config.seed, g), g, tokens);
             Ok(())
         })?;
         gather.moved.bytes += token_bytes;
         let skip = resume_at.map_or(0, |(_, k)| k as usize);
-        gather.emit("", &data, entries, skip)?;
+        gather.emit("", &batch.data, batch.entries, skip)?;
     } else {
         if !gather.journal.scattered {
             let b = need
@@ -334,7 +392,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
             })?;
             let mut files = open_buckets(&tmp, 0, 0, b.trailing_zeros(), bucket_buffer(budget, b))?;
             let bits = b.trailing_zeros();
-            for_each_document(&config.inputs, &datasets, |g, tokens| {
+            for_each_document(&config.inputs, &datasets, 0..n_docs, |g, tokens| {
                 let k = key(config.seed, g);
                 put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
                 gather.moved.bytes += tokens.len() as u64;
@@ -381,16 +439,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         })?;
     }
 
-    if let Some(file) = &base.tokenizer.file {
-        let from = first.join(file);
-        if from.is_file() {
-            let bytes = std::fs::read(&from).map_err(|e| ShuffleError::Io {
-                path: from,
-                source: e,
-            })?;
-            atomic_write(&dir.join(file), &bytes)?;
-        }
-    }
+    copy_tokenizer(base.tokenizer.file.as_deref(), first, dir)?;
     let manifest = Manifest {
         n_records: shards.iter().map(|s| s.n_records).sum(),
         n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
@@ -418,14 +467,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         partition: None,
         ..base
     };
-    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    let journal = dir.join(JOURNAL_FILE);
-    if journal.exists() {
-        std::fs::remove_file(&journal).map_err(|e| ShuffleError::Io {
-            path: journal,
-            source: e,
-        })?;
-    }
+    commit(dir, &manifest)?;
     progress.finish();
     Ok(ShuffleReport {
         manifest,
@@ -433,6 +475,105 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         bytes: token_bytes,
         elapsed: started.elapsed(),
     })
+}
+
+/// Completes an output dataset: the manifest, written atomically and last,
+/// then the journal goes (a crash in between leaves a complete dataset).
+fn commit(dir: &Path, manifest: &Manifest) -> Result<(), ShuffleError> {
+    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    remove_journal(dir)
+}
+
+/// Removes the journal of `dir`, if there is one.
+fn remove_journal(dir: &Path) -> Result<(), ShuffleError> {
+    let journal = dir.join(JOURNAL_FILE);
+    if journal.exists() {
+        std::fs::remove_file(&journal).map_err(|e| ShuffleError::Io {
+            path: journal,
+            source: e,
+        })?;
+    }
+    Ok(())
+}
+
+/// The input datasets, opened and checked to mix.
+struct Inputs {
+    datasets: Vec<Dataset>,
+    /// The first input's manifest: what the output shares with every input.
+    base: Manifest,
+    /// Each input as provenance records it: path, size, XXH3 of its manifest.
+    info: Vec<InputInfo>,
+}
+
+/// Opens the inputs, checks that they can be shuffled together and that
+/// `output` is none of them (nor inside one), and describes each for the
+/// provenance.
+fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError> {
+    let first = paths.first().ok_or(ShuffleError::NoInput)?;
+    if let Some(input) = paths
+        .iter()
+        .find(|i| crate::util::same_or_inside(output, i))
+    {
+        return Err(ShuffleError::OutputExists {
+            dir: output.into(),
+            why: format!(
+                "is the input {} or inside it; choose another directory",
+                input.display()
+            ),
+        });
+    }
+    let datasets = paths
+        .iter()
+        .map(Dataset::open)
+        .collect::<Result<Vec<_>, _>>()?;
+    let base = datasets[0].manifest().clone();
+    for (ds, path) in datasets.iter().zip(paths).skip(1) {
+        compatible(first, &base, path, ds.manifest())?;
+    }
+    let info = paths
+        .iter()
+        .zip(&datasets)
+        .map(|(path, ds)| {
+            let manifest =
+                std::fs::read(path.join(MANIFEST_FILE)).map_err(|e| ShuffleError::Io {
+                    path: path.join(MANIFEST_FILE),
+                    source: e,
+                })?;
+            Ok(InputInfo {
+                path: path.display().to_string(),
+                bytes: ds
+                    .manifest()
+                    .shards
+                    .iter()
+                    .map(|s| s.bin_bytes + s.idx_bytes)
+                    .sum(),
+                xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest))),
+            })
+        })
+        .collect::<Result<Vec<_>, ShuffleError>>()?;
+    Ok(Inputs {
+        datasets,
+        base,
+        info,
+    })
+}
+
+/// Copies the tokenizer file a manifest names (`file`, relative) from
+/// dataset directory `from` into `to`, atomically; nothing when there is
+/// none or it is missing.
+fn copy_tokenizer(file: Option<&str>, from: &Path, to: &Path) -> Result<(), ShuffleError> {
+    let Some(file) = file else {
+        return Ok(());
+    };
+    let source = from.join(file);
+    if !source.is_file() {
+        return Ok(());
+    }
+    let bytes = std::fs::read(&source).map_err(|e| ShuffleError::Io {
+        path: source,
+        source: e,
+    })?;
+    Ok(atomic_write(&to.join(file), &bytes)?)
 }
 
 /// Inputs shuffled together must read the same way: same tokenizer, dtype,
@@ -518,6 +659,16 @@ struct JournalShard {
 }
 
 impl Journal {
+    /// The journal of a run just started: its fingerprint, nothing done.
+    fn fresh(fingerprint: &str) -> Journal {
+        Journal {
+            fingerprint: fingerprint.into(),
+            scattered: false,
+            buckets: Vec::new(),
+            shards: Vec::new(),
+        }
+    }
+
     fn save(&self, dir: &Path) -> Result<(), ShuffleError> {
         let json = serde_json::to_vec_pretty(self).expect("a journal serializes");
         Ok(atomic_write(&dir.join(JOURNAL_FILE), &json)?)
@@ -619,43 +770,81 @@ fn prepare(
     Ok(Start::Fresh)
 }
 
-/// Calls `f(g, bytes)` for every input document in order, reading each
-/// shard's index and tokens sequentially (not through the mapping, so that
-/// file pages do not count against the budget).
+/// Calls `f(g, bytes)` for the input documents `g` in `range` (numbered
+/// across all inputs, in order), reading each shard's index and tokens
+/// sequentially from the first document of the range (not through the
+/// mapping, so that file pages do not count against the budget).
 fn for_each_document(
     paths: &[PathBuf],
     datasets: &[Dataset],
+    range: Range<u64>,
     mut f: impl FnMut(u64, &[u8]) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    let mut g = 0u64;
+    walk(paths, datasets, range, true, |g, _, tokens| f(g, tokens))
+}
+
+/// Calls `f(g, bytes)` with the size in bytes of every input document `g` in
+/// `range`, from the indexes alone: no token is read.
+fn for_each_length(
+    paths: &[PathBuf],
+    datasets: &[Dataset],
+    range: Range<u64>,
+    mut f: impl FnMut(u64, u64) -> Result<(), ShuffleError>,
+) -> Result<(), ShuffleError> {
+    walk(paths, datasets, range, false, |g, len, _| f(g, len))
+}
+
+/// [`for_each_document`] and [`for_each_length`]: `f(g, bytes, tokens)`,
+/// `tokens` empty unless `read_tokens`.
+fn walk(
+    paths: &[PathBuf],
+    datasets: &[Dataset],
+    range: Range<u64>,
+    read_tokens: bool,
+    mut f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
+) -> Result<(), ShuffleError> {
+    let mut first = 0u64; // the global number of the shard's first document
     let mut record = Vec::new();
     for (dir, ds) in paths.iter().zip(datasets) {
-        let size = ds.dtype().size();
+        let size = ds.dtype().size() as u64;
         for shard in &ds.manifest().shards {
-            let open = |name: &str| {
-                let path = dir.join(name);
-                File::open(&path)
-                    .map(|f| BufReader::with_capacity(IO_BUFFER, f))
-                    .map_err(|e| ShuffleError::Io { path, source: e })
-            };
-            let mut idx = open(&shard.idx)?;
-            let mut bin = open(&shard.bin)?;
+            let (lo, hi) = (
+                range.start.max(first),
+                range.end.min(first + shard.n_records),
+            );
+            first += shard.n_records;
+            if lo >= hi {
+                continue;
+            }
             let io = |name: &str| {
                 let path = dir.join(name);
                 move |e| ShuffleError::Io { path, source: e }
             };
-            let mut skip = [0u8; IDX_HEADER_LEN + 8];
-            idx.read_exact(&mut skip).map_err(io(&shard.idx))?;
-            let mut prev = 0u64;
-            for _ in 0..shard.n_records {
-                let mut word = [0u8; 8];
+            let open = |name: &str, at: u64| {
+                let mut file = File::open(dir.join(name)).map_err(io(name))?;
+                file.seek(SeekFrom::Start(at)).map_err(io(name))?;
+                Ok::<_, ShuffleError>(BufReader::with_capacity(IO_BUFFER, file))
+            };
+            let local = lo - (first - shard.n_records);
+            let mut idx = open(&shard.idx, IDX_HEADER_LEN as u64 + 8 * local)?;
+            let mut word = [0u8; 8];
+            idx.read_exact(&mut word).map_err(io(&shard.idx))?;
+            let mut prev = u64::from_le_bytes(word);
+            let mut bin = if read_tokens {
+                Some(open(&shard.bin, prev * size)?)
+            } else {
+                None
+            };
+            for g in lo..hi {
                 idx.read_exact(&mut word).map_err(io(&shard.idx))?;
                 let end = u64::from_le_bytes(word);
                 // Dataset::open checked the offsets: they never decrease.
-                record.resize(((end - prev) as usize) * size, 0);
-                bin.read_exact(&mut record).map_err(io(&shard.bin))?;
-                f(g, &record)?;
-                g += 1;
+                let len = (end - prev) * size;
+                if let Some(bin) = &mut bin {
+                    record.resize(len as usize, 0);
+                    bin.read_exact(&mut record).map_err(io(&shard.bin))?;
+                }
+                f(g, len, &record)?;
                 prev = end;
             }
         }
@@ -682,10 +871,12 @@ impl Moved {
     }
 }
 
-/// A bucket file being written: a buffered writer and its path.
-struct Bucket {
+/// A bucket being written: a buffered writer and the path of its file (a
+/// bucket file of its own, or the scatter file that holds a region per
+/// bucket).
+struct Bucket<W: Write = File> {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: BufWriter<W>,
     /// Size and XXH3 of what was written, for the journal.
     bytes: u64,
     hash: xxhash_rust::xxh3::Xxh3,
@@ -756,11 +947,24 @@ fn open_buckets(
         .collect()
 }
 
-fn put(bucket: &mut Bucket, key: u64, g: u64, tokens: &[u8]) -> Result<(), ShuffleError> {
+/// The header of a document in a bucket: its key, its number and its size in
+/// bytes, each a little-endian u64; the tokens follow.
+fn record_head(key: u64, g: u64, bytes: usize) -> [u8; BUCKET_HEADER] {
     let mut head = [0u8; BUCKET_HEADER];
     head[..8].copy_from_slice(&key.to_le_bytes());
     head[8..16].copy_from_slice(&g.to_le_bytes());
-    head[16..].copy_from_slice(&(tokens.len() as u64).to_le_bytes());
+    head[16..].copy_from_slice(&(bytes as u64).to_le_bytes());
+    head
+}
+
+/// Appends document `g` with its key to a bucket, and to the bucket's checksum.
+fn put<W: Write>(
+    bucket: &mut Bucket<W>,
+    key: u64,
+    g: u64,
+    tokens: &[u8],
+) -> Result<(), ShuffleError> {
+    let head = record_head(key, g, tokens.len());
     let io = |e| ShuffleError::Io {
         path: bucket.path.clone(),
         source: e,
@@ -862,19 +1066,12 @@ impl Gather<'_> {
             }
             return Ok(());
         }
-        let mut data = Vec::with_capacity(bytes as usize);
-        let mut entries = Vec::new();
+        let mut batch = Batch::with_capacity(bytes as usize, 0);
         read_bucket(&path, |key, g, tokens| {
-            entries.push(Entry {
-                key,
-                g,
-                offset: data.len(),
-                len: tokens.len(),
-            });
-            data.extend_from_slice(tokens);
+            batch.push(key, g, tokens);
             Ok(())
         })?;
-        self.emit(name, &data, entries, skip)
+        self.emit(name, &batch.data, batch.entries, skip)
     }
 
     /// Writes the documents of one sorted run (a bucket, or everything in
@@ -923,24 +1120,51 @@ impl Gather<'_> {
 /// Reads a bucket file's documents in the order written.
 fn read_bucket(
     path: &Path,
-    mut f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
+    f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
     let io = |e| ShuffleError::Io {
         path: path.into(),
         source: e,
     };
-    let mut r = BufReader::with_capacity(IO_BUFFER, File::open(path).map_err(io)?);
+    let file = File::open(path).map_err(io)?;
+    let bytes = file.metadata().map_err(io)?.len();
+    read_records(BufReader::with_capacity(IO_BUFFER, file), bytes, path, f)?;
+    Ok(())
+}
+
+/// Calls `f(key, g, tokens)` for each document record in the `bytes` bytes
+/// `r` yields (a bucket file, or one bucket's region of a scatter file), in
+/// the order written; `path` names the file in errors. Returns the number
+/// of records. A record that claims more bytes than remain is refused
+/// before anything is allocated for it.
+fn read_records(
+    mut r: impl Read,
+    bytes: u64,
+    path: &Path,
+    mut f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
+) -> Result<u64, ShuffleError> {
+    let io = |e| ShuffleError::Io {
+        path: path.into(),
+        source: e,
+    };
     let mut head = [0u8; BUCKET_HEADER];
     let mut tokens = Vec::new();
-    loop {
-        match r.read_exact(&mut head) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(io(e)),
-        }
+    let (mut left, mut records) = (bytes, 0u64);
+    while left > 0 {
+        let past_end = || ShuffleError::Corrupt {
+            path: path.into(),
+            why: format!("record {records} runs past the end of its {bytes} bytes"),
+        };
+        left = left
+            .checked_sub(BUCKET_HEADER as u64)
+            .ok_or_else(past_end)?;
+        r.read_exact(&mut head).map_err(io)?;
         let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+        left = left.checked_sub(word(16)).ok_or_else(past_end)?;
         tokens.resize(word(16) as usize, 0);
         r.read_exact(&mut tokens).map_err(io)?;
         f(word(0), word(8), &tokens)?;
+        records += 1;
     }
+    Ok(records)
 }
