@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 
 use crate::pack::{self, PackConfig, PackMode, DEFAULT_WINDOW};
+use crate::partition::Part;
 use crate::size::{format_bytes, parse_size};
 
 /// Pack the documents of a dataset into rows of exactly --seq-len tokens.
@@ -16,6 +17,10 @@ use crate::size::{format_bytes, parse_size};
 /// Every shard gets a segment index (.seg) saying where each document piece
 /// starts in each row. Interrupted runs resume after their last complete
 /// shard when started again with the same arguments.
+///
+/// With --part I/N, task I of N writes its share of the rows (concat) or of
+/// the windows (bestfit); prep merge joins parts 0..N-1 into exactly the
+/// dataset one run without --part writes.
 #[derive(Debug, Parser)]
 #[command(
     after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
@@ -80,6 +85,13 @@ pub(crate) struct Args {
     #[arg(long)]
     overwrite: bool,
 
+    /// Write only part I of N (0 <= I < N) into OUT, for prep merge to join:
+    /// concat splits the rows, bestfit the windows of --window documents
+    /// (so at most that many parts have work; the others write an empty
+    /// dataset).
+    #[arg(long, value_name = "I/N")]
+    part: Option<Part>,
+
     /// No progress bar or summary; errors are still printed.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -111,18 +123,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.shard_size = args.shard_size;
     config.threads = args.threads;
     config.overwrite = args.overwrite;
+    config.part = args.part;
     let bar = super::progress::Bar::new(args.quiet);
     let r = pack::run(&config, &bar)?;
     if !args.quiet && !r.already_complete {
         let m = &r.manifest;
         let p = m.packing.as_ref().expect("pack writes packing");
         let secs = r.elapsed.as_secs_f64().max(1e-9);
+        let part = args.part.map_or(String::new(), |p| format!(" (part {p})"));
         let order = match p.seed {
             None => "in input order".to_owned(),
             Some(s) => format!("in an order shuffled with seed {s}"),
         };
         eprintln!(
-            "Packed {} documents into {} rows of {} tokens ({}, {order}) in {:.1}s: {:.1}M tokens/s.\n\
+            "Packed{part} {} documents into {} rows of {} tokens ({}, {order}) in {:.1}s: {:.1}M tokens/s.\n\
              Padding: {} tokens ({:.2}%). Documents cut: {} ({:.2}%). Pieces: {}. Tokens dropped: {}.\n\
              Wrote {} in {} shards ({}).{}",
             p.documents,

@@ -3,6 +3,10 @@
 //! found from its number alone: rows can be written in input order or in any
 //! permuted order without holding the stream.
 
+use std::ops::Range;
+
+use rayon::prelude::*;
+
 use super::bestfit::Piece;
 use crate::format::Dataset;
 
@@ -102,39 +106,121 @@ impl<'a> Stream<'a> {
     }
 }
 
-/// Counts over the whole stream, from document lengths alone.
+/// Counts over a stream, from document lengths alone.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConcatCounts {
+    /// Documents counted, empty ones included.
+    pub records: u64,
+    /// Documents counted with at least one token.
     pub documents: u64,
+    /// Of those, the ones that cross a row boundary.
     pub cut: u64,
+    /// Document pieces in the rows counted.
     pub pieces: u64,
 }
 
 /// Counts for a stream of documents of `lengths` (separator included) of
-/// which the first `written` tokens are kept, cut every `seq_len`: a document
-/// is cut when it crosses a row boundary (the boundary before a dropped tail
-/// included); it has a piece in every written row it touches.
+/// which the first `written` tokens are kept, cut every `seq_len`.
+///
+/// Documents are counted when their first stream position lies in `owned`
+/// (an empty document sits at the position of the next one): a document is
+/// cut when it crosses a row boundary (the boundary before a dropped tail
+/// included). Pieces are counted in the stream rows `rows`: a document has a
+/// piece in every written row it touches. `owned` and `rows` covering
+/// everything (`0..u64::MAX`) give the counts of the whole stream; the shares
+/// of a partitioned run tile both, so their counts add up to those.
 pub(crate) fn counts(
     lengths: impl Iterator<Item = u64>,
     seq_len: u32,
     written: u64,
+    owned: Range<u64>,
+    rows: Range<u64>,
 ) -> ConcatCounts {
     let l = u64::from(seq_len);
+    let lo = rows.start.saturating_mul(l).min(written);
+    let hi = rows.end.saturating_mul(l).min(written);
     let mut c = ConcatCounts::default();
     let mut pos = 0u64;
     for n in lengths {
-        if n == 0 {
-            continue;
-        }
-        c.documents += 1;
         let end = pos + n;
-        if pos / l != (end - 1) / l {
-            c.cut += 1;
+        if owned.contains(&pos) {
+            c.records += 1;
+            if n > 0 {
+                c.documents += 1;
+                if pos / l != (end - 1) / l {
+                    c.cut += 1;
+                }
+            }
         }
-        if pos < written {
-            c.pieces += (end.min(written) - 1) / l - pos / l + 1;
+        let (a, b) = (pos.max(lo), end.min(hi));
+        if a < b {
+            c.pieces += (b - 1) / l - a / l + 1;
         }
         pos = end;
     }
     c
+}
+
+/// Pieces in the stream rows `rows`, each found alone: for the rows of a
+/// part of a seeded run, which lie scattered over the stream.
+pub(crate) fn pieces_in(
+    stream: &Stream,
+    rows: impl ParallelIterator<Item = u64>,
+    seq_len: u32,
+) -> u64 {
+    rows.map_init(Vec::new, |pieces, r| {
+        stream.row(r, seq_len, pieces);
+        pieces.len() as u64
+    })
+    .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts of every share of a partitioned stream add up to the whole.
+    #[test]
+    fn shares_add_up_to_the_whole() {
+        let lengths = [5u64, 0, 3, 17, 1, 0, 8, 9, 2, 30, 4, 0];
+        let total: u64 = lengths.iter().sum();
+        for l in [1u32, 3, 4, 7, 16, 100] {
+            let lu = u64::from(l);
+            for written in [total - total % lu, total] {
+                let rows = written.div_ceil(lu);
+                let whole = counts(
+                    lengths.iter().copied(),
+                    l,
+                    written,
+                    0..u64::MAX,
+                    0..u64::MAX,
+                );
+                assert_eq!(whole.records, lengths.len() as u64);
+                for n in 1..=5u64 {
+                    let mut sum = ConcatCounts::default();
+                    for i in 0..n {
+                        let part = crate::partition::Part::new(i, n).unwrap();
+                        let share = part.range(rows);
+                        let owned_end = if part.is_last() {
+                            u64::MAX
+                        } else {
+                            share.end * lu
+                        };
+                        let c = counts(
+                            lengths.iter().copied(),
+                            l,
+                            written,
+                            share.start * lu..owned_end,
+                            share,
+                        );
+                        sum.records += c.records;
+                        sum.documents += c.documents;
+                        sum.cut += c.cut;
+                        sum.pieces += c.pieces;
+                    }
+                    assert_eq!(sum, whole, "L={l} written={written} N={n}");
+                }
+            }
+        }
+    }
 }

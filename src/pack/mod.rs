@@ -18,6 +18,41 @@
 //! in number (`shard_size / (L * token size)`), so an interrupted run resumes
 //! after its last complete shard: the plans are recomputed (they are cheap),
 //! the rows already written are skipped.
+//!
+//! # Partitioned runs
+//!
+//! With [`PackConfig::part`] set to part `I` of `N` (`--part I/N`), a run
+//! writes one share of the packed dataset, and `prep merge` joins the shares
+//! of parts `0..N` in order (rows and segment indexes concatenated, counts
+//! summed) into **exactly** the dataset a run without a part writes: the
+//! same rows in the same order, the same segments, the same counts. No part
+//! reads another's output, so the parts can run anywhere, at once.
+//!
+//! - **concat**: of the `R` output rows (the last partial one included with
+//!   `pad_last`), part `I` writes rows [`Part::range`]`(R)`. Output row `k`
+//!   is stream row `k`, or its image under the seeded permutation, and any
+//!   stream row is computed from its number alone.
+//! - **bestfit**: the `W = ceil(documents / window)` windows are planned and
+//!   written independently already (each window's rows in its own seeded
+//!   order), so part `I` packs windows `Part::range(W)` as a single run
+//!   would. The one limit of partitioning: no more than `W` parts have work;
+//!   the others write an empty dataset.
+//!
+//! A part's counts add up with the other parts' to the single run's:
+//! bestfit counts what its windows hold. concat counts a document (and
+//! whether it is cut) in the part whose share of the stream, tokens
+//! `start * L .. end * L` of its rows' range, holds the document's first
+//! token (the last part also owns what lies past its share: documents only
+//! in the dropped tail); it counts the pieces and the padding in the rows it
+//! writes, so that each part's segment indexes agree with its own manifest,
+//! and the dropped tokens in the last part. `provenance.documents` counts
+//! the input documents attributed to the part the same way.
+//!
+//! Every part writes a valid dataset, empty when its share is, with a
+//! manifest whose `partition` names the part and the run's `job`: the
+//! fingerprint a run without a part has. The part's own fingerprint also
+//! covers the part, so a part re-run into its directory finds its output
+//! complete, or resumes it when it was interrupted.
 
 pub mod bestfit;
 mod concat;
@@ -32,8 +67,9 @@ use serde_json::json;
 
 use crate::format::{
     atomic_write, checksum_hex, Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing,
-    Provenance, ShardInfo, MANIFEST_FILE,
+    Partition, Provenance, ShardInfo, MANIFEST_FILE,
 };
+use crate::partition::Part;
 use crate::permute::Permutation;
 use crate::progress::{Progress, ProgressSnapshot};
 use writer::{batch_rows, PackWriter, RowBuilder};
@@ -89,6 +125,10 @@ pub struct PackConfig {
     pub threads: usize,
     /// Replace an existing dataset in the output directory.
     pub overwrite: bool,
+    /// Write only this share of the packed dataset, for `prep merge` to join
+    /// with the other parts' (see the [module docs](self)); `None` writes
+    /// the whole dataset.
+    pub part: Option<Part>,
 }
 
 /// Documents per best-fit window unless told otherwise.
@@ -112,6 +152,7 @@ impl PackConfig {
             shard_size: 1 << 30,
             threads: 0,
             overwrite: false,
+            part: None,
         }
     }
 }
@@ -242,11 +283,22 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         bytes: base.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum(),
         xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest_bytes))),
     }];
-    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
+    let job = checksum_hex(xxhash_rust::xxh3::xxh3_64(
         json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs })
             .to_string()
             .as_bytes(),
     ));
+    // A part's own output differs from every other part's, and a re-run of
+    // the same part must recognise it (complete, or resumable).
+    let fingerprint = match config.part {
+        None => job.clone(),
+        Some(p) => checksum_hex(xxhash_rust::xxh3::xxh3_64(
+            json!({ "job": job, "part": p.to_string() })
+                .to_string()
+                .as_bytes(),
+        )),
+    };
+    let part = config.part.unwrap_or(Part::WHOLE);
     let dir = &config.output;
     let kept = match prepare(dir, &fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
@@ -295,6 +347,8 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         journal.save(dir)
     };
 
+    // Input documents this run accounts for: all of them, or a part's share.
+    let documents;
     let packing = match config.mode {
         PackMode::Concat => {
             let stream = concat::Stream::new(&input, specials.sep.is_some());
@@ -303,38 +357,73 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             let tail = total % u64::from(l);
             let rows = full + u64::from(config.pad_last && tail > 0);
             let written = (rows * u64::from(l)).min(total);
-            let c = concat::counts(input.record_lengths().map(|n| n + sep), l, written);
             let perm = seed.map(|s| Permutation::new(rows, s, 0));
-            shown.rows = rows;
-            let mut first = skip;
-            while first < rows {
-                let last = (first + per_batch).min(rows);
+            let stream_row = |k: u64| perm.as_ref().map_or(k, |p| p.get(k));
+            // This part writes output rows `share`. It counts the documents
+            // whose first token lies in its share of the stream (the last
+            // part also those past it, in the dropped tail), and the pieces
+            // and padding of the rows it writes.
+            let share = part.range(rows);
+            let lu = u64::from(l);
+            let owned = share.start * lu..if part.is_last() {
+                u64::MAX
+            } else {
+                share.end * lu
+            };
+            // Unless a seed scatters them, the part's rows are one run of
+            // the stream, and their pieces are counted in the same pass.
+            let scattered = perm.is_some() && part.count > 1;
+            let contiguous = if scattered { 0..0 } else { share.clone() };
+            let lengths = input.record_lengths().map(|n| n + sep);
+            let mut c = concat::counts(lengths, l, written, owned, contiguous);
+            if scattered {
+                let stream_rows = share.clone().into_par_iter().map(stream_row);
+                c.pieces = pool.install(|| concat::pieces_in(&stream, stream_rows, l));
+            }
+            // Only the stream's last row can be padded.
+            let padded = rows * lu - written;
+            let holds_padded_row = padded > 0
+                && if scattered {
+                    pool.install(|| {
+                        share
+                            .clone()
+                            .into_par_iter()
+                            .any(|k| stream_row(k) + 1 == rows)
+                    })
+                } else {
+                    share.contains(&(rows - 1))
+                };
+            shown.rows = share.end - share.start;
+            let mut first = share.start + skip;
+            while first < share.end {
+                let last = (first + per_batch).min(share.end);
                 let batch: Vec<Vec<bestfit::Piece>> = pool.install(|| {
                     (first..last)
                         .into_par_iter()
-                        .map(|r| {
+                        .map(|k| {
                             let mut pieces = Vec::new();
-                            stream.row(perm.as_ref().map_or(r, |p| p.get(r)), l, &mut pieces);
+                            stream.row(stream_row(k), l, &mut pieces);
                             pieces
                         })
                         .collect()
                 });
                 out.write(&batch, &mut sealed)?;
-                shown.rows(last);
+                shown.rows(last - share.start);
                 first = last;
             }
+            documents = c.records;
             Packing {
                 mode: "concat".into(),
                 seed,
                 window: None,
                 separator: specials.sep,
-                rows,
-                pad_tokens: rows * u64::from(l) - written,
+                rows: share.end - share.start,
+                pad_tokens: if holds_padded_row { padded } else { 0 },
                 pad_share: 0.0,
                 documents: c.documents,
                 documents_cut: c.cut,
                 pieces: c.pieces,
-                tokens_dropped: total - written,
+                tokens_dropped: if part.is_last() { total - written } else { 0 },
             }
         }
         PackMode::BestFit => {
@@ -354,16 +443,32 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
                 pieces: 0,
                 tokens_dropped: 0,
             };
-            let mut lengths = input.record_lengths().map(|n| n + sep);
+            // This part plans and writes windows `share`, whole: window `w`
+            // holds documents `w * window ..`, whichever part packs it.
             let n_docs = input.len();
-            let mut next_doc = 0u64;
-            let mut w = 0u64;
+            let share = part.range(n_docs.div_ceil(config.window));
+            let mut next_doc = share.start.saturating_mul(config.window).min(n_docs);
+            let end_doc = share.end.saturating_mul(config.window).min(n_docs);
+            if config.part.is_some() && next_doc == end_doc && n_docs > 0 {
+                progress.note(&format!(
+                    "part {part} has no work: the input's {n_docs} documents make only {} windows of --window {}",
+                    n_docs.div_ceil(config.window),
+                    config.window
+                ));
+            }
+            if part.count > 1 {
+                let share = u128::from(end_doc - next_doc) * u128::from(shown.rows);
+                shown.rows = (share / u128::from(n_docs.max(1))) as u64;
+            }
+            documents = end_doc - next_doc;
+            let mut lengths = lengths_from(&input, next_doc).map(|n| n + sep);
+            let mut w = share.start;
             let mut tokens = 0u64;
-            while next_doc < n_docs {
+            while next_doc < end_doc {
                 // A batch of windows, planned in parallel, written in order.
                 let mut batch = Vec::with_capacity(threads);
-                while batch.len() < threads && next_doc < n_docs {
-                    let n = config.window.min(n_docs - next_doc);
+                while batch.len() < threads && next_doc < end_doc {
+                    let n = config.window.min(end_doc - next_doc);
                     let lens: Vec<u64> = lengths.by_ref().take(n as usize).collect();
                     batch.push((w, next_doc, lens));
                     next_doc += n;
@@ -420,7 +525,6 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             atomic_write(&dir.join(file), &bytes)?;
         }
     }
-    let documents = input.len();
     let manifest = Manifest {
         kind: "packed".into(),
         n_records: shards.iter().map(|s| s.n_records).sum(),
@@ -448,7 +552,13 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             fingerprint,
             merged: Vec::new(),
         },
-        partition: None,
+        partition: config.part.map(|p| Partition {
+            stage: "pack".into(),
+            part: p.index,
+            parts: p.count,
+            job,
+            hashes: None,
+        }),
         ..base
     };
     atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
@@ -462,6 +572,17 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         already_complete: false,
         resumed_rows: skip,
         elapsed: started.elapsed(),
+    })
+}
+
+/// The length of every record from `first` on, read from the offsets alone.
+fn lengths_from(input: &Dataset, first: u64) -> impl Iterator<Item = u64> + '_ {
+    let (shard, local) = input.locate(first).unwrap_or((input.n_shards(), 0));
+    (shard..input.n_shards()).flat_map(move |s| {
+        let from = if s == shard { local } else { 0 };
+        input.shard_offsets(s)[from..]
+            .windows(2)
+            .map(|w| w[1] - w[0])
     })
 }
 
