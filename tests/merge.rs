@@ -316,3 +316,118 @@ fn parts_outside_the_output_are_linked_or_copied() {
     assert_eq!(records(&t.path("linked")), records(&one));
     ok(t.prep().arg("validate").arg(t.path("copied")));
 }
+
+/// `prep merge` over every part in `dir` named `prefix*`.
+fn merge_all(t: &TestDir, dir: &Path, prefix: &str) {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    parts.sort();
+    ok(t.prep().arg("merge").arg("--quiet").args(&parts).arg(dir));
+}
+
+/// Rows and their segments, for comparing packed datasets.
+fn rows_and_segments(dir: &Path) -> Vec<(Vec<u32>, Vec<prep::format::Segment>)> {
+    let ds = prep::Dataset::open(dir).unwrap();
+    (0..ds.len())
+        .map(|i| {
+            (
+                ds.record(i).unwrap().to_vec(),
+                ds.segments(i).unwrap().to_vec(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_whole_pipeline_as_tasks_equals_one_machine() {
+    let t = TestDir::new();
+    let input = corpus(&t);
+    let one = t.path("one");
+    ok(&mut tokenize_cmd(&t, &[&input], &one.join("tokenized")));
+    ok(t.prep()
+        .arg("shuffle")
+        .arg(one.join("tokenized"))
+        .arg(one.join("shuffled"))
+        .args(["--seed", "5", "-q"]));
+    for (mode, extra) in [
+        ("bestfit", vec!["--window", "90"]),
+        ("concat", vec!["--seed", "2"]),
+    ] {
+        ok(t.prep()
+            .arg("pack")
+            .arg(one.join("shuffled"))
+            .arg(one.join(mode))
+            .args(["--seq-len", "64", "--mode", mode, "-q"])
+            .args(&extra));
+    }
+    for (n, b) in [(3u64, 4u64), (7, 2)] {
+        let run = t.path(&format!("run-{n}-{b}"));
+        tokenize_parts(&t, &input, &run.join("tokenized"), n, &[]);
+        for i in 0..n {
+            ok(t.prep()
+                .arg("shuffle")
+                .arg(run.join("tokenized"))
+                .arg(run.join("scatter"))
+                .args([
+                    "--seed",
+                    "5",
+                    "--scatter",
+                    "--part",
+                    &format!("{i}/{n}"),
+                    "--buckets",
+                    &b.to_string(),
+                    "-q",
+                ]));
+        }
+        for j in 0..b {
+            ok(t.prep()
+                .arg("shuffle")
+                .arg(run.join("scatter"))
+                .arg(run.join(format!("shuffled/bucket-{j:05}")))
+                .args(["--gather", "--bucket", &j.to_string(), "-q"]));
+        }
+        merge_all(&t, &run.join("shuffled"), "bucket-");
+        assert_eq!(
+            records(&run.join("shuffled")),
+            records(&one.join("shuffled"))
+        );
+        for (mode, extra) in [
+            ("bestfit", vec!["--window", "90"]),
+            ("concat", vec!["--seed", "2"]),
+        ] {
+            let out = run.join(mode);
+            for i in 0..n {
+                ok(t.prep()
+                    .arg("pack")
+                    .arg(run.join("shuffled"))
+                    .arg(out.join(format!("part-{i:05}")))
+                    .args([
+                        "--seq-len",
+                        "64",
+                        "--mode",
+                        mode,
+                        "--part",
+                        &format!("{i}/{n}"),
+                        "-q",
+                    ])
+                    .args(&extra));
+            }
+            merge_all(&t, &out, "part-");
+            assert_eq!(
+                rows_and_segments(&out),
+                rows_and_segments(&one.join(mode)),
+                "{mode}, {n} parts"
+            );
+            let (a, b) = (
+                Manifest::read(&out).unwrap(),
+                Manifest::read(&one.join(mode)).unwrap(),
+            );
+            assert_eq!(a.packing, b.packing, "{mode}");
+            assert_eq!(a.provenance.documents, b.provenance.documents, "{mode}");
+            ok(t.prep().arg("validate").arg(&out));
+        }
+    }
+}
