@@ -1,0 +1,319 @@
+"""tools/slurm: a partitioned run through the Slurm scripts gives the dataset one machine makes.
+
+No Slurm here: submit.sh runs against a fake `sbatch` on PATH that logs its
+arguments and prints job ids, and the jobs it submitted are then run in
+dependency order by calling tools/slurm/prep-task.sh with the arguments each
+sbatch call was given, once per array index with SLURM_ARRAY_TASK_ID set, as
+Slurm would. RUN/packed is compared record for record (and segment for
+segment) with `prep tokenize; prep shuffle --seed S; prep pack` on one
+machine, read with tools/prep_reader.py. The helpers here are shared with
+test_ray.py.
+
+    PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_slurm.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zstandard
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "fixtures"
+CORPUS = FIXTURES / "corpus" / "debian-sample.jsonl.zst"
+GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
+PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / "target" / "debug" / "prep"))
+SLURM = REPO / "tools" / "slurm"
+
+sys.path.insert(0, str(REPO / "tools"))
+from prep_reader import Dataset  # noqa: E402
+
+# The run every test here and in test_ray.py makes: several parts and
+# buckets of a corpus split into several files, so that parts cut across files.
+PARTS, BUCKETS, SEED, SEQ_LEN = 3, 4, 7, 512
+STAGE_ORDER = ["tokenize", "merge-tokenized", "scatter", "gather", "merge-shuffled", "pack", "merge-packed"]
+
+
+def prep(*args: object) -> None:
+    if not PREP_BIN.is_file():
+        pytest.fail(f"no prep binary at {PREP_BIN}: build it (cargo build) or set PREP_BIN")
+    proc = subprocess.run([str(PREP_BIN), *map(str, args)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"prep {' '.join(map(str, args))}: {proc.stderr}"
+
+
+def split_corpus(dest: Path, files: int = 4, duplicate: bool = False) -> list[Path]:
+    """The fixture corpus as `files` plain JSONL files of consecutive documents, in name order, and
+    with `duplicate` one more file that repeats the second (documents for --dedup to drop)."""
+    with CORPUS.open("rb") as f:
+        lines = [x for x in zstandard.ZstdDecompressor().stream_reader(f).read().split(b"\n") if x.strip()]
+    dest.mkdir(parents=True)
+    paths = []
+    for k in range(files):
+        path = dest / f"docs-{k:02d}.jsonl"
+        path.write_bytes(b"".join(x + b"\n" for x in lines[k * len(lines) // files:(k + 1) * len(lines) // files]))
+        paths.append(path)
+    if duplicate:
+        paths.append(dest / f"docs-{files:02d}.jsonl")
+        paths[-1].write_bytes(paths[1].read_bytes())
+    return paths
+
+
+def one_machine(inputs: list[Path], out: Path, mode: str | None = None, dedup: bool = False) -> Path:
+    """`prep tokenize; prep shuffle; prep pack` with the run's settings: the dataset to match."""
+    inputs_args = [a for p in inputs for a in ("--input", p)]
+    dedup_args = ["--dedup"] if dedup else []
+    prep("tokenize", "--tokenizer", GPT2, *inputs_args, *dedup_args, "--output", out / "tokenized", "--quiet")
+    prep("shuffle", out / "tokenized", out / "shuffled", "--seed", SEED, "--quiet")
+    mode_args = ["--mode", mode] if mode else []
+    prep("pack", out / "shuffled", out / "packed", "--seq-len", SEQ_LEN, *mode_args, "--quiet")
+    return out
+
+
+def manifest(dataset: Path) -> dict:
+    return json.loads((dataset / "manifest.json").read_text())
+
+
+def assert_same_dataset(got: Path, want: Path) -> None:
+    """Same records in the same order, and for packed datasets the same segments."""
+    a, b = Dataset(got), Dataset(want)
+    assert len(a) == len(b), f"{got}: {len(a)} records, {want}: {len(b)}"
+    assert len(a) > 0
+    packed = manifest(want)["kind"] == "packed"
+    for i in range(len(b)):
+        assert np.array_equal(a[i], b[i]), f"record {i} differs between {got} and {want}"
+        if packed:
+            assert np.array_equal(a.segments(i), b.segments(i)), f"segments of row {i} differ"
+    for key in ("n_records", "n_tokens", "kind", "dtype", "vocab_size", "seq_len"):
+        assert manifest(got).get(key) == manifest(want).get(key), key
+
+
+def failing_once(path: Path, marker_dir: Path, *patterns: str, always: bool = False) -> Path:
+    """A stand-in prep binary that fails the first call whose arguments contain a pattern (every
+    such call if `always`), saying so on stderr, and otherwise runs the real one."""
+    checks = []
+    for k, pattern in enumerate(patterns):
+        claim = "true" if always else f"mkdir {shlex.quote(str(marker_dir / f'failed-{k}'))} 2>/dev/null"
+        checks.append(f'case " $* " in *{shlex.quote(pattern)}*) if {claim}; then '
+                      f'echo "injected failure: {pattern}" >&2; exit 2; fi ;; esac')
+    path.write_text("#!/bin/sh\n" + "\n".join(checks) + f"\nexec {shlex.quote(str(PREP_BIN))} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[list[Path], Path]:
+    """The split corpus, a file of it twice, and the one-machine run on it with --dedup."""
+    root = tmp_path_factory.mktemp("corpus")
+    inputs = split_corpus(root / "inputs", duplicate=True)
+    return inputs, one_machine(inputs, root / "one-machine", dedup=True)
+
+
+# --- the fake Slurm -------------------------------------------------------
+
+FAKE_SBATCH = """#!/usr/bin/env python3
+import json, os, sys
+log = os.environ["FAKE_SBATCH_LOG"]
+n = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+with open(log, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+print(f"{1000 + n};fakecluster" if n % 2 else 1000 + n)  # --parsable, with and without a cluster name
+"""
+
+
+def submit(tmp: Path, run: Path, prep_bin: Path, inputs: list[Path], *extra: str) -> tuple[list[list[str]], str]:
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "sbatch").write_text(FAKE_SBATCH)
+    (bindir / "sbatch").chmod(0o755)
+    log = tmp / "sbatch.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_SBATCH_LOG": str(log)}
+    args = [str(SLURM / "submit.sh"), "--prep", str(prep_bin), "--tokenizer", str(GPT2)]
+    args += [a for p in inputs for a in ("--input", str(p))]
+    args += ["--run", str(run), "--parts", str(PARTS), "--buckets", str(BUCKETS), "--seed", str(SEED),
+             "--seq-len", str(SEQ_LEN), *extra]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in log.read_text().splitlines()], proc.stdout
+
+
+def option(call: list[str], name: str) -> str | None:
+    """The value of sbatch's --name=value or --name value in one logged call."""
+    for k, a in enumerate(call):
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+        if a == name and k + 1 < len(call):
+            return call[k + 1]
+    return None
+
+
+def script_args(call: list[str]) -> list[str]:
+    """What follows the batch script: the arguments prep-task.sh gets."""
+    k = next(k for k, a in enumerate(call) if a.endswith("prep-task.sh"))
+    assert Path(call[k]) == SLURM / "prep-task.sh"
+    return call[k + 1:]
+
+
+def array_indices(spec: str | None) -> list[int | None]:
+    if spec is None:
+        return [None]
+    lo, hi = spec.split("-")
+    return list(range(int(lo), int(hi) + 1))
+
+
+def run_task(args: list[str], index: int | None, job: int, check: bool = True) -> subprocess.CompletedProcess:
+    """prep-task.sh as Slurm runs it: from a spool copy (so it cannot find its siblings by its own
+    path), with the array variables of task `index`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PREP_"))}
+    env["SLURM_JOB_ID"] = str(job)
+    if index is not None:
+        env.update(SLURM_ARRAY_TASK_ID=str(index), SLURM_ARRAY_JOB_ID=str(job))
+    spool = Path(args[1]) / ".." / "spool-slurm_script"
+    spool.write_bytes((SLURM / "prep-task.sh").read_bytes())
+    spool.chmod(0o755)
+    proc = subprocess.run([str(spool), *args], capture_output=True, text=True, env=env, check=False)
+    if check:
+        assert proc.returncode == 0, f"prep-task.sh {args} #{index}: {proc.stderr}"
+    return proc
+
+
+def records(run: Path, stage: str, index: int) -> list[dict]:
+    path = run / ".tasks" / f"{stage}-{index:05d}.json"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- tests -----------------------------------------------------------------
+
+def test_submit_chains_the_arrays_by_afterok(tmp_path):
+    run = tmp_path / "run"
+    calls, stdout = submit(tmp_path, run, PREP_BIN, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"],
+                           "--threads", "2", "--sbatch-arg=--partition=cpu", "--sbatch-arg", "--time=1:00:00")
+    assert len(calls) == 7
+    stages = [script_args(c)[0] for c in calls]
+    assert stages == STAGE_ORDER
+    assert all(script_args(c)[1:] == [str(run)] for c in calls)
+    arrays = [option(c, "--array") for c in calls]
+    assert arrays == [f"0-{PARTS - 1}", None, f"0-{PARTS - 1}", f"0-{BUCKETS - 1}", None, f"0-{PARTS - 1}", None]
+    deps = [option(c, "--dependency") for c in calls]
+    assert deps == [None] + [f"afterok:{1000 + k}" for k in range(6)]  # ids with ";cluster" cut off
+    for c in calls:
+        assert "--parsable" in c and "--kill-on-invalid-dep=yes" in c
+        assert option(c, "--partition") == "cpu" and option(c, "--time") == "1:00:00"
+        assert option(c, "--cpus-per-task") == "2"
+        assert option(c, "--job-name") == f"prep-{script_args(c)[0]}"
+        assert option(c, "--output").startswith(str(run / "logs") + "/")
+    ids = dict(line.split("=") for line in stdout.split())
+    assert ids == {s: str(1000 + k) for k, s in enumerate(STAGE_ORDER)}
+    assert (run / "slurm-jobs").read_text().split() == stdout.split()
+    env = (run / "slurm.env").read_text()
+    assert f"PREP_PARTS={PARTS}" in env and f"PREP_BUCKETS={BUCKETS}" in env and "PREP_THREADS=2" in env
+
+
+def test_submit_refuses_bad_arguments(tmp_path):
+    bad = [["--parts", "0"], ["--mode", "random"], ["--seed", "x"], ["--bogus"]]
+    for extra in bad:
+        args = [str(SLURM / "submit.sh"), "--prep", str(PREP_BIN), "--tokenizer", str(GPT2),
+                "--input", "x.jsonl", "--run", str(tmp_path / "run"), "--parts", "2", "--buckets", "2",
+                "--seed", "1", "--seq-len", "8", *extra]
+        proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "SBATCH": "false"},
+                              check=False)
+        assert proc.returncode == 2, extra
+        assert "submit.sh:" in proc.stderr
+
+
+def test_slurm_run_equals_one_machine(tmp_path, corpus):
+    inputs, single = corpus
+    run = tmp_path / "run"
+    # Tokenize task 1 and gather task 2 fail once; resubmitting them (as a user
+    # would after a failed array, or Slurm on a requeue) finishes the run.
+    flaky = failing_once(tmp_path / "flaky-prep", tmp_path, "--part 1/", "--gather --bucket 2 ")
+    calls, _ = submit(tmp_path, run, flaky, inputs, "--dedup")
+    failures = 0
+    for job, call in enumerate(calls, start=1000):
+        for index in array_indices(option(call, "--array")):
+            proc = run_task(script_args(call), index, job, check=False)
+            if proc.returncode != 0:
+                failures += 1
+                assert "injected failure" in proc.stderr
+                run_task(script_args(call), index, job)  # the resubmitted task
+    assert failures == 2
+
+    assert_same_dataset(run / "packed", single / "packed")
+    assert_same_dataset(run / "shuffled", single / "shuffled")
+    assert_same_dataset(run / "tokenized", single / "tokenized")
+    documents = manifest(single / "tokenized")["provenance"]["documents"]
+    assert documents["deduplicated"] > 0
+    assert manifest(run / "tokenized")["provenance"]["documents"] == documents
+
+    first, again = records(run, "tokenize", 1)
+    assert (first["ok"], first["exit"], first["tokens"]) == (False, 2, None)
+    assert (again["ok"], again["exit"]) == (True, 0)
+    assert again["job"] == "1000_1" and again["seconds"] >= 0
+    assert again["tokens"] == manifest(run / "tokenized" / "part-00001")["n_tokens"]
+
+    summary = json.loads((run / "run-summary.json").read_text())
+    assert summary["engine"] == "slurm" and summary["status"] == "done"
+    st = summary["stages"]
+    assert list(st) == ["tokenize", "scatter", "gather", "pack"]
+    for name, tasks in (("tokenize", PARTS), ("scatter", PARTS), ("gather", BUCKETS), ("pack", PARTS)):
+        assert (st[name]["tasks"], st[name]["done"]) == (tasks, tasks), name
+    assert (st["tokenize"]["attempts"], st["tokenize"]["retries"], st["tokenize"]["failed_attempts"]) == (PARTS + 1, 1, 1)
+    assert (st["gather"]["retries"], st["scatter"]["retries"], st["pack"]["retries"]) == (1, 0, 0)
+    want = {name: manifest(single / name) for name in ("tokenized", "shuffled", "packed")}
+    # The parts' tokens, before the merge drops the duplicates one part holds of another's.
+    parts = [manifest(run / "tokenized" / f"part-{i:05d}") for i in range(PARTS)]
+    assert st["tokenize"]["tokens"] == sum(m["n_tokens"] for m in parts) > want["tokenized"]["n_tokens"]
+    assert st["tokenize"]["records"] == sum(m["n_records"] for m in parts)
+    assert st["gather"]["tokens"] == want["shuffled"]["n_tokens"]
+    assert st["pack"]["records"] == want["packed"]["n_records"]
+    assert st["scatter"]["merge"] is None
+    for name, out in (("tokenize", "tokenized"), ("gather", "shuffled"), ("pack", "packed")):
+        merge = st[name]["merge"]
+        assert merge["done"] and merge["out"] == str(run / out)
+        assert (merge["tokens"], merge["records"]) == (want[out]["n_tokens"], want[out]["n_records"])
+    assert summary["output"] == {"dir": str(run / "packed"), "tokens": want["packed"]["n_tokens"],
+                                 "records": want["packed"]["n_records"]}
+    assert summary["wall_seconds"] > 0
+
+    status = subprocess.run([str(SLURM / "status.sh"), str(run)], capture_output=True, text=True, check=True)
+    lines = {line.split()[0]: line.split() for line in status.stdout.splitlines()}
+    assert lines["tokenize"][1:3] == [f"{PARTS}/{PARTS}", "1"]
+    assert lines["gather"][1] == f"{BUCKETS}/{BUCKETS}"
+    assert lines["merge-packed"][1] == "1/1"
+    assert status.stdout.splitlines()[-1].startswith("done")
+
+
+def test_status_of_a_run_under_way(tmp_path, corpus):
+    inputs, _ = corpus
+    run = tmp_path / "run"
+    broken = failing_once(tmp_path / "broken-prep", tmp_path, "--part 0/", always=True)
+    calls, _ = submit(tmp_path, run, broken, inputs)
+    proc = run_task(script_args(calls[0]), 0, 1000, check=False)
+    assert proc.returncode == 2 and "injected failure" in proc.stderr
+    run_task(script_args(calls[0]), 2, 1000)
+    summary = json.loads(subprocess.run([str(SLURM / "status.sh"), "--json", str(run)], capture_output=True,
+                                        text=True, check=True).stdout)
+    assert summary["status"] == "failed"
+    tok = summary["stages"]["tokenize"]
+    assert (tok["tasks"], tok["done"], tok["attempts"], tok["failed_attempts"]) == (PARTS, 1, 2, 1)
+    assert tok["tokens"] == manifest(run / "tokenized" / "part-00002")["n_tokens"]
+    assert summary["stages"]["tokenize"]["merge"] == {"out": str(run / "tokenized"), "done": False}
+    assert summary["output"]["tokens"] is None
+    assert not (run / "run-summary.json").exists()
+
+
+def test_task_refuses_an_index_past_the_parts(tmp_path):
+    run = tmp_path / "run"
+    calls, _ = submit(tmp_path, run, PREP_BIN, [tmp_path / "a.jsonl"])
+    proc = run_task(script_args(calls[0]), PARTS, 1000, check=False)
+    assert proc.returncode == 2 and "past --parts" in proc.stderr
+    proc = run_task(["sort", str(run)], 0, 1000, check=False)
+    assert proc.returncode == 2 and "unknown stage" in proc.stderr
