@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python lint bench bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python test-ray lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -43,7 +43,7 @@ $(VENV)/.installed: tools/requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
 	touch $@
 
-test: test-rust test-python
+test: test-rust test-python test-ray
 
 test-rust:
 ifeq ($(NEXTEST),yes)
@@ -52,6 +52,21 @@ else
 	$(CARGO) test --no-fail-fast
 endif
 	$(CARGO) test --doc
+
+# The Ray driver's environment: the reference one plus ray (about 25 s and
+# 430 MB on first use, so it is kept apart from the main venv).
+VENV_RAY := $(TARGET_DIR)/venv-ray
+$(VENV_RAY)/.installed: tools/requirements.txt tools/requirements-ray.txt
+	$(PYTHON) -m venv $(VENV_RAY)
+	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-ray.txt
+	touch $@
+
+# tools/prep_ray.py on a local two-CPU Ray instance started by the test: the
+# partitioned run equals the one-machine run, failed tasks are retried.
+# (test-python runs the Slurm driver's tests and skips test_ray.py.)
+test-ray: $(VENV_RAY)/.installed
+	$(CARGO) build --tests
+	PREP_BIN=$(abspath $(DEBUG)) $(VENV_RAY)/bin/python -m pytest -q tests/python/test_ray.py
 
 # `build --tests` makes target/debug/prep with the features the Rust tests
 # already built dependencies with, so nothing is compiled twice.
@@ -89,6 +104,10 @@ bench-read: build $(VENV)/.installed
 # (uses the dataset bench-pack makes).
 bench-interop: build $(VENV)/.installed
 	$(VPY) tools/bench_interop.py --prep $(abspath $(RELEASE))
+
+# A tokenize -> shuffle -> pack pipeline as N tasks (and on local Ray) beside one process.
+bench-dist: build $(VENV_RAY)/.installed
+	$(VENV_RAY)/bin/python tools/bench_dist.py --prep $(abspath $(RELEASE)) --ray
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))

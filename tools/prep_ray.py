@@ -4,7 +4,7 @@
     pip install -r tools/requirements-ray.txt
     python tools/prep_ray.py --prep /shared/bin/prep --tokenizer tok.json \\
         --input 'data/*.jsonl.zst' --run /shared/runs/r1 \\
-        --parts 64 --buckets 64 --seed 1 --seq-len 2049 [--mode bestfit] [--dedup] \\
+        --parts 64 --buckets 64 --seed 1 --seq-len 2049 [--mode bestfit] [--window W] [--dedup] \\
         [--address auto] [--task-cpus 1] [--max-retries 3]
 
 The pipeline is prep's partitioned run (`--part I/N`, `shuffle --scatter` and
@@ -68,6 +68,7 @@ class Config:
     seed: int
     seq_len: int
     mode: str | None = None
+    window: int | None = None
     text_key: str | None = None
     dedup: bool = False
     threads: int | None = None
@@ -133,6 +134,8 @@ def plan(cfg: Config) -> list[Stage]:
         for j in range(b)
     ]
     mode = [] if cfg.mode is None else ["--mode", cfg.mode]
+    if cfg.window is not None:
+        mode += ["--window", str(cfg.window)]
     pack = [
         Task("pack", i, ("pack", str(shuf_dir), str(part(pack_dir, "part", i)), "--part", f"{i}/{n}",
                          "--seq-len", str(cfg.seq_len), *mode, *_threads(cfg), "--quiet"),
@@ -367,7 +370,7 @@ class Driver:
             "run": str(cfg.run),
             "config": {"prep": str(cfg.prep), "tokenizer": str(cfg.tokenizer), "inputs": list(cfg.inputs),
                        "parts": cfg.parts, "buckets": cfg.buckets, "seed": cfg.seed,
-                       "seq_len": cfg.seq_len, "mode": cfg.mode, "text_key": cfg.text_key,
+                       "seq_len": cfg.seq_len, "mode": cfg.mode, "window": cfg.window, "text_key": cfg.text_key,
                        "dedup": cfg.dedup, "threads": cfg.threads, "max_retries": self.max_retries},
             "stages": {name: r.to_json() for name, r in self.reports.items()},
             "output": {"dir": str(cfg.run / "packed"), "tokens": tokens, "records": records},
@@ -409,6 +412,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", required=True, type=int, help="the shuffle seed")
     p.add_argument("--seq-len", required=True, type=int)
     p.add_argument("--mode", choices=("bestfit", "concat"))
+    p.add_argument("--window", type=int,
+                   help="bestfit documents per window: pack tasks split by windows, so a corpus needs at "
+                        "least --parts windows for every pack task to have work (prep's default is 1,000,000)")
     p.add_argument("--text-key")
     p.add_argument("--dedup", action="store_true")
     p.add_argument("--address", default="local",
@@ -433,7 +439,7 @@ def config(args: argparse.Namespace) -> Config:
     return Config(prep=args.prep.resolve(), tokenizer=args.tokenizer.resolve(),
                   inputs=tuple(os.path.abspath(x) for x in args.inputs), run=args.run.resolve(),
                   parts=args.parts, buckets=args.buckets, seed=args.seed, seq_len=args.seq_len,
-                  mode=args.mode, text_key=args.text_key, dedup=args.dedup, threads=args.task_cpus)
+                  mode=args.mode, window=args.window, text_key=args.text_key, dedup=args.dedup, threads=args.task_cpus)
 
 
 def main(argv: list[str] | None = None) -> int:

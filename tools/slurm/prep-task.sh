@@ -12,7 +12,7 @@
 # hands jobs the submitting shell's environment, which may hold anything):
 #
 #   PREP_BIN PREP_TOKENIZER PREP_INPUTS (newline-separated) PREP_PARTS
-#   PREP_BUCKETS PREP_SEED PREP_SEQ_LEN PREP_MODE PREP_TEXT_KEY
+#   PREP_BUCKETS PREP_SEED PREP_SEQ_LEN PREP_MODE PREP_WINDOW PREP_TEXT_KEY
 #   PREP_DEDUP (1 or 0) PREP_THREADS (else $SLURM_CPUS_PER_TASK)
 #
 # Every attempt appends one line of JSON to RUN/.tasks/STAGE-IIIII.json
@@ -40,7 +40,7 @@ for var in PREP_BIN PREP_TOKENIZER PREP_INPUTS PREP_PARTS PREP_BUCKETS PREP_SEED
     [[ -n ${!var:-} ]] || die "$var is not set (in the environment or $RUN/slurm.env)"
 done
 PREP=$PREP_BIN TOKENIZER=$PREP_TOKENIZER PARTS=$PREP_PARTS BUCKETS=$PREP_BUCKETS SEED=$PREP_SEED
-SEQ_LEN=$PREP_SEQ_LEN MODE=${PREP_MODE:-} TEXT_KEY=${PREP_TEXT_KEY:-} DEDUP=${PREP_DEDUP:-0}
+SEQ_LEN=$PREP_SEQ_LEN MODE=${PREP_MODE:-} WINDOW=${PREP_WINDOW:-} TEXT_KEY=${PREP_TEXT_KEY:-} DEDUP=${PREP_DEDUP:-0}
 THREADS=${PREP_THREADS:-${SLURM_CPUS_PER_TASK:-}}
 mapfile -t inputs <<<"$PREP_INPUTS"
 
@@ -88,6 +88,7 @@ pack)
     out=$(part "$RUN/packed" part "$index")
     args=(pack "$RUN/shuffled" "$out" --part "$index/$PARTS" --seq-len "$SEQ_LEN")
     [[ -z $MODE ]] || args+=(--mode "$MODE")
+    [[ -z $WINDOW ]] || args+=(--window "$WINDOW")
     args+=("${threads[@]}")
     ;;
 merge-tokenized | merge-shuffled | merge-packed)

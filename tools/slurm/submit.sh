@@ -2,7 +2,7 @@
 # Submit a partitioned prep run to Slurm: seven jobs chained by afterok.
 #
 #   tools/slurm/submit.sh --prep PATH --tokenizer TOK --input IN [--input IN2 ...] --run RUN \
-#       --parts N --buckets B --seed S --seq-len L [--mode bestfit|concat] [--text-key K] \
+#       --parts N --buckets B --seed S --seq-len L [--mode bestfit|concat] [--window W] [--text-key K] \
 #       [--dedup] [--threads T] [--sbatch-arg ARG ...]
 #
 #   tokenize        array 0..N-1   prep tokenize --part I/N   -> RUN/tokenized/part-IIIII
@@ -39,11 +39,11 @@ die() { echo "submit.sh: $*" >&2; exit 2; }
 # Absolute, without resolving links or globs: every node must see the same path.
 abspath() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
 
-prep='' tokenizer='' run='' parts='' buckets='' seed='' seq_len='' mode='' text_key='' dedup=0 threads=''
+prep='' tokenizer='' run='' parts='' buckets='' seed='' seq_len='' mode='' window='' text_key='' dedup=0 threads=''
 inputs=() sbatch_args=()
 while (($#)); do
     case $1 in
-    --prep | --tokenizer | --input | --run | --parts | --buckets | --seed | --seq-len | --mode | --text-key | --threads | --sbatch-arg)
+    --prep | --tokenizer | --input | --run | --parts | --buckets | --seed | --seq-len | --mode | --window | --text-key | --threads | --sbatch-arg)
         (($# >= 2)) || die "$1 needs a value"
         opt=$1 val=$2
         shift 2
@@ -63,6 +63,7 @@ while (($#)); do
     --seed) seed=$val ;;
     --seq-len) seq_len=$val ;;
     --mode) mode=$val ;;
+    --window) window=$val ;;
     --text-key) text_key=$val ;;
     --threads) threads=$val ;;
     --sbatch-arg) sbatch_args+=("$val") ;;
@@ -80,13 +81,14 @@ done
 [[ $seed =~ ^[0-9]+$ ]] || die "--seed must be a whole number"
 [[ -z $threads || $threads =~ ^[1-9][0-9]*$ ]] || die "--threads must be a whole number of at least 1"
 [[ -z $mode || $mode == bestfit || $mode == concat ]] || die "--mode is bestfit or concat"
+[[ -z $window || $window =~ ^[1-9][0-9]*$ ]] || die "--window must be a whole number of at least 1"
 
 mkdir -p "$run/logs"
 # Sourced by prep-task.sh and status.sh (bash quoting, by printf %q).
 {
     echo "# A partitioned prep run, written by tools/slurm/submit.sh."
     printf 'PREP_%s=%q\n' BIN "$prep" TOKENIZER "$tokenizer" INPUTS "$(printf '%s\n' "${inputs[@]}")" \
-        PARTS "$parts" BUCKETS "$buckets" SEED "$seed" SEQ_LEN "$seq_len" MODE "$mode" TEXT_KEY "$text_key" \
+        PARTS "$parts" BUCKETS "$buckets" SEED "$seed" SEQ_LEN "$seq_len" MODE "$mode" WINDOW "$window" TEXT_KEY "$text_key" \
         DEDUP "$dedup" THREADS "$threads" SLURM_DIR "$here"
 } >"$run/.slurm.env.tmp"
 mv "$run/.slurm.env.tmp" "$run/slurm.env"
