@@ -426,46 +426,8 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
                 pb.job.clone(),
             );
         }
-        if a.tokenizer.xxh3 != b.tokenizer.xxh3 {
-            return differ(
-                "tokenizers",
-                a.tokenizer.xxh3.clone(),
-                b.tokenizer.xxh3.clone(),
-            );
-        }
-        if a.dtype != b.dtype {
-            return differ("dtypes", a.dtype.to_string(), b.dtype.to_string());
-        }
-        if a.vocab_size != b.vocab_size {
-            return differ(
-                "vocabulary sizes",
-                a.vocab_size.to_string(),
-                b.vocab_size.to_string(),
-            );
-        }
-        if a.kind != b.kind {
-            return differ("kinds", a.kind.clone(), b.kind.clone());
-        }
-        let specials = |m: &Manifest| {
-            format!(
-                "{:?} bos_prepended={} eos_appended={}",
-                m.special_tokens, m.bos_prepended, m.eos_appended
-            )
-        };
-        if specials(a) != specials(b) {
-            return differ("special tokens", specials(a), specials(b));
-        }
-        let shape = |m: &Manifest| {
-            format!(
-                "seq_len={:?} {:?}",
-                m.seq_len,
-                m.packing
-                    .as_ref()
-                    .map(|p| (&p.mode, p.seed, p.window, p.separator))
-            )
-        };
-        if shape(a) != shape(b) {
-            return differ("packings", shape(a), shape(b));
+        if let Some((what, x, y)) = a.reading_difference(b) {
+            return differ(what, x, y);
         }
     }
     let n = pa.parts;

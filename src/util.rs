@@ -36,6 +36,15 @@ pub(crate) fn thread_count(requested: usize) -> usize {
     }
 }
 
+/// A rayon pool of `thread_count(requested)` threads, its build error as an
+/// I/O error (the one way it fails: the OS refused a thread).
+pub(crate) fn thread_pool(requested: usize) -> std::io::Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(thread_count(requested))
+        .build()
+        .map_err(std::io::Error::other)
+}
+
 /// True when `path` is `dir` or lies inside it, compared as canonical paths
 /// (`path` need not exist yet: its nearest existing ancestor is resolved).
 /// Guards `--overwrite` against an output that is one of the inputs.

@@ -431,3 +431,41 @@ fn the_whole_pipeline_as_tasks_equals_one_machine() {
         }
     }
 }
+
+#[test]
+fn a_killed_part_resumes_to_the_same_bytes_and_hashes() {
+    let t = TestDir::new();
+    let input = corpus(&t);
+    let args = [
+        "--part",
+        "1/2",
+        "--dedup",
+        "--shard-size",
+        "1KB",
+        "--threads",
+        "1",
+    ];
+    let whole = t.path("whole");
+    ok(tokenize_cmd(&t, &[&input], &whole).args(args));
+    let killed = t.path("killed");
+    let mut cmd = tokenize_cmd(&t, &[&input], &killed);
+    cmd.args(args);
+    common::kill_after_shards(cmd, &killed, 3);
+    ok(tokenize_cmd(&t, &[&input], &killed).args(args));
+    let m = Manifest::read(&whole).unwrap();
+    assert!(m.shards.len() > 4, "{} shards", m.shards.len());
+    let names = m
+        .shards
+        .iter()
+        .flat_map(|s| [s.bin.clone(), s.idx.clone()])
+        .chain(["hashes.bin".to_owned()]);
+    for name in names {
+        let (a, b) = (whole.join(&name), killed.join(&name));
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(Manifest::read(&killed).unwrap().partition, m.partition);
+}

@@ -316,6 +316,44 @@ impl Manifest {
         problems
     }
 
+    /// The first way `other` reads differently from this dataset, as (what,
+    /// this value, the other's): tokenizer, dtype, vocabulary, kind, special
+    /// tokens and their placement, row length and packing. Datasets that
+    /// differ in none of these can be mixed or joined.
+    pub fn reading_difference(&self, other: &Manifest) -> Option<(&'static str, String, String)> {
+        let specials = |m: &Manifest| {
+            format!(
+                "{:?} bos_prepended={} eos_appended={}",
+                m.special_tokens, m.bos_prepended, m.eos_appended
+            )
+        };
+        let shape = |m: &Manifest| {
+            let packing = m.packing.as_ref();
+            format!(
+                "seq_len={:?} {:?}",
+                m.seq_len,
+                packing.map(|p| (&p.mode, p.seed, p.window, p.separator))
+            )
+        };
+        let pairs: [(&'static str, String, String); 6] = [
+            (
+                "tokenizers",
+                self.tokenizer.xxh3.clone(),
+                other.tokenizer.xxh3.clone(),
+            ),
+            ("dtypes", self.dtype.to_string(), other.dtype.to_string()),
+            (
+                "vocabulary sizes",
+                self.vocab_size.to_string(),
+                other.vocab_size.to_string(),
+            ),
+            ("kinds", self.kind.clone(), other.kind.clone()),
+            ("special tokens", specials(self), specials(other)),
+            ("packings", shape(self), shape(other)),
+        ];
+        pairs.into_iter().find(|(_, a, b)| a != b)
+    }
+
     /// The manifest as written: pretty JSON with a final newline.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("a manifest always serializes");

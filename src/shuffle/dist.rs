@@ -568,14 +568,10 @@ pub fn gather(
         read_region(part_dir, info, j, &mut batch)?;
     }
 
-    let threads = crate::util::thread_count(config.threads);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| ShuffleError::Io {
-            path: dir.clone(),
-            source: std::io::Error::other(e),
-        })?;
+    let pool = crate::util::thread_pool(config.threads).map_err(|e| ShuffleError::Io {
+        path: dir.clone(),
+        source: e,
+    })?;
     let mut sorter = Gather {
         pool: &pool,
         writer: DatasetWriter::new(dir, first.base.dtype, config.shard_size, Vec::new()),

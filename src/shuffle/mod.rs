@@ -336,14 +336,10 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     };
     let budget = config.memory.max(64 << 10);
     let need = token_bytes + n_docs * ENTRY_BYTES;
-    let threads = crate::util::thread_count(config.threads);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| ShuffleError::Io {
-            path: dir.clone(),
-            source: std::io::Error::other(e),
-        })?;
+    let pool = crate::util::thread_pool(config.threads).map_err(|e| ShuffleError::Io {
+        path: dir.clone(),
+        source: e,
+    })?;
     let tmp = dir.join(TMP_DIR);
     let resume_at = journal.shards.last().map(|s| (s.bucket.clone(), s.emitted));
     let kept: Vec<ShardInfo> = journal.shards.iter().map(|s| s.shard.clone()).collect();
@@ -576,52 +572,28 @@ fn copy_tokenizer(file: Option<&str>, from: &Path, to: &Path) -> Result<(), Shuf
     Ok(atomic_write(&to.join(file), &bytes)?)
 }
 
-/// Inputs shuffled together must read the same way: same tokenizer, dtype,
-/// vocabulary and special tokens.
+/// Inputs shuffled together must be documents datasets that read the same
+/// way (see [`Manifest::reading_difference`]).
 fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), ShuffleError> {
-    let differ = |what, x: String, y: String| {
-        Err(ShuffleError::Mismatch {
+    let difference = if a.kind != "documents" || b.kind != "documents" {
+        Some((
+            "kinds (shuffle takes documents datasets)",
+            a.kind.clone(),
+            b.kind.clone(),
+        ))
+    } else {
+        a.reading_difference(b)
+    };
+    match difference {
+        None => Ok(()),
+        Some((what, x, y)) => Err(ShuffleError::Mismatch {
             first: first.into(),
             other: other.into(),
             what,
             a: x,
             b: y,
-        })
-    };
-    if a.tokenizer.xxh3 != b.tokenizer.xxh3 {
-        return differ(
-            "tokenizers",
-            a.tokenizer.xxh3.clone(),
-            b.tokenizer.xxh3.clone(),
-        );
+        }),
     }
-    if a.dtype != b.dtype {
-        return differ("dtypes", a.dtype.to_string(), b.dtype.to_string());
-    }
-    if a.vocab_size != b.vocab_size {
-        return differ(
-            "vocabulary sizes",
-            a.vocab_size.to_string(),
-            b.vocab_size.to_string(),
-        );
-    }
-    if a.kind != b.kind || a.kind != "documents" {
-        return differ(
-            "kinds (shuffle takes documents datasets)",
-            a.kind.clone(),
-            b.kind.clone(),
-        );
-    }
-    let specials = |m: &Manifest| {
-        format!(
-            "{:?} bos_prepended={} eos_appended={}",
-            m.special_tokens, m.bos_prepended, m.eos_appended
-        )
-    };
-    if specials(a) != specials(b) {
-        return differ("special tokens", specials(a), specials(b));
-    }
-    Ok(())
 }
 
 /// The journal's file name in the output directory.
