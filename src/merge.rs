@@ -236,23 +236,6 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         })
         .collect();
 
-    if let Some(done) = prepare(out, &job, &merged, config.overwrite)? {
-        progress.note("the merged dataset is already complete; nothing to do");
-        return Ok(MergeReport {
-            manifest: done,
-            already_complete: true,
-            parts: parts.len(),
-            referenced: 0,
-            linked: 0,
-            copied: 0,
-            rewritten: 0,
-            bytes_written: 0,
-            elapsed: started.elapsed(),
-        });
-    }
-
-    let dedup = first.partition.stage == "tokenize"
-        && base.provenance.options.get("dedup") == Some(&serde_json::Value::Bool(true));
     let mut report = MergeReport {
         manifest: base.clone(),
         already_complete: false,
@@ -264,6 +247,16 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         bytes_written: 0,
         elapsed: Duration::ZERO,
     };
+    if let Some(done) = prepare(out, &job, &merged, config.overwrite)? {
+        progress.note("the merged dataset is already complete; nothing to do");
+        report.manifest = done;
+        report.already_complete = true;
+        report.elapsed = started.elapsed();
+        return Ok(report);
+    }
+
+    let dedup = first.partition.stage == "tokenize"
+        && base.provenance.options.get("dedup") == Some(&serde_json::Value::Bool(true));
     let mut seen: HashSet<u128> = HashSet::new();
     let empty_text = xxh3_128(b"");
     let mut documents = DocumentCounts::default();
@@ -430,47 +423,42 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
             return differ(what, x, y);
         }
     }
-    let n = pa.parts;
-    let mut count = vec![0u32; usize::try_from(n).unwrap_or(usize::MAX).min(1 << 24)];
-    for p in parts {
-        if let Some(c) = count.get_mut(p.partition.part as usize) {
-            *c += 1;
-        }
-    }
-    let twice: Vec<String> = parts
+    // Parts are sorted by number: a repeat sits next to its twin.
+    if let Some(w) = parts
         .windows(2)
-        .filter(|w| w[0].partition.part == w[1].partition.part)
-        .map(|w| format!("{} and {}", w[0].dir.display(), w[1].dir.display()))
-        .collect();
-    if let Some(t) = twice.first() {
+        .find(|w| w[0].partition.part == w[1].partition.part)
+    {
         return Err(MergeError::Parts(format!(
-            "part {} of the {} run is given twice: {t}",
-            parts
-                .windows(2)
-                .find(|w| w[0].partition.part == w[1].partition.part)
-                .map_or(0, |w| w[0].partition.part),
-            pa.stage
+            "part {} of the {} run is given twice: {} and {}",
+            w[0].partition.part,
+            pa.stage,
+            w[0].dir.display(),
+            w[1].dir.display()
+        )));
+    }
+    let n = pa.parts;
+    if let Some(p) = parts.iter().find(|p| p.partition.part >= n) {
+        return Err(MergeError::Parts(format!(
+            "{}: part {} of a run of {n} parts does not exist",
+            p.dir.display(),
+            p.partition.part
         )));
     }
     if parts.len() as u64 != n {
-        let missing: Vec<String> = count
-            .iter()
-            .enumerate()
-            .filter(|(_, &c)| c == 0)
-            .map(|(i, _)| i.to_string())
+        let mut given = parts.iter().map(|p| p.partition.part).peekable();
+        let missing: Vec<String> = (0..n)
+            .filter(|&i| given.next_if_eq(&i).is_none())
             .take(20)
+            .map(|i| i.to_string())
             .collect();
+        let more = n - parts.len() as u64 > missing.len() as u64;
         return Err(MergeError::Parts(format!(
             "the {} run has {n} parts and {} were given; missing part{} {}{}",
             pa.stage,
             parts.len(),
             if missing.len() == 1 { "" } else { "s" },
             missing.join(", "),
-            if (n as usize).saturating_sub(parts.len()) > missing.len() {
-                ", ..."
-            } else {
-                ""
-            }
+            if more { ", ..." } else { "" }
         )));
     }
     Ok(())

@@ -278,6 +278,22 @@ fn merge_refuses_incomplete_mixed_or_whole_datasets() {
         2,
     );
     assert!(err.contains("not a partial dataset"), "{err}");
+    // A manifest claiming a part number past the run's count.
+    let path = run.join("p2/manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["partition"]["part"] = 5.into();
+    std::fs::write(&path, m.to_string()).unwrap();
+    let err = fails(
+        t.prep()
+            .arg("merge")
+            .args([run.join("p0"), run.join("p1"), run.join("p2")])
+            .arg(&run),
+        2,
+    );
+    assert!(
+        err.contains("part 5 of a run of 3 parts does not exist"),
+        "{err}"
+    );
     assert!(!run.join("manifest.json").exists());
     assert!(!t.path("out/manifest.json").exists());
 }

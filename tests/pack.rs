@@ -151,25 +151,6 @@ fn config(input: &Path, output: &Path, l: u32, mode: PackMode) -> PackConfig {
     c
 }
 
-/// Every file of a dataset but the manifest's creation time.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            let mut bytes = std::fs::read(&p).unwrap();
-            if p.ends_with(MANIFEST_FILE) {
-                let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                m["provenance"]["created"] = serde_json::Value::Null;
-                bytes = m.to_string().into_bytes();
-            }
-            (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// The demo corpus tokenized with GPT-2 in small shards.
 fn tokenized(t: &TestDir) -> PathBuf {
     let out = t.path("docs");
@@ -328,7 +309,7 @@ fn output_is_the_same_for_any_thread_count_and_changes_with_the_seed() {
             seed,
             "-q",
         ]));
-        files(&out)
+        snapshot(&out)
     };
     let one = run_with("t1", "1", "9");
     assert!(one.iter().any(|(n, _)| n.ends_with(".seg")));
@@ -505,7 +486,7 @@ fn a_killed_pack_resumes_and_ends_identical() {
     kill_after_shards(cmd, &resumed, 20);
     let kept = std::fs::metadata(resumed.join("shard-00003.seg")).unwrap();
     ok(t.prep().args(args(&resumed)));
-    assert_eq!(files(&whole), files(&resumed));
+    assert_eq!(snapshot(&whole), snapshot(&resumed));
     let after = std::fs::metadata(resumed.join("shard-00003.seg")).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(

@@ -83,25 +83,6 @@ fn read(dir: &Path) -> Packed {
     }
 }
 
-/// Every file of a dataset, the manifest's creation time left out.
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            let mut bytes = std::fs::read(&p).unwrap();
-            if p.ends_with(MANIFEST_FILE) {
-                let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                m["provenance"]["created"] = serde_json::Value::Null;
-                bytes = m.to_string().into_bytes();
-            }
-            (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// Packs `input` with `args` on one machine and in `n` parts for every `n`
 /// of [`PARTS`], and checks that the parts join into the one-machine output.
 /// Returns the one-machine counts and the row counts of the parts, per `n`.
@@ -262,7 +243,7 @@ fn a_part_is_the_same_on_every_run_and_for_any_thread_count() {
         let again = t.path("again");
         ok(pack(&t, &input, &first, args).args(part).args(["-t", "1"]));
         ok(pack(&t, &input, &again, args).args(part).args(["-t", "3"]));
-        assert_eq!(files(&first), files(&again), "{args:?}");
+        assert_eq!(snapshot(&first), snapshot(&again), "{args:?}");
         // Run again into its own directory: already complete, left alone.
         let before = std::fs::read(first.join(MANIFEST_FILE)).unwrap();
         ok(pack(&t, &input, &first, args).args(part));
@@ -307,7 +288,7 @@ fn an_interrupted_part_resumes_and_ends_identical() {
         let o = ok(pack_in_shards(&t, &input, &cut, "8KiB", args).args(part));
         let said = String::from_utf8_lossy(&o.stderr);
         assert!(said.contains("kept 3 complete shards"), "{args:?}: {said}");
-        assert_eq!(files(&done), files(&cut), "{args:?}");
+        assert_eq!(snapshot(&done), snapshot(&cut), "{args:?}");
         std::fs::remove_dir_all(&done).unwrap();
         std::fs::remove_dir_all(&cut).unwrap();
     }

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -11,23 +10,6 @@ use prep::tokenize::{self, NoProgress, TokenizeConfig};
 
 fn corpus() -> PathBuf {
     fixture("corpus/debian-sample.jsonl.zst")
-}
-
-/// Every file of a dataset directory with its bytes; the manifest without its timestamp.
-fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let mut bytes = std::fs::read(entry.path()).unwrap();
-        if name == "manifest.json" {
-            let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-            m["provenance"]["created"] = serde_json::Value::Null;
-            bytes = serde_json::to_vec(&m).unwrap();
-        }
-        files.insert(name, bytes);
-    }
-    files
 }
 
 fn assert_same_dataset(a: &Path, b: &Path) {

@@ -525,6 +525,16 @@ fn write_batch(
                 }
             }
             Outcome::Bad { file, loc, error } => {
+                if state.skip_bad {
+                    state.counts.read += 1;
+                    state.counts.skipped += 1;
+                    // Past the warnings shown, a skipped document is only
+                    // counted: its message (and the line count a part's
+                    // location may need) is never made.
+                    if state.warnings.len() >= MAX_WARNINGS {
+                        continue;
+                    }
+                }
                 let path = state.paths[file as usize].clone();
                 let loc = input::resolve_location(&path, loc);
                 let error = match error {
@@ -534,16 +544,12 @@ fn write_batch(
                 if !state.skip_bad {
                     return Err(error);
                 }
-                state.counts.read += 1;
-                state.counts.skipped += 1;
-                if state.warnings.len() < MAX_WARNINGS {
-                    let text = error.to_string();
-                    let text = text
-                        .trim_end_matches(" (pass --skip-bad to skip bad documents)")
-                        .to_owned();
-                    progress.note(&format!("skipped: {text}"));
-                    state.warnings.push(text);
-                }
+                let text = error.to_string();
+                let text = text
+                    .trim_end_matches(" (pass --skip-bad to skip bad documents)")
+                    .to_owned();
+                progress.note(&format!("skipped: {text}"));
+                state.warnings.push(text);
             }
             Outcome::Doc {
                 len,

@@ -141,6 +141,28 @@ pub fn fails(cmd: &mut Command, code: i32) -> String {
     stderr
 }
 
+/// Every file at the top of a dataset directory with its bytes, the
+/// manifest's creation time left out: two runs that should write the same
+/// dataset compare equal. Folders (part directories, work folders) are skipped.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if !entry.file_type().unwrap().is_file() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut bytes = std::fs::read(entry.path()).unwrap();
+        if name == MANIFEST_FILE {
+            let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            m["provenance"]["created"] = serde_json::Value::Null;
+            bytes = serde_json::to_vec(&m).unwrap();
+        }
+        files.insert(name, bytes);
+    }
+    files
+}
+
 /// Every record of the dataset in `dir`, widened to u32.
 pub fn records(dir: &Path) -> Vec<Vec<u32>> {
     let ds = prep::Dataset::open(dir).expect("the dataset opens");
