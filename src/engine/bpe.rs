@@ -1,0 +1,215 @@
+//! Byte-level BPE: merges by rank over the bytes of one pre-token, with a
+//! per-thread cache of the pieces already seen.
+//!
+//! HF tokenizers merges with a heap of (rank, position) and skips entries
+//! made stale by earlier merges; that always merges the lowest-ranked
+//! adjacent pair, leftmost first, which is what both paths here do: a scan of
+//! a small array for short pieces, and a heap over a linked list for long
+//! ones (long runs of one character or of code must not be quadratic).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use foldhash::fast::FixedState;
+
+/// A merge: the rank of the pair and the id it makes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Merge {
+    pub rank: u32,
+    pub id: u32,
+}
+
+/// The model: byte ids and the merges between ids.
+pub(crate) struct Bpe {
+    /// The id of each single byte.
+    pub byte_ids: [u32; 256],
+    /// `(left << 32 | right)` to the merge.
+    pub merges: HashMap<u64, Merge, FixedState>,
+    /// Whole pieces that are tokens, when the model has `ignore_merges`.
+    pub whole: Option<HashMap<Box<[u8]>, u32, FixedState>>,
+}
+
+/// Pieces longer than this (in bytes) merge through the heap.
+const SCAN_MAX: usize = 48;
+/// The cache is emptied when it holds this many ids.
+const CACHE_IDS: usize = 1 << 22;
+
+/// One worker's reusable buffers and cache; nothing in it changes the ids.
+///
+/// Pieces of up to 7 bytes (most of them) are keyed by one `u64`, bytes and
+/// length, so a hit costs one integer hash and compare; longer ones by
+/// their bytes. Both point into `arena`, which holds the ids.
+#[derive(Default)]
+pub struct BpeState {
+    short: HashMap<u64, (u32, u32), FixedState>,
+    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
+    arena: Vec<u32>,
+    syms: Vec<(u32, u32)>,
+    nodes: Vec<Node>,
+    heap: BinaryHeap<Reverse<(u32, u32)>>,
+}
+
+#[derive(Clone, Copy)]
+struct Node {
+    id: u32,
+    prev: u32,
+    next: u32,
+    alive: bool,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// A piece of at most 7 bytes as one integer: its bytes, and its length in
+/// the top byte (so `a` and `a\0` differ).
+#[inline(always)]
+fn short_key(piece: &[u8]) -> Option<u64> {
+    if piece.len() > 7 {
+        return None;
+    }
+    let mut bytes = [0u8; 8];
+    bytes[..piece.len()].copy_from_slice(piece);
+    bytes[7] = piece.len() as u8;
+    Some(u64::from_le_bytes(bytes))
+}
+
+impl Bpe {
+    #[inline(always)]
+    fn merge(&self, left: u32, right: u32) -> Option<Merge> {
+        self.merges
+            .get(&(u64::from(left) << 32 | u64::from(right)))
+            .copied()
+    }
+
+    /// Appends the ids of `piece` to `out`.
+    #[inline]
+    pub(crate) fn encode(&self, piece: &[u8], state: &mut BpeState, out: &mut Vec<u32>) {
+        if let [byte] = piece {
+            out.push(self.byte_ids[*byte as usize]);
+            return;
+        }
+        if let Some(whole) = &self.whole {
+            if let Some(&id) = whole.get(piece) {
+                out.push(id);
+                return;
+            }
+        }
+        let key = short_key(piece);
+        let hit = match key {
+            Some(key) => state.short.get(&key),
+            None => state.long.get(piece),
+        };
+        if let Some(&(start, len)) = hit {
+            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+            return;
+        }
+        let before = out.len();
+        if piece.len() <= SCAN_MAX {
+            self.merge_scan(piece, &mut state.syms);
+            out.extend(state.syms.iter().map(|&(id, _)| id));
+        } else {
+            self.merge_heap(piece, state, out);
+        }
+        if state.arena.len() + (out.len() - before) > CACHE_IDS {
+            state.short.clear();
+            state.long.clear();
+            state.arena.clear();
+        }
+        let entry = (state.arena.len() as u32, (out.len() - before) as u32);
+        state.arena.extend_from_slice(&out[before..]);
+        match key {
+            Some(key) => state.short.insert(key, entry),
+            None => state.long.insert(piece.into(), entry),
+        };
+    }
+
+    /// Merging on a small array of (id, rank of the pair it starts): lowest
+    /// rank, leftmost first; each merge looks up only the two pairs it
+    /// changes.
+    fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, u32)>) {
+        let rank = |left: u32, right: u32| self.merge(left, right).map_or(NONE, |m| m.rank);
+        syms.clear();
+        syms.extend(piece.iter().map(|&b| (self.byte_ids[b as usize], NONE)));
+        for i in 0..syms.len() - 1 {
+            syms[i].1 = rank(syms[i].0, syms[i + 1].0);
+        }
+        loop {
+            let mut best = (NONE, 0);
+            for (i, &(_, r)) in syms.iter().enumerate() {
+                if r < best.0 {
+                    best = (r, i);
+                }
+            }
+            if best.0 == NONE {
+                break;
+            }
+            let i = best.1;
+            let id = self
+                .merge(syms[i].0, syms[i + 1].0)
+                .expect("a ranked pair merges")
+                .id;
+            syms[i].0 = id;
+            syms.remove(i + 1);
+            syms[i].1 = match syms.get(i + 1) {
+                Some(&(next, _)) => rank(id, next),
+                None => NONE,
+            };
+            if i > 0 {
+                syms[i - 1].1 = rank(syms[i - 1].0, id);
+            }
+        }
+    }
+
+    /// Heap merging over a linked list, as HF does it.
+    fn merge_heap(&self, piece: &[u8], state: &mut BpeState, out: &mut Vec<u32>) {
+        let nodes = &mut state.nodes;
+        let heap = &mut state.heap;
+        nodes.clear();
+        heap.clear();
+        let n = piece.len() as u32;
+        nodes.extend(piece.iter().enumerate().map(|(i, &b)| Node {
+            id: self.byte_ids[b as usize],
+            prev: if i == 0 { NONE } else { i as u32 - 1 },
+            next: if i as u32 + 1 == n {
+                NONE
+            } else {
+                i as u32 + 1
+            },
+            alive: true,
+        }));
+        for i in 0..nodes.len() - 1 {
+            if let Some(m) = self.merge(nodes[i].id, nodes[i + 1].id) {
+                heap.push(Reverse((m.rank, i as u32)));
+            }
+        }
+        while let Some(Reverse((rank, pos))) = heap.pop() {
+            let left = nodes[pos as usize];
+            if !left.alive || left.next == NONE {
+                continue;
+            }
+            let right = nodes[left.next as usize];
+            // A stale entry: the pair at `pos` changed since it was pushed.
+            let Some(m) = self.merge(left.id, right.id).filter(|m| m.rank == rank) else {
+                continue;
+            };
+            nodes[pos as usize].id = m.id;
+            nodes[pos as usize].next = right.next;
+            nodes[left.next as usize].alive = false;
+            if right.next != NONE {
+                nodes[right.next as usize].prev = pos;
+                if let Some(m) = self.merge(m.id, nodes[right.next as usize].id) {
+                    heap.push(Reverse((m.rank, pos)));
+                }
+            }
+            if left.prev != NONE {
+                if let Some(m) = self.merge(nodes[left.prev as usize].id, m.id) {
+                    heap.push(Reverse((m.rank, left.prev)));
+                }
+            }
+        }
+        let mut i = 0u32;
+        while i != NONE {
+            out.push(nodes[i as usize].id);
+            i = nodes[i as usize].next;
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The fast engine against HF tokenizers: identical ids or no fast engine.
+//!
+//! Every test encodes the same text with `prep::engine::FastTokenizer` and
+//! with the `tokenizers` crate (`encode(text, false)`, truncation and padding
+//! off, as `prep tokenize` runs it) and requires the same ids. The texts are
+//! the committed corpus excerpt, generated adversarial text (runs of spaces
+//! and newlines, digits, mixed scripts, combining marks, JSON escapes,
+//! special-token strings inside words), and, when `../shared/corpora` is
+//! there, the whole real corpus (`--ignored`, in release). The tokenizers are
+//! GPT-2 and DeepSeek V3 as shipped, and GPT-2's vocabulary under the
+//! cl100k / Llama 3 and o200k split patterns, with and without
+//! `ignore_merges` and extra added tokens, so each scanner and each
+//! added-token pass is checked against the reference.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use prep::engine::{EncodeState, FastTokenizer, Pattern};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use tokenizers::Tokenizer;
+
+fn read_zst(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    zstd::Decoder::new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// A tokenizer in both engines.
+struct Pair {
+    name: String,
+    hf: Tokenizer,
+    fast: FastTokenizer,
+}
+
+impl Pair {
+    fn new(name: &str, json: &[u8]) -> Pair {
+        let mut hf = Tokenizer::from_bytes(json).unwrap();
+        hf.with_truncation(None).unwrap();
+        hf.with_padding(None);
+        let fast = FastTokenizer::from_json(json)
+            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
+        Pair {
+            name: name.into(),
+            hf,
+            fast,
+        }
+    }
+
+    /// Encodes `text` with both; a message naming the first difference.
+    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
+        let want = self.hf.encode_fast(text, false).unwrap().get_ids().to_vec();
+        let mut got = Vec::new();
+        self.fast.encode(text, state, &mut got);
+        if got == want {
+            return Ok(());
+        }
+        let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
+        Err(format!(
+            "{}: ids differ at {at} on {:?}\n  hf:   {:?}\n  fast: {:?}",
+            self.name,
+            text.chars().take(200).collect::<String>(),
+            want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                .iter()
+                .map(token)
+                .collect::<Vec<_>>(),
+            got[at.saturating_sub(2)..(at + 4).min(got.len())]
+                .iter()
+                .map(token)
+                .collect::<Vec<_>>(),
+        ))
+    }
+}
+
+fn gpt2_json() -> Value {
+    serde_json::from_slice(&read_zst(&common::fixture(
+        "tokenizers/gpt2.tokenizer.json.zst",
+    )))
+    .unwrap()
+}
+
+fn deepseek_json() -> Vec<u8> {
+    read_zst(&common::fixture(
+        "tokenizers/deepseek-v3.tokenizer.json.zst",
+    ))
+}
+
+/// GPT-2's vocabulary behind `Split(pattern)` then `ByteLevel` (as Llama 3
+/// and o200k tokenizer.json files have it), with added tokens of both kinds
+/// that overlap each other and ordinary words.
+fn gpt2_with_split(pattern: &str, ignore_merges: bool) -> Vec<u8> {
+    let mut j = gpt2_json();
+    j["pre_tokenizer"] = json!({
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
+        ]
+    });
+    j["model"]["ignore_merges"] = ignore_merges.into();
+    let added = j["added_tokens"].as_array_mut().unwrap();
+    for (id, content, normalized) in [
+        (50257, "<|im_start|>", false),
+        (50258, "<|im_end|>", false),
+        (50259, "<|im", true),
+        (50260, "ing the", true),
+    ] {
+        added.push(
+            json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": normalized, "special": !normalized}),
+        );
+    }
+    serde_json::to_vec(&j).unwrap()
+}
+
+fn pairs() -> Vec<Pair> {
+    let gpt2 = serde_json::to_vec(&gpt2_json()).unwrap();
+    vec![
+        Pair::new("gpt2", &gpt2),
+        Pair::new("deepseek-v3", &deepseek_json()),
+        Pair::new("cl100k", &gpt2_with_split(CL100K, false)),
+        Pair::new("cl100k+ignore_merges", &gpt2_with_split(CL100K, true)),
+        Pair::new("o200k", &gpt2_with_split(O200K, false)),
+        Pair::new("gpt2-as-split", &gpt2_with_split(GPT2, true)),
+    ]
+}
+
+const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const CL100K: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const O200K: &str = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+#[test]
+fn recognised_patterns() {
+    let p = pairs();
+    let patterns: Vec<Pattern> = p.iter().map(|p| p.fast.pattern()).collect();
+    assert_eq!(
+        patterns,
+        [
+            Pattern::Gpt2,
+            Pattern::DeepSeek,
+            Pattern::Cl100k,
+            Pattern::Cl100k,
+            Pattern::O200k,
+            Pattern::Gpt2
+        ]
+    );
+}
+
+/// Texts of a JSONL file's `text` fields.
+fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
+    BufReader::new(jsonl).lines().map(|line| {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        v["text"].as_str().unwrap().to_owned()
+    })
+}
+
+#[test]
+fn corpus_excerpt_identical() {
+    let corpus = read_zst(&common::fixture("golden/texts.jsonl.zst"));
+    let mut failures = Vec::new();
+    for pair in pairs() {
+        let mut state = EncodeState::default();
+        for text in texts(&corpus) {
+            if let Err(e) = pair.check(&text, &mut state) {
+                failures.push(e);
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The whole shared corpus (tens of MB; run in release with `--ignored`).
+#[test]
+#[ignore]
+fn shared_corpus_identical() {
+    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
+    if !path.exists() {
+        eprintln!("skipped: {} is not here", path.display());
+        return;
+    }
+    let corpus = read_zst(&path);
+    let mut failures = Vec::new();
+    for pair in pairs() {
+        let mut state = EncodeState::default();
+        let mut bad = 0;
+        for text in texts(&corpus) {
+            if let Err(e) = pair.check(&text, &mut state) {
+                bad += 1;
+                if bad <= 3 {
+                    failures.push(e);
+                }
+            }
+        }
+        if bad > 0 {
+            failures.push(format!("{}: {bad} documents differ", pair.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Fragments that meet every branch of the patterns and the added tokens.
+fn fragment() -> impl Strategy<Value = String> {
+    let words = proptest::sample::select(vec![
+        "the",
+        " the",
+        "The",
+        "ing",
+        "ing the",
+        "HTTPServer",
+        "camelCase",
+        "don't",
+        "DON'T",
+        "they'll",
+        "'s",
+        "'S",
+        "'ſ",
+        "'re",
+        "'Ve",
+        "'ll",
+        "'d",
+        "'m",
+        "''",
+        "'x",
+        "école",
+        "ÉCOLE",
+        "Straße",
+        "İstanbul",
+        "naïve",
+        "mañana",
+        "中文",
+        "日本語の",
+        "カタカナ・",
+        "ー",
+        "한국어",
+        "русский",
+        "ελληνικά",
+        "עברית",
+        "العربية",
+        "हिन्दी",
+        "ไทย",
+        "e\u{301}",
+        "a\u{300}\u{323}",
+        "\u{301}",
+        "\u{200b}",
+        "\u{feff}",
+        "\u{200d}",
+        "👩\u{200d}💻",
+        "😀",
+        "🇩🇪",
+        "ǅ",
+        "ʰ",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im",
+        "<|endoftext",
+        "<｜end▁of▁sentence｜>",
+        "<｜begin▁of▁sentence｜>",
+        "\\n",
+        "\\\"",
+        "\\u00e9",
+        "\\t",
+        "{\"a\": 1}",
+        "//",
+        "///",
+        "://",
+        "http://example.org/a?b=c",
+        "$x",
+        "#!",
+        "...",
+        "!!",
+        "?!",
+        "--",
+        "==",
+        "**",
+        "(",
+        ")",
+        "[",
+        "]",
+        "€",
+        "£",
+        "±",
+        "²",
+        "٣",
+        "१२",
+        "Ⅻ",
+        "½",
+    ]);
+    prop_oneof![
+        3 => words.prop_map(str::to_owned),
+        2 => (proptest::sample::select(vec![" ", "\n", "\t", "\r\n", "\r", "\u{a0}", "\u{3000}", "\u{85}", "\u{2028}", "\u{b}"]), 1..12usize)
+            .prop_map(|(s, n)| s.repeat(n)),
+        1 => (proptest::sample::select(vec!["0", "7", "123", "٣", "²"]), 1..9usize)
+            .prop_map(|(s, n)| s.repeat(n)),
+        1 => "[a-zA-Z0-9 .,;:!?'\"()\\-]{1,12}",
+        1 => any::<char>().prop_map(String::from),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn adversarial_text_identical(parts in proptest::collection::vec(fragment(), 0..24)) {
+        let text = parts.concat();
+        thread_local! {
+            static PAIRS: Vec<Pair> = pairs();
+        }
+        PAIRS.with(|pairs| {
+            let mut state = EncodeState::default();
+            for pair in pairs {
+                if let Err(e) = pair.check(&text, &mut state) {
+                    return Err(TestCaseError::fail(e));
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
+
+/// Long runs go through the heap merge; they must agree too.
+#[test]
+fn long_pieces_identical() {
+    let mut texts = vec![
+        "=".repeat(5000),
+        "a".repeat(3000),
+        " ".repeat(4000) + "x",
+        "\n".repeat(2000),
+        "ab".repeat(1500),
+        "supercalifragilistic".repeat(200),
+        "0123456789".repeat(300),
+        "中".repeat(2000),
+    ];
+    let mut next = common::xorshift(7);
+    texts.push(
+        (0..20000)
+            .map(|_| char::from(b"abcdefgh ijk"[(next() % 12) as usize]))
+            .collect(),
+    );
+    let mut failures = Vec::new();
+    for pair in pairs() {
+        let mut state = EncodeState::default();
+        for text in &texts {
+            if let Err(e) = pair.check(text, &mut state) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// What the fast engine must refuse (HF then runs): each with its reason.
+#[test]
+fn unsupported_tokenizers_are_refused() {
+    type Change = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Change)> = vec![
+        (
+            "normalizer",
+            Box::new(|j| j["normalizer"] = json!({"type": "NFC"})),
+        ),
+        (
+            "prefix space",
+            Box::new(|j| j["pre_tokenizer"]["add_prefix_space"] = true.into()),
+        ),
+        ("dropout", Box::new(|j| j["model"]["dropout"] = 0.1.into())),
+        (
+            "byte_fallback",
+            Box::new(|j| j["model"]["byte_fallback"] = true.into()),
+        ),
+        (
+            "WordPiece",
+            Box::new(|j| j["model"]["type"] = "WordPiece".into()),
+        ),
+        (
+            "lstrip",
+            Box::new(|j| j["added_tokens"][0]["lstrip"] = true.into()),
+        ),
+        (
+            "unknown split",
+            Box::new(|j| {
+                j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
+            }),
+        ),
+        (
+            "missing byte",
+            Box::new(|j| {
+                j["model"]["vocab"].as_object_mut().unwrap().remove("Ġ");
+            }),
+        ),
+    ];
+    for (name, change) in cases {
+        let mut j = gpt2_json();
+        change(&mut j);
+        let refused = FastTokenizer::from_json(&serde_json::to_vec(&j).unwrap());
+        assert!(refused.is_err(), "{name}: accepted");
+    }
+    let minilm = read_zst(&common::fixture(
+        "tokenizers/minilm-wordpiece.tokenizer.json.zst",
+    ));
+    assert!(FastTokenizer::from_json(&minilm).is_err());
+}
