@@ -92,7 +92,7 @@ fn golden_ids(name: &str) -> Vec<Vec<u32>> {
 }
 
 /// Runs `prep tokenize` on the golden texts; returns the dataset directory.
-fn tokenize(case: &Case, bos: Option<&str>, tmp: &Path) -> PathBuf {
+fn tokenize(case: &Case, bos: Option<&str>, engine: &str, tmp: &Path) -> PathBuf {
     let fixtures = fixtures();
     let out = tmp.join("ds");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_prep"));
@@ -108,7 +108,7 @@ fn tokenize(case: &Case, bos: Option<&str>, tmp: &Path) -> PathBuf {
     if let Some(bos) = bos {
         cmd.args(["--bos", bos]);
     }
-    cmd.args(["--threads", "2", "--quiet"]);
+    cmd.args(["--threads", "2", "--quiet", "--engine", engine]);
     let output = cmd.output().expect("running prep");
     assert!(
         output.status.success(),
@@ -127,12 +127,30 @@ fn window(ids: &[u32], at: usize) -> String {
     format!("[{start}..{end}] {:?}", &ids[start.min(end)..end])
 }
 
-/// Tokenizes the golden texts and compares every record with the reference.
+/// Tokenizes the golden texts with the default engine and compares every
+/// record with the reference.
 fn check(case: &Case, with_bos: bool) {
+    // The fast engine supports the byte-level BPE files; auto picks it.
+    let ran = if case.name == "minilm-wordpiece" {
+        "hf"
+    } else {
+        "fast"
+    };
+    check_engine(case, with_bos, "auto", ran);
+}
+
+/// The same with `--engine engine`, which must record `ran` in the manifest.
+fn check_engine(case: &Case, with_bos: bool, engine: &str, ran: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let bos = with_bos.then_some(case.bos);
-    let dir = tokenize(case, bos.map(|b| b.0), tmp.path());
+    let dir = tokenize(case, bos.map(|b| b.0), engine, tmp.path());
     let ds = Dataset::open(&dir).unwrap_or_else(|e| panic!("opening {}: {e}", dir.display()));
+    assert_eq!(
+        ds.manifest().provenance.options["engine"],
+        ran,
+        "{}: --engine {engine} ran",
+        case.name
+    );
 
     let golden = golden_ids(case.name);
     let n_texts = golden_text_count();
@@ -248,4 +266,19 @@ fn golden_deepseek_v3_with_bos() {
 #[test]
 fn golden_minilm_wordpiece_with_bos() {
     check(&MINILM, true);
+}
+
+#[test]
+fn golden_gpt2_hf_engine() {
+    check_engine(&GPT2, false, "hf", "hf");
+}
+
+#[test]
+fn golden_deepseek_v3_hf_engine() {
+    check_engine(&DEEPSEEK_V3, true, "hf", "hf");
+}
+
+#[test]
+fn golden_deepseek_v3_fast_engine() {
+    check_engine(&DEEPSEEK_V3, false, "fast", "fast");
 }

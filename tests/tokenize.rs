@@ -375,3 +375,94 @@ fn a_run_stopped_by_a_bad_line_resumes_with_skip_bad_as_its_error_suggests() {
     let err = fails(tokenize_cmd(&t, &[&input], &out).args(args), 2);
     assert!(err.contains("skipped 1 bad documents"), "{err}");
 }
+
+/// Both engines write the same shards for any thread count; only the
+/// manifest's record of the engine differs, and the fingerprint does not,
+/// so a run may resume with the other engine.
+#[test]
+fn engines_write_the_same_bytes_and_the_manifest_says_which_ran() {
+    let t = TestDir::new();
+    let mut datasets = Vec::new();
+    for (engine, threads) in [("hf", "2"), ("fast", "1"), ("fast", "3"), ("auto", "2")] {
+        let out = t.path(&format!("{engine}-{threads}"));
+        let mut cmd = tokenize_cmd(&t, &[&corpus()], &out);
+        cmd.args([
+            "--engine",
+            engine,
+            "--threads",
+            threads,
+            "--shard-size",
+            "300KiB",
+        ]);
+        ok(&mut cmd);
+        datasets.push((engine, out));
+    }
+    let manifest = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap()
+    };
+    let (_, first) = &datasets[0];
+    for (engine, dir) in &datasets {
+        let ran = if *engine == "hf" { "hf" } else { "fast" };
+        let mut m = manifest(dir);
+        assert_eq!(m["provenance"]["options"]["engine"], ran, "{engine}");
+        let (mut a, mut b) = (snapshot(first), snapshot(dir));
+        a.remove("manifest.json");
+        b.remove("manifest.json");
+        assert!(a == b, "--engine {engine}: shards differ from --engine hf");
+        let mut reference = manifest(first);
+        for v in [&mut m, &mut reference] {
+            v["provenance"]["options"]["engine"] = serde_json::Value::Null;
+            v["provenance"]["created"] = serde_json::Value::Null;
+        }
+        assert_eq!(
+            m, reference,
+            "--engine {engine}: manifests differ beyond the engine"
+        );
+    }
+}
+
+#[test]
+fn engine_fast_refuses_a_tokenizer_it_does_not_support_and_auto_falls_back() {
+    let t = TestDir::new();
+    let input = t.write("in.jsonl", jsonl(&["hello world", "two words"]));
+    let wordpiece = fixture("tokenizers/minilm-wordpiece.tokenizer.json.zst");
+    let out = t.path("fast");
+    let err = fails(
+        tokenize_with(&t, &wordpiece, &[&input], &out).args(["--engine", "fast"]),
+        2,
+    );
+    assert!(
+        err.contains("--engine fast cannot run this tokenizer"),
+        "{err}"
+    );
+    assert!(
+        err.contains("minilm-wordpiece"),
+        "the message names the file: {err}"
+    );
+    assert!(!out.join("manifest.json").exists());
+
+    let auto = t.path("auto");
+    let mut loud = t.prep();
+    loud.arg("tokenize")
+        .arg("--tokenizer")
+        .arg(&wordpiece)
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&auto);
+    let stderr = String::from_utf8_lossy(&ok(&mut loud).stderr).into_owned();
+    assert!(
+        stderr.contains("engine hf"),
+        "the summary names the engine: {stderr}"
+    );
+    assert!(stderr.contains("does not support"), "and why: {stderr}");
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(auto.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["provenance"]["options"]["engine"], "hf");
+
+    let err = fails(
+        tokenize_with(&t, &wordpiece, &[&input], &t.path("x")).args(["--engine", "turbo"]),
+        2,
+    );
+    assert!(err.contains("auto, hf or fast"), "{err}");
+}

@@ -91,6 +91,14 @@ pub(crate) struct Args {
     #[arg(long, value_name = "I/N", conflicts_with = "shuffle_seed")]
     part: Option<crate::partition::Part>,
 
+    /// Encoding engine: `fast` is prep's own byte-level BPE (GPT-2, cl100k /
+    /// Llama 3, o200k and DeepSeek V3 split patterns), `hf` is HF tokenizers;
+    /// both give identical ids. `auto` runs `fast` when it supports the
+    /// tokenizer and `hf` otherwise; `fast` refuses a tokenizer it does not
+    /// support.
+    #[arg(long, value_name = "ENGINE", default_value = "auto", value_parser = parse_engine)]
+    engine: tokenize::EngineChoice,
+
     /// Replace a dataset or interrupted run found in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -117,12 +125,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.shuffle_seed = args.shuffle_seed;
     config.shuffle_memory = args.memory;
     config.part = args.part;
+    config.engine = args.engine;
     let bar = super::progress::Bar::new(args.quiet);
     let report = tokenize::run(&config, &bar)?;
     if !args.quiet {
         eprintln!("{}", summary(&config, &report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn parse_engine(s: &str) -> Result<tokenize::EngineChoice, String> {
+    match s {
+        "auto" => Ok(tokenize::EngineChoice::Auto),
+        "hf" => Ok(tokenize::EngineChoice::Hf),
+        "fast" => Ok(tokenize::EngineChoice::Fast),
+        _ => Err("expected auto, hf or fast".into()),
+    }
 }
 
 /// The one-paragraph summary printed at the end.
@@ -150,6 +168,7 @@ fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
         r.tokens as f64 / secs,
         r.documents as f64 / secs,
     );
+    s += &format!(" Encoded by the {}.", r.engine_note);
     if let Some(seed) = config.shuffle_seed {
         s += &format!(" Documents shuffled with seed {seed}.");
     }

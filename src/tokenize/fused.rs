@@ -24,6 +24,7 @@ pub(super) struct Plan {
     pub options: serde_json::Value,
     pub fingerprint: String,
     pub eos_note: String,
+    pub engine_note: String,
     pub threads: usize,
     pub seed: u64,
 }
@@ -135,6 +136,7 @@ fn report(
         documents: t.map_or(0, |t| t.documents),
         threads: plan.threads,
         eos_note: plan.eos_note.clone(),
+        engine_note: plan.engine_note.clone(),
         warnings: t.map_or_else(Vec::new, |t| t.warnings.clone()),
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64;
 
+pub use crate::engine::EngineChoice;
 use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
 use crate::input::{DocError, InputError, Location};
 use crate::partition::Part;
@@ -74,6 +75,8 @@ pub struct TokenizeConfig {
     /// Task `I` of `N` of a partitioned run (`--part I/N`): read only this
     /// part's share of the inputs and write a partial dataset for `prep merge`.
     pub part: Option<Part>,
+    /// Which encoder runs (`--engine`): the ids are the same either way.
+    pub engine: EngineChoice,
 }
 
 impl TokenizeConfig {
@@ -100,6 +103,7 @@ impl TokenizeConfig {
             shuffle_seed: None,
             shuffle_memory: 4 << 30,
             part: None,
+            engine: EngineChoice::Auto,
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct TokenizeReport {
     pub threads: usize,
     /// The eos token and how it was chosen, for the summary.
     pub eos_note: String,
+    /// The engine that encoded, and why, for the summary.
+    pub engine_note: String,
     /// The first bad documents skipped, described.
     pub warnings: Vec<String>,
 }
@@ -250,7 +256,7 @@ fn options_json(
 
 /// Equal fingerprints mean a run would write the same bytes.
 ///
-/// `skip_bad` is left out: it changes nothing until a bad document is met,
+/// `skip_bad` and `engine` are left out: it changes nothing until a bad document is met,
 /// and a run that stopped at one must be resumable with `--skip-bad`, as its
 /// error message suggests. A resumed or finished run that did skip documents
 /// is only accepted with `--skip-bad` (see the pipeline).
@@ -258,6 +264,8 @@ fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3
     let mut options = options.clone();
     if let Some(map) = options.as_object_mut() {
         map.remove("skip_bad");
+        // Both engines give the same ids: a run may resume with the other.
+        map.remove("engine");
     }
     let canonical = json!({
         "prep_version": env!("CARGO_PKG_VERSION"),

@@ -17,17 +17,16 @@ use super::{
     fingerprint, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
     TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
+use crate::engine::{EncodeState, EngineChoice, FastTokenizer, Unsupported};
 use crate::format::{
     atomic_write, checksum_hex, DatasetWriter, DocumentCounts, FileInfo, Manifest, Partition,
     Provenance, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
 
-/// What the workers share: read-only settings and one tokenizer per thread.
+/// What the workers share: read-only settings and the encoder.
 struct Shared {
-    /// One clone per worker thread: the BPE cache inside a tokenizer sits
-    /// behind a lock, so sharing one across threads would serialise them.
-    tokenizers: Vec<Mutex<Tokenizer>>,
+    encoder: Encoder,
     key: TextKey,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -35,6 +34,56 @@ struct Shared {
     /// Documents before this position were written by an earlier run: they
     /// are only hashed (for `--dedup`), not tokenized.
     replay_until: u64,
+}
+
+/// The engine that turns text into ids; both give the same ids.
+enum Encoder {
+    /// One clone per worker thread: the BPE cache inside a tokenizer sits
+    /// behind a lock, so sharing one across threads would serialise them.
+    Hf(Vec<Mutex<Tokenizer>>),
+    /// One tokenizer for all, and one cache per worker thread.
+    Fast(Box<FastTokenizer>, Vec<Mutex<EncodeState>>),
+}
+
+/// Picks the engine `--engine` asks for: the fast one where it supports the
+/// tokenizer (required with `fast`), else HF tokenizers.
+fn choose_engine(
+    config: &TokenizeConfig,
+    tok: &LoadedTokenizer,
+    fast: Option<Result<FastTokenizer, Unsupported>>,
+    threads: usize,
+) -> Result<(Encoder, &'static str, String), TokenizeError> {
+    let hf = || {
+        Encoder::Hf(
+            (0..threads)
+                .map(|_| Mutex::new(tok.tokenizer.clone()))
+                .collect(),
+        )
+    };
+    let Some(fast) = fast else {
+        return Ok((
+            hf(),
+            "hf",
+            "engine hf (HF tokenizers), as --engine asks".into(),
+        ));
+    };
+    match (fast, config.engine) {
+        (Ok(fast), _) => {
+            let note = format!(
+                "engine fast (byte-level BPE, {:?} split pattern; ids identical to HF tokenizers)",
+                fast.pattern()
+            );
+            let states = (0..threads).map(|_| Mutex::new(EncodeState::default())).collect();
+            Ok((Encoder::Fast(Box::new(fast), states), "fast", note))
+        }
+        (Err(why), EngineChoice::Fast) => Err(TokenizeError::Tokenizer {
+            path: config.tokenizer.clone(),
+            message: format!(
+                "--engine fast cannot run this tokenizer ({why}); use --engine auto or hf"
+            ),
+        }),
+        (Err(why), _) => Ok((hf(), "hf", format!("engine hf (HF tokenizers): the fast engine does not support this tokenizer ({why})"))),
+    }
 }
 
 /// One document's fate, as a worker saw it.
@@ -75,7 +124,8 @@ pub(super) fn run(
     let started = Instant::now();
     // One level of parallelism: ours. The tokenizer must not start its own.
     tokenizers::utils::parallelism::set_parallelism(false);
-    let tok = LoadedTokenizer::load(&config.tokenizer)?;
+    let (tok, fast) =
+        LoadedTokenizer::load_with_fast(&config.tokenizer, config.engine != EngineChoice::Hf)?;
     let (eos, eos_note) = match &config.eos {
         Eos::Off => (None, "no eos (--no-eos)".to_owned()),
         Eos::Token(value) => {
@@ -100,7 +150,10 @@ pub(super) fn run(
         .transpose()?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
+    let threads = crate::util::thread_count(config.threads);
+    let (encoder, engine, engine_note) = choose_engine(config, &tok, fast, threads)?;
     let mut options = options_json(config, eos, bos, tok.dtype);
+    options["engine"] = engine.into();
     // A part's fingerprint is its own; `job`, the whole run's, is what every
     // part shares and what the merged dataset carries.
     let job = fingerprint(&options, &inputs, tok.xxh3);
@@ -119,13 +172,13 @@ pub(super) fn run(
         None => job.clone(),
     };
     let dir = config.output.clone();
-    let threads = crate::util::thread_count(config.threads);
     if let Some(seed) = config.shuffle_seed {
         let plan = super::fused::Plan {
             inputs,
             options,
             fingerprint,
             eos_note,
+            engine_note,
             threads,
             seed,
         };
@@ -151,6 +204,7 @@ pub(super) fn run(
                 documents: 0,
                 threads,
                 eos_note,
+                engine_note,
                 warnings: Vec::new(),
             });
         }
@@ -162,6 +216,7 @@ pub(super) fn run(
         Start::Fresh => Vec::new(),
     };
     progress.note(&eos_note);
+    progress.note(&engine_note);
     if !kept.is_empty() {
         progress.note(&format!(
             "resuming: kept {} complete shards of an interrupted run",
@@ -180,9 +235,7 @@ pub(super) fn run(
         })?;
     let checkpoint = kept.last().map(|k| k.checkpoint).unwrap_or_default();
     let shared = Arc::new(Shared {
-        tokenizers: (0..threads)
-            .map(|_| Mutex::new(tok.tokenizer.clone()))
-            .collect(),
+        encoder,
         key: TextKey::parse(&config.text_key),
         bos,
         eos,
@@ -345,6 +398,7 @@ pub(super) fn run(
         documents: state.run_documents,
         threads,
         eos_note,
+        engine_note,
         warnings: state.warnings,
     })
 }
@@ -386,12 +440,33 @@ fn refuse_skipped(
 
 /// Parses and tokenizes one batch on a worker thread.
 fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
-    let slot = rayon::current_thread_index().unwrap_or(0) % shared.tokenizers.len();
-    let tokenizer = shared.tokenizers[slot]
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let slot = rayon::current_thread_index().unwrap_or(0);
+    let mut encoder = match &shared.encoder {
+        Encoder::Hf(tokenizers) => Worker::Hf(
+            tokenizers[slot % tokenizers.len()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        ),
+        Encoder::Fast(fast, states) => Worker::Fast(
+            fast,
+            states[slot % states.len()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        ),
+    };
     let mut out = BatchOut {
-        tokens: Vec::new(),
+        // About one token per four bytes of text (JSON lines are a little
+        // longer than their texts): one allocation per batch, not a
+        // growing buffer's page faults.
+        tokens: Vec::with_capacity(
+            docs.iter()
+                .map(|d| match &d.payload {
+                    Payload::Json(line) => line.len() / 4 + 2,
+                    Payload::Text(text) => text.len() / 4 + 2,
+                    Payload::Bad(_) => 0,
+                })
+                .sum(),
+        ),
         docs: Vec::with_capacity(docs.len()),
     };
     for (i, doc) in docs.into_iter().enumerate() {
@@ -427,12 +502,21 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
             });
             continue;
         }
-        match tokenizer.encode_fast(text.as_ref(), false) {
-            Ok(encoding) => {
-                let ids = encoding.get_ids();
-                let start = out.tokens.len();
-                out.tokens.extend(shared.bos);
-                out.tokens.extend_from_slice(ids);
+        let start = out.tokens.len();
+        out.tokens.extend(shared.bos);
+        let encoded = match &mut encoder {
+            Worker::Hf(tokenizer) => tokenizer
+                .encode_fast(text.as_ref(), false)
+                .map(|encoding| out.tokens.extend_from_slice(encoding.get_ids()))
+                .map_err(|e| e.to_string()),
+            // Straight into the batch's buffer.
+            Worker::Fast(fast, state) => {
+                fast.encode(&text, state, &mut out.tokens);
+                Ok(())
+            }
+        };
+        match encoded {
+            Ok(()) => {
                 out.tokens.extend(shared.eos);
                 out.docs.push(Outcome::Doc {
                     len: out.tokens.len() - start,
@@ -440,14 +524,23 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
                     text_bytes: text.len(),
                 });
             }
-            Err(e) => out.docs.push(Outcome::Bad {
-                file: doc.file,
-                loc: doc.loc,
-                error: Bad::Encode(e.to_string()),
-            }),
+            Err(message) => {
+                out.tokens.truncate(start);
+                out.docs.push(Outcome::Bad {
+                    file: doc.file,
+                    loc: doc.loc,
+                    error: Bad::Encode(message),
+                })
+            }
         }
     }
     out
+}
+
+/// A worker's hold on the encoder for one batch.
+enum Worker<'a> {
+    Hf(std::sync::MutexGuard<'a, Tokenizer>),
+    Fast(&'a FastTokenizer, std::sync::MutexGuard<'a, EncodeState>),
 }
 
 /// The writing side's state.

@@ -8,6 +8,7 @@ use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::TokenizeError;
+use crate::engine::{FastTokenizer, Unsupported};
 use crate::format::Dtype;
 
 /// A tokenizer ready for dataset preparation.
@@ -38,12 +39,34 @@ pub(crate) const EOS_CANDIDATES: &[&str] = &[
 impl LoadedTokenizer {
     /// Reads `path` (`.json`, or `.json.zst` / `.json.gz`).
     pub(crate) fn load(path: &Path) -> Result<LoadedTokenizer, TokenizeError> {
+        Ok(Self::load_with_fast(path, false)?.0)
+    }
+
+    /// [`LoadedTokenizer::load`], and with `fast` the fast engine's reading
+    /// of the same file, built at the same time on a second thread (the
+    /// two readings of a large vocabulary take about as long each).
+    pub(crate) fn load_with_fast(
+        path: &Path,
+        fast: bool,
+    ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizeError> {
         let bad = |message: String| TokenizeError::Tokenizer {
             path: path.into(),
             message,
         };
         let json = read_maybe_compressed(path).map_err(|e| bad(e.to_string()))?;
-        let mut tokenizer = Tokenizer::from_bytes(&json)
+        std::thread::scope(|scope| {
+            let fast = fast.then(|| scope.spawn(|| FastTokenizer::from_json(&json)));
+            let tok = Self::from_json(&json, bad)?;
+            let fast = fast.map(|f| f.join().expect("reading a tokenizer.json does not panic"));
+            Ok((tok, fast))
+        })
+    }
+
+    fn from_json(
+        json: &[u8],
+        bad: impl Fn(String) -> TokenizeError,
+    ) -> Result<LoadedTokenizer, TokenizeError> {
+        let mut tokenizer = Tokenizer::from_bytes(json)
             .map_err(|e| bad(format!("not a HuggingFace tokenizer.json: {e}")))?;
         // Dataset preparation keeps every token of every document: a file
         // that switches on truncation or padding for inference must not cut
@@ -57,10 +80,10 @@ impl LoadedTokenizer {
             .into_values()
             .max()
             .ok_or_else(|| bad("the vocabulary is empty".into()))?;
-        let xxh3 = xxh3_64(&json);
+        let xxh3 = xxh3_64(json);
         Ok(LoadedTokenizer {
             tokenizer,
-            json,
+            json: json.to_vec(),
             xxh3,
             vocab_size: u64::from(max_id) + 1,
             dtype: Dtype::for_max_id(max_id),
