@@ -39,14 +39,41 @@ const CACHE_IDS: usize = 1 << 22;
 /// Pieces of up to 7 bytes (most of them) are keyed by one `u64`, bytes and
 /// length, so a hit costs one integer hash and compare; longer ones by
 /// their bytes. Both point into `arena`, which holds the ids.
-#[derive(Default)]
 pub struct BpeState {
+    /// A direct-mapped cache of short pieces that are one token, small
+    /// enough to stay in the core's cache: the frequent words of a corpus
+    /// hit here without touching the large map.
+    hot: Box<[(u64, u32)]>,
     short: HashMap<u64, (u32, u32), FixedState>,
     long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
     arena: Vec<u32>,
     syms: Vec<(u32, u32)>,
     nodes: Vec<Node>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
+}
+
+impl Default for BpeState {
+    fn default() -> BpeState {
+        BpeState {
+            hot: vec![(EMPTY, 0); 1 << HOT_BITS].into_boxed_slice(),
+            short: HashMap::default(),
+            long: HashMap::default(),
+            arena: Vec::new(),
+            syms: Vec::new(),
+            nodes: Vec::new(),
+            heap: BinaryHeap::new(),
+        }
+    }
+}
+
+/// 2^14 entries of 16 bytes: 256 KiB.
+const HOT_BITS: u32 = 14;
+/// No piece has this key (its length byte would be 255).
+const EMPTY: u64 = u64::MAX;
+
+#[inline(always)]
+fn hot_slot(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HOT_BITS)) as usize
 }
 
 #[derive(Clone, Copy)]
@@ -94,12 +121,27 @@ impl Bpe {
             }
         }
         let key = short_key(piece);
+        if let Some(key) = key {
+            let (k, id) = state.hot[hot_slot(key)];
+            if k == key {
+                out.push(id);
+                return;
+            }
+        }
         let hit = match key {
             Some(key) => state.short.get(&key),
             None => state.long.get(piece),
         };
         if let Some(&(start, len)) = hit {
-            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+            if len == 1 {
+                let id = state.arena[start as usize];
+                out.push(id);
+                if let Some(key) = key {
+                    state.hot[hot_slot(key)] = (key, id);
+                }
+            } else {
+                out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+            }
             return;
         }
         let before = out.len();
