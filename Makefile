@@ -80,9 +80,20 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --all-targets --features cuda -- -D warnings
 
-# Throughput and peak memory against the Python tokenizers baseline, in one run.
-bench: build $(VENV)/.installed
+# GigaToken (`gigatoken` on PyPI, Rust core), a baseline of bench_engines.py, kept
+# apart from the reference venv (it brings its own numpy and awkward).
+VENV_GIGA := $(TARGET_DIR)/venv-giga
+$(VENV_GIGA)/.installed: tools/requirements-gigatoken.txt
+	$(PYTHON) -m venv $(VENV_GIGA)
+	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-gigatoken.txt
+	touch $@
+
+# Throughput and peak memory against the Python tokenizers baseline, in one run;
+# then prep's two engines (--engine fast, --engine hf) beside Python tokenizers and
+# GigaToken's encode_files on 1 thread and all cores, ids checked equal across all.
+bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
 	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --giga-python $(abspath $(VENV_GIGA))/bin/python
 
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-shuffle: build $(VENV)/.installed
@@ -112,10 +123,11 @@ bench-dist: build $(VENV_RAY)/.installed
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
 
-# Fuzz the parsers of untrusted bytes (cargo-fuzz, libFuzzer) for FUZZ_SECONDS each.
+# Fuzz the parsers of untrusted bytes, and the fast engine against HF tokenizers on
+# any text (engine), with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each.
 # The stable toolchain takes the sanitizer flags with RUSTC_BOOTSTRAP=1.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := idx manifest seg
+FUZZ_TARGETS := idx manifest seg engine
 fuzz:
 	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
 	for t in $(FUZZ_TARGETS); do \
