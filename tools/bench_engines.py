@@ -188,10 +188,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best wall time counts")
     args = ap.parse_args()
 
-    import zstandard
-
     sys.path.insert(0, str(REPO / "tools"))
-    from bench_tokenize import EOS, decompress_corpus, run_measured, same_bytes, tool_version
+    from bench_tokenize import (EOS, prepare_corpus, run_measured, same_bytes, tool_version,
+                                write_tokenizer)
 
     names = [n for n in args.tokenizers.split(",") if n]
     threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t))
@@ -222,22 +221,15 @@ def main() -> int:
             impls.insert(0, "prep-hf")
 
     scratch = args.scratch
-    scratch.mkdir(parents=True, exist_ok=True)
-    limit = int(args.limit_mb * MB) if args.limit_mb else None
-    # The same name and content as bench_tokenize.py's, which make bench runs first.
-    jsonl = scratch / ("corpus.jsonl" if limit is None else f"corpus-{args.limit_mb:g}MB.jsonl")
-    corpus_bytes, n_docs, text_bytes = decompress_corpus(args.corpus, jsonl, limit)
-    print(f"corpus {jsonl}: {corpus_bytes / MB:.1f} MB JSONL, {text_bytes / MB:.1f} MB text, "
-          f"{n_docs:,} documents")
+    # The same file as bench_tokenize.py's, which make bench runs first.
+    jsonl, corpus_bytes, n_docs, text_bytes = prepare_corpus(args.corpus, scratch, args.limit_mb)
 
     baseline = REPO / "tools" / "baseline_tokenize.py"
     runs = []
     checks = {}
     giga_version = None
     for name in names:
-        tok_json = scratch / f"{name}.tokenizer.json"
-        with (args.tokenizer_dir / f"{name}.tokenizer.json.zst").open("rb") as f:
-            tok_json.write_bytes(zstandard.ZstdDecompressor().stream_reader(f).read())
+        tok_json = write_tokenizer(args.tokenizer_dir, scratch, name)
         results = {}  # (impl, T) -> (run, output path)
         for impl in impls:
             for t in threads:

@@ -43,6 +43,27 @@ EOS = {
 MB = 1e6
 
 
+def prepare_corpus(corpus: Path, scratch: Path, limit_mb: float | None) -> tuple[Path, int, int, int]:
+    """Decompresses the corpus (whole, or its first limit_mb MB) into scratch, once per size.
+
+    Returns (the JSONL path, its bytes, documents, UTF-8 bytes of the texts)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    limit = int(limit_mb * MB) if limit_mb else None
+    jsonl = scratch / ("corpus.jsonl" if limit is None else f"corpus-{limit_mb:g}MB.jsonl")
+    corpus_bytes, n_docs, text_bytes = decompress_corpus(corpus, jsonl, limit)
+    print(f"corpus {jsonl}: {corpus_bytes / MB:.1f} MB JSONL, {text_bytes / MB:.1f} MB text, "
+          f"{n_docs:,} documents")
+    return jsonl, corpus_bytes, n_docs, text_bytes
+
+
+def write_tokenizer(tokenizer_dir: Path, scratch: Path, name: str) -> Path:
+    """Decompresses tokenizer_dir/NAME.tokenizer.json.zst into scratch; returns its path."""
+    tok_json = scratch / f"{name}.tokenizer.json"
+    with (tokenizer_dir / f"{name}.tokenizer.json.zst").open("rb") as f:
+        tok_json.write_bytes(zstandard.ZstdDecompressor().stream_reader(f).read())
+    return tok_json
+
+
 def decompress_corpus(src: Path, dst: Path, limit_bytes: int | None) -> tuple[int, int, int]:
     """Writes src (zstd JSONL) to dst, whole lines only, up to limit_bytes.
 
@@ -137,20 +158,13 @@ def main() -> int:
         ap.error(f"no prep binary at {args.prep}: run `cargo build --release` or pass --prep")
 
     scratch = args.scratch
-    scratch.mkdir(parents=True, exist_ok=True)
-    limit = int(args.limit_mb * MB) if args.limit_mb else None
-    jsonl = scratch / ("corpus.jsonl" if limit is None else f"corpus-{args.limit_mb:g}MB.jsonl")
-    corpus_bytes, n_docs, text_bytes = decompress_corpus(args.corpus, jsonl, limit)
-    print(f"corpus {jsonl}: {corpus_bytes / MB:.1f} MB JSONL, {text_bytes / MB:.1f} MB text, "
-          f"{n_docs:,} documents")
+    jsonl, corpus_bytes, n_docs, text_bytes = prepare_corpus(args.corpus, scratch, args.limit_mb)
 
     baseline = REPO / "tools" / "baseline_tokenize.py"
     runs = []
     checks = {}
     for name in names:
-        tok_json = scratch / f"{name}.tokenizer.json"
-        tok_json.write_bytes(zstandard.ZstdDecompressor().stream_reader(
-            (REPO / "fixtures" / "tokenizers" / f"{name}.tokenizer.json.zst").open("rb")).read())
+        tok_json = write_tokenizer(REPO / "fixtures" / "tokenizers", scratch, name)
         results = {}
         for impl in ("baseline", "prep"):
             for t in threads:

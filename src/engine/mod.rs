@@ -95,6 +95,27 @@ impl Added {
     }
 }
 
+/// Appends the ids of `text`: `added`'s tokens as their ids, the text
+/// between them through `between`.
+#[inline]
+fn split_added(
+    added: Option<&Added>,
+    text: &str,
+    out: &mut Vec<u32>,
+    between: &mut dyn FnMut(&str, &mut Vec<u32>),
+) {
+    let Some(added) = added else {
+        return between(text, out);
+    };
+    let mut last = 0;
+    for m in added.matcher.find_iter(text) {
+        between(&text[last..m.start()], out);
+        out.push(added.ids[m.pattern().as_usize()]);
+        last = m.end();
+    }
+    between(&text[last..], out);
+}
+
 impl FastTokenizer {
     /// Reads a `tokenizer.json`, or says why the fast engine cannot run it.
     pub fn from_json(json: &[u8]) -> Result<FastTokenizer, Unsupported> {
@@ -137,30 +158,13 @@ impl FastTokenizer {
                 bpe: BpeState::default(),
             };
         }
-        let Some(raw) = &self.raw else {
-            return self.encode_normalized(text, state, out);
-        };
-        let mut last = 0;
-        for m in raw.matcher.find_iter(text) {
-            self.encode_normalized(&text[last..m.start()], state, out);
-            out.push(raw.ids[m.pattern().as_usize()]);
-            last = m.end();
-        }
-        self.encode_normalized(&text[last..], state, out);
-    }
-
-    /// The second pass of added tokens, on text between raw ones.
-    fn encode_normalized(&self, text: &str, state: &mut EncodeState, out: &mut Vec<u32>) {
-        let Some(normalized) = &self.normalized else {
-            return self.encode_plain(text, state, out);
-        };
-        let mut last = 0;
-        for m in normalized.matcher.find_iter(text) {
-            self.encode_plain(&text[last..m.start()], state, out);
-            out.push(normalized.ids[m.pattern().as_usize()]);
-            last = m.end();
-        }
-        self.encode_plain(&text[last..], state, out);
+        // HF's two passes: tokens that are not normalized are split out of
+        // the raw text, then normalized ones out of what lies between.
+        split_added(self.raw.as_ref(), text, out, &mut |text, out| {
+            split_added(self.normalized.as_ref(), text, out, &mut |text, out| {
+                self.encode_plain(text, state, out)
+            })
+        });
     }
 
     /// Pre-tokenizes and encodes text with no added tokens in it.

@@ -466,29 +466,29 @@ mod tests {
         "!!!abc ...\n\n---xyz",
     ];
 
+    const ALL: [Pattern; 4] = [
+        Pattern::Gpt2,
+        Pattern::Cl100k,
+        Pattern::O200k,
+        Pattern::DeepSeek,
+    ];
+
+    /// The pieces onig gives for the pattern `p` stands for.
+    fn reference(p: Pattern, text: &str) -> Vec<&str> {
+        match p {
+            Pattern::Gpt2 => onig_pieces(GPT2, text),
+            Pattern::Cl100k => onig_pieces(CL100K, text),
+            Pattern::O200k => onig_pieces(O200K, text),
+            Pattern::DeepSeek => onig_deepseek(text),
+        }
+    }
+
     #[test]
     fn scanners_match_onig_on_samples() {
         for text in SAMPLES {
-            assert_eq!(
-                pieces(Pattern::Gpt2, text),
-                onig_pieces(GPT2, text),
-                "gpt2 {text:?}"
-            );
-            assert_eq!(
-                pieces(Pattern::Cl100k, text),
-                onig_pieces(CL100K, text),
-                "cl100k {text:?}"
-            );
-            assert_eq!(
-                pieces(Pattern::O200k, text),
-                onig_pieces(O200K, text),
-                "o200k {text:?}"
-            );
-            assert_eq!(
-                pieces(Pattern::DeepSeek, text),
-                onig_deepseek(text),
-                "deepseek {text:?}"
-            );
+            for p in ALL {
+                assert_eq!(pieces(p, text), reference(p, text), "{p:?} {text:?}");
+            }
         }
     }
 
@@ -513,10 +513,9 @@ mod tests {
         #[test]
         fn scanners_match_onig(chars in proptest::collection::vec(tricky_char(), 0..40)) {
             let text: String = chars.into_iter().collect();
-            prop_assert_eq!(pieces(Pattern::Gpt2, &text), onig_pieces(GPT2, &text));
-            prop_assert_eq!(pieces(Pattern::Cl100k, &text), onig_pieces(CL100K, &text));
-            prop_assert_eq!(pieces(Pattern::O200k, &text), onig_pieces(O200K, &text));
-            prop_assert_eq!(pieces(Pattern::DeepSeek, &text), onig_deepseek(&text));
+            for p in ALL {
+                prop_assert_eq!(pieces(p, &text), reference(p, &text), "{:?}", p);
+            }
         }
     }
 }
