@@ -114,17 +114,23 @@ impl Bpe {
             out.push(self.byte_ids[*byte as usize]);
             return;
         }
-        if let Some(whole) = &self.whole {
-            if let Some(&id) = whole.get(piece) {
-                out.push(id);
-                return;
-            }
-        }
+        // The small hot table first: a whole-token lookup (with
+        // `ignore_merges`) in the large vocabulary map costs as much as a
+        // cache miss, and frequent whole tokens are kept hot too.
         let key = short_key(piece);
         if let Some(key) = key {
             let (k, id) = state.hot[hot_slot(key)];
             if k == key {
                 out.push(id);
+                return;
+            }
+        }
+        if let Some(whole) = &self.whole {
+            if let Some(&id) = whole.get(piece) {
+                out.push(id);
+                if let Some(key) = key {
+                    state.hot[hot_slot(key)] = (key, id);
+                }
                 return;
             }
         }

@@ -187,6 +187,28 @@ pub struct Provenance {
     pub merged: Vec<InputInfo>,
 }
 
+impl Provenance {
+    /// A run of `command` by this prep, written now, merging nothing.
+    pub fn new(
+        command: &str,
+        inputs: Vec<InputInfo>,
+        options: serde_json::Value,
+        documents: DocumentCounts,
+        fingerprint: String,
+    ) -> Provenance {
+        Provenance {
+            prep_version: env!("CARGO_PKG_VERSION").into(),
+            command: command.into(),
+            created: crate::util::now_rfc3339(),
+            inputs,
+            options,
+            documents,
+            fingerprint,
+            merged: Vec::new(),
+        }
+    }
+}
+
 /// One input file of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputInfo {
@@ -214,6 +236,17 @@ pub struct DocumentCounts {
     pub deduplicated: u64,
     /// Written documents whose text was empty.
     pub empty: u64,
+}
+
+impl DocumentCounts {
+    /// `n` documents read and all written (stages after tokenize).
+    pub fn all_written(n: u64) -> DocumentCounts {
+        DocumentCounts {
+            read: n,
+            written: n,
+            ..DocumentCounts::default()
+        }
+    }
 }
 
 impl Manifest {

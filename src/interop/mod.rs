@@ -498,20 +498,13 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
         seq_len: None,
         packing: None,
         partition: None,
-        provenance: Provenance {
-            prep_version: env!("CARGO_PKG_VERSION").into(),
-            command: "import".into(),
-            created: crate::util::now_rfc3339(),
+        provenance: Provenance::new(
+            "import",
             inputs,
             options,
-            documents: DocumentCounts {
-                read: records,
-                written: records,
-                ..DocumentCounts::default()
-            },
+            DocumentCounts::all_written(records),
             fingerprint,
-            merged: Vec::new(),
-        },
+        ),
     };
     atomic_write(&out.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
     Ok(manifest)

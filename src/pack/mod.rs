@@ -538,20 +538,13 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         eos_appended: base.eos_appended || specials.sep.is_some(),
         seq_len: Some(u64::from(l)),
         packing: Some(packing),
-        provenance: Provenance {
-            prep_version: env!("CARGO_PKG_VERSION").into(),
-            command: "pack".into(),
-            created: crate::util::now_rfc3339(),
+        provenance: Provenance::new(
+            "pack",
             inputs,
             options,
-            documents: DocumentCounts {
-                read: documents,
-                written: documents,
-                ..DocumentCounts::default()
-            },
+            DocumentCounts::all_written(documents),
             fingerprint,
-            merged: Vec::new(),
-        },
+        ),
         partition: config.part.map(|p| Partition {
             stage: "pack".into(),
             part: p.index,

@@ -607,20 +607,13 @@ pub fn gather(
         shards,
         seq_len: None,
         packing: None,
-        provenance: Provenance {
-            prep_version: env!("CARGO_PKG_VERSION").into(),
-            command: "shuffle".into(),
-            created: crate::util::now_rfc3339(),
-            inputs: first.inputs.clone(),
+        provenance: Provenance::new(
+            "shuffle",
+            first.inputs.clone(),
             options,
-            documents: DocumentCounts {
-                read: records,
-                written: records,
-                ..DocumentCounts::default()
-            },
+            DocumentCounts::all_written(records),
             fingerprint,
-            merged: Vec::new(),
-        },
+        ),
         partition: Some(Partition {
             stage: "shuffle".into(),
             part: j,

@@ -445,20 +445,13 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                 created: crate::util::now_rfc3339(),
                 ..p.clone()
             },
-            None => Provenance {
-                prep_version: env!("CARGO_PKG_VERSION").into(),
-                command: "shuffle".into(),
-                created: crate::util::now_rfc3339(),
+            None => Provenance::new(
+                "shuffle",
                 inputs,
                 options,
-                documents: DocumentCounts {
-                    read: n_docs,
-                    written: n_docs,
-                    ..DocumentCounts::default()
-                },
+                DocumentCounts::all_written(n_docs),
                 fingerprint,
-                merged: Vec::new(),
-            },
+            ),
         },
         partition: None,
         ..base

@@ -96,16 +96,14 @@ pub(super) fn run(
     shuffle_config.shard_size = config.shard_size;
     shuffle_config.threads = config.threads;
     shuffle_config.keep = vec![STAGE.into()];
-    shuffle_config.record_as = Some(Provenance {
-        prep_version: env!("CARGO_PKG_VERSION").into(),
-        command: "tokenize".into(),
-        created: String::new(),
-        inputs: plan.inputs.clone(),
-        options: plan.options.clone(),
+    // The shuffle stamps its own time of writing on it.
+    shuffle_config.record_as = Some(Provenance::new(
+        "tokenize",
+        plan.inputs.clone(),
+        plan.options.clone(),
         documents,
-        fingerprint: plan.fingerprint.clone(),
-        merged: Vec::new(),
-    });
+        plan.fingerprint.clone(),
+    ));
     progress.note(&format!("shuffling with seed {}", plan.seed));
     let shuffled = shuffle::run(&shuffle_config, progress)?;
     std::fs::remove_dir_all(&stage).map_err(io(&stage))?;

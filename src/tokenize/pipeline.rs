@@ -373,16 +373,7 @@ pub(super) fn run(
         seq_len: None,
         packing: None,
         partition,
-        provenance: Provenance {
-            prep_version: env!("CARGO_PKG_VERSION").into(),
-            command: "tokenize".into(),
-            created: crate::util::now_rfc3339(),
-            inputs,
-            options,
-            documents: state.counts,
-            fingerprint,
-            merged: Vec::new(),
-        },
+        provenance: Provenance::new("tokenize", inputs, options, state.counts, fingerprint),
     };
     atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
     // The manifest is in place: the journal has served its purpose.
