@@ -36,9 +36,10 @@ use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use crate::format::{
-    atomic_write, checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
-    Manifest, Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
+    Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
 };
+use crate::output::{Output, OutputError, Start};
 use crate::progress::{Progress, ProgressSnapshot};
 
 /// What `prep merge` is asked to do.
@@ -119,6 +120,9 @@ pub enum MergeError {
         /// Why it was refused.
         why: String,
     },
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// A shard file outside the output directory could not be hard-linked.
     #[error(
         "cannot hard-link {} to {}: {source}; pass --copy to copy it, or write the parts inside \
@@ -247,12 +251,30 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         bytes_written: 0,
         elapsed: Duration::ZERO,
     };
-    if let Some(done) = prepare(out, &job, &merged, config.overwrite)? {
-        progress.note("the merged dataset is already complete; nothing to do");
-        report.manifest = done;
-        report.already_complete = true;
-        report.elapsed = started.elapsed();
-        return Ok(report);
+    // The parts inside the output directory are the caller's, kept whatever
+    // happens to prep's files around them.
+    let mut output = Output::lock(out)?;
+    for part in &parts {
+        if let Some(top) =
+            relative_to(out, &part.dir).and_then(|r| r.split('/').next().map(String::from))
+        {
+            output = output.keeping(top);
+        }
+    }
+    let identity = crate::format::identity(&job, &merged);
+    match output.start::<(), ()>(&identity, config.overwrite)? {
+        Start::Complete(done) => {
+            progress.note("the merged dataset is already complete; nothing to do");
+            report.manifest = *done;
+            report.already_complete = true;
+            report.elapsed = started.elapsed();
+            return Ok(report);
+        }
+        Start::Fresh(_) => {}
+        // A merge is redone in full: it links or references, it copies little.
+        Start::Resume(_) => {
+            output.restart::<(), ()>(&identity)?;
+        }
     }
 
     let dedup = first.partition.stage == "tokenize"
@@ -343,14 +365,8 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         }
     }
 
-    if let Some(file) = &base.tokenizer.file {
-        let from = first.dir.join(file);
-        if from.is_file() {
-            let bytes = std::fs::read(&from).map_err(io(&from))?;
-            atomic_write(&out.join(file), &bytes)?;
-        }
-    }
-    let n_tokens = shards.iter().map(|s| s.n_tokens).sum();
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), &first.dir)?;
+    let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
     let packing = base.packing.as_ref().map(|_| {
         let mut sum = parts
             .iter()
@@ -368,13 +384,9 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
     if let Some(map) = options.as_object_mut() {
         map.remove("part");
     }
-    let manifest = Manifest {
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens,
+    let mut manifest = base.derived(
         shards,
-        packing,
-        partition: None,
-        provenance: crate::format::Provenance {
+        crate::format::Provenance {
             created: crate::util::now_rfc3339(),
             options,
             documents,
@@ -382,9 +394,9 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
             merged,
             ..base.provenance.clone()
         },
-        ..base
-    };
-    atomic_write(&out.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
+    );
+    manifest.packing = packing;
+    output.commit(&manifest)?;
     progress.finish();
     report.manifest = manifest;
     report.elapsed = started.elapsed();
@@ -462,50 +474,6 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
         )));
     }
     Ok(())
-}
-
-/// Whether the output directory already holds this merge (`Some`), may be
-/// written (`None`), or must be refused.
-fn prepare(
-    out: &Path,
-    job: &str,
-    merged: &[InputInfo],
-    overwrite: bool,
-) -> Result<Option<Manifest>, MergeError> {
-    if !out.exists() {
-        std::fs::create_dir_all(out).map_err(io(out))?;
-        return Ok(None);
-    }
-    if !out.is_dir() {
-        return Err(MergeError::OutputExists {
-            dir: out.into(),
-            why: "is a file, not a directory".into(),
-        });
-    }
-    if out.join(MANIFEST_FILE).exists() {
-        let found = Manifest::read(out)?;
-        let sums = |m: &[InputInfo]| m.iter().map(|i| i.xxh3.clone()).collect::<Vec<_>>();
-        if found.provenance.fingerprint == job && sums(&found.provenance.merged) == sums(merged) {
-            return Ok(Some(found));
-        }
-        if !overwrite {
-            return Err(MergeError::OutputExists {
-                dir: out.into(),
-                why: "holds another dataset (pass --overwrite to replace it; the parts inside it are kept)".into(),
-            });
-        }
-    }
-    if out.join(".prep-journal.json").exists() && !overwrite {
-        return Err(MergeError::OutputExists {
-            dir: out.into(),
-            why: "holds an interrupted run of another command (pass --overwrite to replace it)"
-                .into(),
-        });
-    }
-    // prep's own files at the top (an older merge, or this one stopped
-    // half-way); the part folders and anything else stay.
-    crate::format::remove_prep_files(out)?;
-    Ok(None)
 }
 
 /// `dir` relative to `out` when it lies inside it, with `/` separators.

@@ -42,11 +42,15 @@ fn jsonl_messy(texts: &[String], seed: u64) -> String {
     let mut next = xorshift(seed);
     let mut out = String::new();
     for t in texts {
-        if next() % 7 == 0 {
+        if next().is_multiple_of(7) {
             out += "\n   \n";
         }
         out += &serde_json::json!({ "id": next() % 1000, "text": t }).to_string();
-        out += if next() % 5 == 0 { "\r\n" } else { "\n" };
+        out += if next().is_multiple_of(5) {
+            "\r\n"
+        } else {
+            "\n"
+        };
     }
     out
 }

@@ -127,7 +127,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.part = args.part;
     config.engine = args.engine;
     let bar = super::progress::Bar::new(args.quiet);
-    let report = tokenize::run(&config, &bar)?;
+    let report = crate::pipeline::tokenize(&config, &bar)?;
     if !args.quiet {
         eprintln!("{}", summary(&config, &report));
     }

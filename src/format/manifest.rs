@@ -250,6 +250,86 @@ impl DocumentCounts {
 }
 
 impl Manifest {
+    /// A documents dataset of `shards` (its counts are theirs) with ids of
+    /// `dtype` below `vocab_size` from `tokenizer`, no special tokens (see
+    /// [`Manifest::with_specials`]), whole (not a partition).
+    pub fn documents(
+        dtype: Dtype,
+        vocab_size: u64,
+        tokenizer: TokenizerInfo,
+        shards: Vec<ShardInfo>,
+        provenance: Provenance,
+    ) -> Manifest {
+        Manifest {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            kind: "documents".into(),
+            dtype,
+            vocab_size,
+            n_records: shards.iter().map(|s| s.n_records).sum(),
+            n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
+            special_tokens: SpecialTokens::default(),
+            bos_prepended: false,
+            eos_appended: false,
+            tokenizer,
+            shards,
+            seq_len: None,
+            packing: None,
+            provenance,
+            partition: None,
+        }
+    }
+
+    /// A dataset that reads as `self` does (kind, dtype, vocabulary, special
+    /// tokens, tokenizer, packing) with other `shards` (its counts are
+    /// theirs) made by `provenance`, whole (not a partition).
+    pub fn derived(&self, shards: Vec<ShardInfo>, provenance: Provenance) -> Manifest {
+        Manifest {
+            n_records: shards.iter().map(|s| s.n_records).sum(),
+            n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
+            shards,
+            provenance,
+            partition: None,
+            ..self.clone()
+        }
+    }
+
+    /// The same dataset with these special tokens, and whether every
+    /// record starts with bos and ends with eos.
+    pub fn with_specials(
+        mut self,
+        special: SpecialTokens,
+        bos_prepended: bool,
+        eos_appended: bool,
+    ) -> Manifest {
+        self.special_tokens = special;
+        self.bos_prepended = bos_prepended;
+        self.eos_appended = eos_appended;
+        self
+    }
+
+    /// The same dataset as a packed one: rows of `seq_len`, `packing`'s counts.
+    pub fn with_packing(mut self, seq_len: u64, packing: Packing) -> Manifest {
+        self.kind = "packed".into();
+        self.seq_len = Some(seq_len);
+        self.packing = Some(packing);
+        self
+    }
+
+    /// The same dataset as one part of a partitioned run.
+    pub fn with_partition(mut self, partition: Option<Partition>) -> Manifest {
+        self.partition = partition;
+        self
+    }
+
+    /// Which run made this dataset, as an output directory's lifecycle
+    /// compares it: the fingerprint, and for a merged dataset also the
+    /// checksums of the parts it joined (a merge of other parts of the same
+    /// job is another dataset).
+    pub fn identity(&self) -> String {
+        identity(&self.provenance.fingerprint, &self.provenance.merged)
+    }
+
     /// Reads and checks `DIR/manifest.json`: its JSON, `format`, `version`,
     /// the shard paths, and that the shard counts add up to the totals.
     pub fn read(dir: &Path) -> Result<Manifest, FormatError> {
@@ -396,6 +476,20 @@ impl Manifest {
 }
 
 /// A relative path that stays inside the dataset directory.
+/// [`Manifest::identity`] of a dataset with this fingerprint that merges
+/// `merged` (empty for every dataset but a merge's).
+pub fn identity(fingerprint: &str, merged: &[InputInfo]) -> String {
+    if merged.is_empty() {
+        return fingerprint.into();
+    }
+    let sums: Vec<&str> = merged
+        .iter()
+        .map(|m| m.xxh3.as_deref().unwrap_or(""))
+        .collect();
+    let key = format!("{fingerprint} merged {}", sums.join(" "));
+    super::checksum_hex(xxhash_rust::xxh3::xxh3_64(key.as_bytes()))
+}
+
 pub(crate) fn is_safe_relative(name: &str) -> bool {
     let p = Path::new(name);
     !name.is_empty()

@@ -19,8 +19,8 @@ pub use index::{
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
-    DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance, ShardInfo,
-    SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    identity, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance,
+    ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
@@ -28,7 +28,7 @@ pub use segments::{
     check_segments, segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES,
     SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
-pub(crate) use writer::{is_prep_file, remove_prep_files, remove_prep_files_but, TMP_SUFFIX};
+pub(crate) use writer::TMP_SUFFIX;
 
 /// Views mapped bytes as u16 tokens (None if misaligned or of odd length).
 pub(crate) fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {

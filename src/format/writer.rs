@@ -19,57 +19,21 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Names of the files prep writes into a dataset directory: shard files
-/// (`shard-*.bin`, `.idx`, `.seg`), unfinished `.tmp` files, the manifest,
-/// the journal, the tokenizer copy and a partial dataset's `hashes.bin`.
-pub(crate) fn is_prep_file(name: &str) -> bool {
-    let shard =
-        name.starts_with("shard-") && [".bin", ".idx", ".seg"].iter().any(|e| name.ends_with(e));
-    shard
-        || name.ends_with(TMP_SUFFIX)
-        || name == super::MANIFEST_FILE
-        || name == ".prep-journal.json"
-        || name == "tokenizer.json"
-        || name == "hashes.bin"
-}
-
-/// Removes prep's own files (see [`is_prep_file`]) and its private working
-/// folders (`.shuffle-tmp`, and `.tokenized` unless it is in `keep`) from
-/// `dir`, and nothing else: `--overwrite` on a directory that holds other
-/// files leaves them be.
-pub(crate) fn remove_prep_files_but(dir: &Path, keep: &[String]) -> Result<(), FormatError> {
-    for entry in std::fs::read_dir(dir).map_err(|e| FormatError::io(dir, e))? {
-        let entry = entry.map_err(|e| FormatError::io(dir, e))?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let kind = entry.file_type().map_err(|e| FormatError::io(&path, e))?;
-        if kind.is_file() && is_prep_file(&name) {
-            std::fs::remove_file(&path).map_err(|e| FormatError::io(&path, e))?;
-        } else if kind.is_dir()
-            && (name == ".shuffle-tmp" || name == ".tokenized")
-            && !keep.contains(&name)
-        {
-            std::fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// [`remove_prep_files_but`] keeping nothing.
-pub(crate) fn remove_prep_files(dir: &Path) -> Result<(), FormatError> {
-    remove_prep_files_but(dir, &[])
-}
-
 /// Writes `bytes` to `path` so that readers see the old file or the new one,
 /// never a part: a temporary file in the same directory, fsync, rename.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
     let tmp = tmp_path(path);
+    // A full disk or any other failure leaves no `.tmp` behind.
+    let mut guard = TmpGuard {
+        paths: vec![tmp.clone()],
+    };
     let io = |e| FormatError::io(&tmp, e);
     let mut file = File::create(&tmp).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     drop(file);
     std::fs::rename(&tmp, path).map_err(|e| FormatError::io(path, e))?;
+    guard.paths.clear();
     sync_dir(path)
 }
 
@@ -184,7 +148,7 @@ impl ShardWriter {
     /// The length must be a multiple of the token size.
     pub fn push_raw(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
         let size = self.dtype.size();
-        if bytes.len() % size != 0 {
+        if !bytes.len().is_multiple_of(size) {
             return Err(FormatError::Mismatch {
                 path: self.bin_path.clone(),
                 message: format!(

@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::format::{
-    atomic_write, checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError,
-    InputInfo, Manifest, Provenance, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
-    MANIFEST_FILE,
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
+    Provenance, SpecialTokens, TokenizerInfo,
 };
+use crate::output::{Output, OutputError, Start, TOKENIZER_FILE};
 
 /// The formats `prep export` writes and `prep import` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,9 @@ pub enum InteropError {
     /// An output exists and `--overwrite` was not given.
     #[error("{}: exists (pass --overwrite to replace it)", .0.display())]
     Exists(PathBuf),
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// An I/O error.
     #[error("{}: {source}", path.display())]
     Io {
@@ -364,26 +367,56 @@ impl RecordSink for ImportWriter {
 
 /// Runs `prep import`: reads the inputs in order and writes a prep dataset.
 ///
-/// On an error, the shards written so far are removed again: a bad input
-/// leaves no half-made dataset behind.
+/// The output directory's lifecycle is [`Output`]'s: locked, refused or
+/// overwritten as for any stage, the manifest last; on an error the shards
+/// written so far are removed again (an import is redone, not resumed), so a
+/// bad input leaves no half-made dataset behind.
 pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
-    let created = !config.output.join(MANIFEST_FILE).exists();
-    let result = import_into(config);
-    if result.is_err() && created && config.output.is_dir() {
-        let _ = crate::format::remove_prep_files(&config.output);
+    let options = json!({
+        "format": config.format.name(),
+        "eos": config.eos,
+        "eot_first": config.eot_first,
+        "shard_size": config.shard_size,
+    });
+    let given: Vec<InputInfo> = config
+        .inputs
+        .iter()
+        .map(|p| InputInfo {
+            path: p.display().to_string(),
+            bytes: std::fs::metadata(p).map_or(0, |m| m.len()),
+            xxh3: None,
+        })
+        .collect();
+    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
+        json!({ "command": "import", "options": options, "inputs": given })
+            .to_string()
+            .as_bytes(),
+    ));
+    let mut output = Output::lock(&config.output)?;
+    match output.start::<(), ()>(&fingerprint, config.overwrite)? {
+        Start::Complete(manifest) => return Ok(*manifest),
+        Start::Fresh(_) => {}
+        Start::Resume(_) => {
+            output.restart::<(), ()>(&fingerprint)?;
+        }
     }
-    result
+    let manifest = import_into(config, &output, options, fingerprint);
+    if manifest.is_err() {
+        // Nothing of a failed import is worth keeping.
+        output.discard()?;
+    }
+    let manifest = manifest?;
+    output.commit(&manifest)?;
+    Ok(manifest)
 }
 
-fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
-    let out = &config.output;
-    if out.join(MANIFEST_FILE).exists() && !config.overwrite {
-        return Err(InteropError::Exists(out.clone()));
-    }
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    if config.overwrite {
-        crate::format::remove_prep_files(out)?;
-    }
+fn import_into(
+    config: &ImportConfig,
+    output: &Output,
+    options: serde_json::Value,
+    fingerprint: String,
+) -> Result<Manifest, InteropError> {
+    let out = output.dir();
     let tokenizer = match &config.tokenizer {
         Some(path) => Some(
             crate::tokenize::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?,
@@ -456,9 +489,9 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
     };
     let tokenizer_info = match &tokenizer {
         Some(t) => {
-            atomic_write(&out.join("tokenizer.json"), &t.json)?;
+            output.put(TOKENIZER_FILE, &t.json)?;
             TokenizerInfo {
-                file: Some("tokenizer.json".into()),
+                file: Some(TOKENIZER_FILE.into()),
                 xxh3: checksum_hex(t.xxh3),
             }
         }
@@ -467,47 +500,28 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
             xxh3: checksum_hex(0),
         },
     };
-    let options = json!({
-        "format": config.format.name(),
-        "eos": config.eos,
-        "eot_first": config.eot_first,
-        "shard_size": config.shard_size,
-    });
-    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "command": "import", "options": options, "inputs": inputs })
-            .to_string()
-            .as_bytes(),
-    ));
-    let manifest = Manifest {
-        format: FORMAT_NAME.into(),
-        version: FORMAT_VERSION,
-        kind: "documents".into(),
+    Ok(Manifest::documents(
         dtype,
         vocab_size,
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        special_tokens: SpecialTokens {
-            bos: None,
-            eos: config.eos,
-            pad: None,
-        },
-        bos_prepended: false,
-        eos_appended: all_eos,
-        tokenizer: tokenizer_info,
+        tokenizer_info,
         shards,
-        seq_len: None,
-        packing: None,
-        partition: None,
-        provenance: Provenance::new(
+        Provenance::new(
             "import",
             inputs,
             options,
             DocumentCounts::all_written(records),
             fingerprint,
         ),
-    };
-    atomic_write(&out.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    Ok(manifest)
+    )
+    .with_specials(
+        SpecialTokens {
+            bos: None,
+            eos: config.eos,
+            pad: None,
+        },
+        false,
+        all_eos,
+    ))
 }
 
 /// The token size of the first input, which every input must share.

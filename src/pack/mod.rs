@@ -62,13 +62,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::format::{
-    atomic_write, checksum_hex, Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing,
-    Partition, Provenance, ShardInfo, MANIFEST_FILE,
+    checksum_hex, Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, Partition,
+    Provenance, ShardInfo, MANIFEST_FILE,
 };
+use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::permute::Permutation;
 use crate::progress::{Progress, ProgressSnapshot};
@@ -176,14 +176,9 @@ pub enum PackError {
         /// What is wrong with it.
         why: String,
     },
-    /// The output directory holds something this run must not overwrite.
-    #[error("output directory {}: {why}", dir.display())]
-    OutputExists {
-        /// The directory.
-        dir: PathBuf,
-        /// Why it was refused.
-        why: String,
-    },
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// An I/O error on the output directory.
     #[error("{}: {source}", path.display())]
     Io {
@@ -300,7 +295,8 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     };
     let part = config.part.unwrap_or(Part::WHOLE);
     let dir = &config.output;
-    let kept = match prepare(dir, &fingerprint, config.overwrite)? {
+    let mut output = Output::lock(dir)?;
+    let mut journal = match output.start::<(), ()>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the packed dataset is already complete; nothing to do");
             return Ok(PackReport {
@@ -310,13 +306,9 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
                 elapsed: started.elapsed(),
             });
         }
-        Start::Resume(shards) => shards,
+        Start::Resume(journal) | Start::Fresh(journal) => journal,
     };
-    let mut journal = Journal {
-        fingerprint: fingerprint.clone(),
-        shards: kept.clone(),
-    };
-    journal.save(dir)?;
+    let kept = journal.shard_infos();
     let skip: u64 = kept.iter().map(|s| s.n_records).sum();
     if skip > 0 {
         progress.note(&format!(
@@ -342,9 +334,13 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         seq_len: u64::from(l),
         rows: 0,
     };
+    // Each shard is journaled as soon as it is in place.
     let mut sealed = |s: &ShardInfo| -> Result<(), PackError> {
-        journal.shards.push(s.clone());
-        journal.save(dir)
+        journal.shards.push(Done {
+            shard: s.clone(),
+            at: (),
+        });
+        Ok(output.save(&journal)?)
     };
 
     // Input documents this run accounts for: all of them, or a part's share.
@@ -507,7 +503,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             packing
         }
     };
-    let shards = out.finish()?;
+    let shards = out.finish(&mut sealed)?;
     let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
     let packing = Packing {
         pad_share: if n_tokens == 0 {
@@ -518,47 +514,37 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         ..packing
     };
 
-    if let Some(file) = &base.tokenizer.file {
-        let from = config.input.join(file);
-        if from.is_file() {
-            let bytes = std::fs::read(&from).map_err(io(&from))?;
-            atomic_write(&dir.join(file), &bytes)?;
-        }
-    }
-    let manifest = Manifest {
-        kind: "packed".into(),
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens,
-        shards,
-        special_tokens: crate::format::SpecialTokens {
-            eos: base.special_tokens.eos.or(specials.sep),
-            pad: specials.pad,
-            ..base.special_tokens
-        },
-        eos_appended: base.eos_appended || specials.sep.is_some(),
-        seq_len: Some(u64::from(l)),
-        packing: Some(packing),
-        provenance: Provenance::new(
-            "pack",
-            inputs,
-            options,
-            DocumentCounts::all_written(documents),
-            fingerprint,
-        ),
-        partition: config.part.map(|p| Partition {
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), &config.input)?;
+    let special = crate::format::SpecialTokens {
+        eos: base.special_tokens.eos.or(specials.sep),
+        pad: specials.pad,
+        ..base.special_tokens
+    };
+    let manifest = base
+        .derived(
+            shards,
+            Provenance::new(
+                "pack",
+                inputs,
+                options,
+                DocumentCounts::all_written(documents),
+                fingerprint,
+            ),
+        )
+        .with_specials(
+            special,
+            base.bos_prepended,
+            base.eos_appended || specials.sep.is_some(),
+        )
+        .with_packing(u64::from(l), packing)
+        .with_partition(config.part.map(|p| Partition {
             stage: "pack".into(),
             part: p.index,
             parts: p.count,
             job,
             hashes: None,
-        }),
-        ..base
-    };
-    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    let journal = dir.join(JOURNAL_FILE);
-    if journal.exists() {
-        std::fs::remove_file(&journal).map_err(io(&journal))?;
-    }
+        }));
+    output.commit(&manifest)?;
     progress.finish();
     Ok(PackReport {
         manifest,
@@ -652,100 +638,6 @@ fn specials(config: &PackConfig, base: &Manifest) -> Result<Specials, PackError>
         None => base.special_tokens.pad.or(base.special_tokens.eos).or(sep),
     };
     Ok(Specials { sep, pad })
-}
-
-/// The journal's file name in the output directory.
-const JOURNAL_FILE: &str = ".prep-journal.json";
-
-/// A run under way: its fingerprint and the shards completed so far.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Journal {
-    fingerprint: String,
-    shards: Vec<ShardInfo>,
-}
-
-impl Journal {
-    fn save(&self, dir: &Path) -> Result<(), PackError> {
-        let json = serde_json::to_vec_pretty(self).expect("a journal serializes");
-        Ok(atomic_write(&dir.join(JOURNAL_FILE), &json)?)
-    }
-}
-
-enum Start {
-    /// Start after these intact shards (none for a fresh run).
-    Resume(Vec<ShardInfo>),
-    Complete(Box<Manifest>),
-}
-
-/// What the output directory holds: a finished dataset with the same
-/// fingerprint (left alone), an interrupted run with it (resumed after its
-/// intact shards), nothing, or something to refuse unless `overwrite`.
-fn prepare(dir: &Path, fingerprint: &str, overwrite: bool) -> Result<Start, PackError> {
-    let refuse = |why: &str| PackError::OutputExists {
-        dir: dir.into(),
-        why: why.into(),
-    };
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        return Ok(Start::Resume(Vec::new()));
-    }
-    if overwrite {
-        // Only what prep writes: a wrong OUT must not cost anyone their files.
-        crate::format::remove_prep_files(dir)?;
-        return Ok(Start::Resume(Vec::new()));
-    }
-    if dir.join(MANIFEST_FILE).exists() {
-        let manifest = Manifest::read(dir)?;
-        if manifest.provenance.fingerprint == fingerprint {
-            return Ok(Start::Complete(Box::new(manifest)));
-        }
-        return Err(refuse(
-            "holds a dataset made from another input or options (pass --overwrite to replace it)",
-        ));
-    }
-    if let Ok(bytes) = std::fs::read(dir.join(JOURNAL_FILE)) {
-        return match serde_json::from_slice::<Journal>(&bytes) {
-            Ok(journal) if journal.fingerprint == fingerprint => {
-                let intact = journal
-                    .shards
-                    .iter()
-                    .take_while(|s| shard_intact(dir, s))
-                    .count();
-                let mut shards = journal.shards;
-                shards.truncate(intact);
-                Ok(Start::Resume(shards))
-            }
-            _ => Err(refuse(
-                "holds an interrupted run with another input or options (pass --overwrite to start over)",
-            )),
-        };
-    }
-    let foreign = std::fs::read_dir(dir)
-        .map_err(io(dir))?
-        .filter_map(Result::ok)
-        .next()
-        .is_some();
-    if foreign {
-        return Err(refuse(
-            "is not empty (choose a new directory, or pass --overwrite to replace prep's files in it)",
-        ));
-    }
-    Ok(Start::Resume(Vec::new()))
-}
-
-/// True when a shard's files all match the checksums recorded for them.
-fn shard_intact(dir: &Path, s: &ShardInfo) -> bool {
-    let files = [
-        (Some(&s.bin), Some(&s.bin_xxh3)),
-        (Some(&s.idx), Some(&s.idx_xxh3)),
-        (s.seg.as_ref(), s.seg_xxh3.as_ref()),
-    ];
-    files.iter().all(|(name, sum)| match (name, sum) {
-        (Some(name), Some(sum)) => {
-            crate::format::hash_file(&dir.join(name)).is_ok_and(|(h, _)| checksum_hex(h) == **sum)
-        }
-        _ => false,
-    })
 }
 
 /// Progress in rows written out of the total.

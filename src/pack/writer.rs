@@ -194,7 +194,7 @@ impl<'a> PackWriter<'a> {
     pub(crate) fn write<P: AsRef<[Piece]> + Sync>(
         &mut self,
         batch: &[P],
-        mut sealed: impl FnMut(&ShardInfo) -> Result<(), super::PackError>,
+        mut sealed: impl FnMut(&ShardInfo) -> Result<(), super::PackError> + Send,
     ) -> Result<(), super::PackError> {
         let n = batch.len();
         if self.spare.len() < n {
@@ -211,14 +211,12 @@ impl<'a> PackWriter<'a> {
         let threads = pool.current_num_threads().max(1);
         let (written, built) = pool.install(|| {
             rayon::join(
-                || sink.write(&pending[..*pending_len]),
+                || sink.write(&pending[..*pending_len], &mut sealed),
                 || build_all(builder, &mut spare[..n], batch, threads),
             )
         });
         built?;
-        for info in written? {
-            sealed(&info)?;
-        }
+        written?;
         std::mem::swap(&mut self.pending, &mut self.spare);
         self.pending_len = n;
         Ok(())
@@ -226,8 +224,12 @@ impl<'a> PackWriter<'a> {
 
     /// Writes the last batch, completes the open shard and returns every
     /// shard, in order.
-    pub(crate) fn finish(mut self) -> Result<Vec<ShardInfo>, FormatError> {
-        self.sink.write(&self.pending[..self.pending_len])?;
+    pub(crate) fn finish(
+        mut self,
+        mut sealed: impl FnMut(&ShardInfo) -> Result<(), super::PackError> + Send,
+    ) -> Result<Vec<ShardInfo>, super::PackError> {
+        self.sink
+            .write(&self.pending[..self.pending_len], &mut sealed)?;
         let sink = self.sink;
         let mut shards = sink.shards;
         let all = sink.inner.finish()?;
@@ -261,20 +263,24 @@ fn build_all<P: AsRef<[Piece]> + Sync>(
 }
 
 impl Sink {
-    /// Writes `rows` in order; returns the shards completed on the way.
-    fn write(&mut self, rows: &[Row]) -> Result<Vec<ShardInfo>, FormatError> {
-        let mut sealed = Vec::new();
+    /// Writes `rows` in order, calling `sealed` with each shard as soon as
+    /// it is complete (its `.seg` included), so that a journal lags no shard.
+    fn write(
+        &mut self,
+        rows: &[Row],
+        sealed: &mut (dyn FnMut(&ShardInfo) -> Result<(), super::PackError> + Send),
+    ) -> Result<(), super::PackError> {
         for row in rows {
             if self.inner.push_raw(&row.bytes)?.is_some() {
                 let done = self.inner.shards().last().expect("just sealed").clone();
                 let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));
                 let info = finish_shard(&self.dir, seg, done)?;
                 self.shards.push(info.clone());
-                sealed.push(info);
+                sealed(&info)?;
             }
             self.seg.push_row(&row.segments);
         }
-        Ok(sealed)
+        Ok(())
     }
 }
 

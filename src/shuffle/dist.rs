@@ -68,14 +68,14 @@ use serde_json::json;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::{
-    commit, copy_tokenizer, for_each_document, for_each_length, key, open_inputs, prepare,
-    read_records, remove_journal, Batch, Bucket, Gather, Inputs, Journal, Moved, ShuffleError,
-    Start, BUCKET_HEADER, TMP_DIR,
+    for_each_document, for_each_length, key, open_inputs, read_records, Batch, Bucket, Checkpoint,
+    Gather, Inputs, JournalState, Moved, ShuffleError, BUCKET_HEADER, TMP_DIR,
 };
 use crate::format::{
-    atomic_write, checksum_hex, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest,
-    Partition, Provenance, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
+    checksum_hex, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition, Provenance,
+    SpecialTokens, TokenizerInfo,
 };
+use crate::output::{Output, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
 
@@ -317,45 +317,43 @@ pub fn scatter(
     let job = job_fingerprint(config.seed, part.count, buckets, &inputs);
     let task = task_fingerprint(&job, part);
 
-    if config.overwrite {
-        // Whatever the part's directory holds of prep's goes, even a
-        // scatter.json that does not parse.
-        if dir.is_dir() {
-            clear_part(&dir)?;
+    let mut output = Output::lock(&dir)?.owning(&[SCATTER_FILE, DATA_FILE]);
+    if !config.overwrite {
+        if let Some(done) = finished_part(&dir)? {
+            if done.job == job && done.part == part.index && data_intact(&dir, &done) {
+                progress.note("this scatter part is already complete; nothing to do");
+                output.progressed();
+                return Ok(ScatterReport {
+                    dir,
+                    info: done,
+                    already_complete: true,
+                    elapsed: started.elapsed(),
+                });
+            }
+            if done.job != job || done.part != part.index {
+                return Err(ShuffleError::OutputExists {
+                    dir,
+                    why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
+                          pass --overwrite to replace it)"
+                        .into(),
+                });
+            }
+            // This very task, but its data file is damaged: done again.
         }
-    } else if let Some(done) = finished_part(&dir)? {
-        if done.job == job && done.part == part.index && data_intact(&dir, &done) {
-            progress.note("this scatter part is already complete; nothing to do");
-            return Ok(ScatterReport {
-                dir,
-                info: done,
-                already_complete: true,
-                elapsed: started.elapsed(),
-            });
-        }
-        if done.job != job || done.part != part.index {
-            return Err(ShuffleError::OutputExists {
-                dir,
-                why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
-                      pass --overwrite to replace it)"
-                    .into(),
-            });
-        }
-        // This very task, but its data file is damaged: done again.
-        clear_part(&dir)?;
     }
-    match prepare(&dir, &task, config.overwrite, &[])? {
-        Start::Fresh => {}
-        // Interrupted: a scatter is one task's work, done again in full.
-        Start::Resume(_) => clear_part(&dir)?,
+    match output.start::<(), ()>(&task, config.overwrite)? {
         Start::Complete(_) => {
             return Err(ShuffleError::OutputExists {
                 dir,
                 why: "holds a dataset, not a scatter part (pass --overwrite to replace it)".into(),
             })
         }
+        // A scatter is one task's work: interrupted or damaged, it is done
+        // again in full.
+        Start::Fresh(_) | Start::Resume(_) => {
+            output.restart::<(), ()>(&task)?;
+        }
     }
-    Journal::fresh(&task).save(&dir)?;
 
     let range = part.range(n_total);
     let seed = config.seed;
@@ -421,7 +419,7 @@ pub fn scatter(
         super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, tokens)?;
         moved.bytes += (BUCKET_HEADER + tokens.len()) as u64;
         moved.docs += 1;
-        if moved.docs % 4096 == 0 {
+        if moved.docs.is_multiple_of(4096) {
             moved.report(progress);
         }
         Ok(())
@@ -454,7 +452,7 @@ pub fn scatter(
     })?;
 
     let first = &config.inputs[0];
-    copy_tokenizer(base.tokenizer.file.as_deref(), first, &dir)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
     let info = ScatterInfo {
         format: SCATTER_FORMAT.into(),
         version: SCATTER_VERSION,
@@ -481,8 +479,7 @@ pub fn scatter(
     };
     let mut json = serde_json::to_string_pretty(&info).expect("a scatter description serializes");
     json.push('\n');
-    atomic_write(&dir.join(SCATTER_FILE), json.as_bytes())?;
-    remove_journal(&dir)?;
+    output.commit_file(SCATTER_FILE, json.as_bytes())?;
     progress.finish();
     Ok(ScatterReport {
         dir,
@@ -532,7 +529,8 @@ pub fn gather(
             .to_string()
             .as_bytes(),
     ));
-    match prepare(dir, &fingerprint, config.overwrite, &[])? {
+    let mut output = Output::lock(dir)?;
+    let journal = match output.start::<JournalState, Checkpoint>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("this bucket's dataset is already complete; nothing to do");
             return Ok(GatherReport {
@@ -543,12 +541,10 @@ pub fn gather(
                 elapsed: started.elapsed(),
             });
         }
+        Start::Fresh(journal) => journal,
         // Interrupted: a gather is one task's work, done again in full.
-        Start::Resume(_) => crate::format::remove_prep_files(dir)?,
-        Start::Fresh => {}
-    }
-    let journal = Journal::fresh(&fingerprint);
-    journal.save(dir)?;
+        Start::Resume(_) => output.restart(&fingerprint)?,
+    };
 
     // Every region is checked against the data file's size before anything
     // is allocated for it.
@@ -576,7 +572,7 @@ pub fn gather(
         pool: &pool,
         writer: DatasetWriter::new(dir, first.base.dtype, config.shard_size, Vec::new()),
         journal,
-        dir,
+        output: &mut output,
         tmp: dir.join(TMP_DIR),
         budget: u64::MAX,
         moved: Moved {
@@ -590,39 +586,30 @@ pub fn gather(
     let shards = sorter.writer.finish()?;
 
     let (part0, _) = &parts[0];
-    copy_tokenizer(first.base.tokenizer.file.as_deref(), part0, dir)?;
+    output.copy_tokenizer(first.base.tokenizer.file.as_deref(), part0)?;
     let base = first.base.clone();
-    let manifest = Manifest {
-        format: FORMAT_NAME.into(),
-        version: FORMAT_VERSION,
-        kind: "documents".into(),
-        dtype: base.dtype,
-        vocab_size: base.vocab_size,
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        special_tokens: base.special_tokens,
-        bos_prepended: base.bos_prepended,
-        eos_appended: base.eos_appended,
-        tokenizer: base.tokenizer,
+    let manifest = Manifest::documents(
+        base.dtype,
+        base.vocab_size,
+        base.tokenizer,
         shards,
-        seq_len: None,
-        packing: None,
-        provenance: Provenance::new(
+        Provenance::new(
             "shuffle",
             first.inputs.clone(),
             options,
             DocumentCounts::all_written(records),
             fingerprint,
         ),
-        partition: Some(Partition {
-            stage: "shuffle".into(),
-            part: j,
-            parts: buckets,
-            job: first.job.clone(),
-            hashes: None,
-        }),
-    };
-    commit(dir, &manifest)?;
+    )
+    .with_specials(base.special_tokens, base.bos_prepended, base.eos_appended)
+    .with_partition(Some(Partition {
+        stage: "shuffle".into(),
+        part: j,
+        parts: buckets,
+        job: first.job.clone(),
+        hashes: None,
+    }));
+    output.commit(&manifest)?;
     progress.finish();
     Ok(GatherReport {
         manifest,
@@ -691,17 +678,6 @@ impl<R: Read> Read for Hashing<R> {
         self.hash.update(&buf[..n]);
         Ok(n)
     }
-}
-
-/// Removes a scatter part's files (and prep's usual ones), nothing else.
-fn clear_part(dir: &Path) -> Result<(), ShuffleError> {
-    for name in [SCATTER_FILE, DATA_FILE] {
-        let path = dir.join(name);
-        if path.exists() {
-            std::fs::remove_file(&path).map_err(|e| ShuffleError::Io { path, source: e })?;
-        }
-    }
-    Ok(crate::format::remove_prep_files(dir)?)
 }
 
 /// The `scatter.json` of a part's directory, or `None` when it has none
@@ -782,7 +758,7 @@ fn inconsistency(info: &ScatterInfo) -> Option<String> {
     let mut at = DATA_HEADER;
     for (j, r) in info.regions.iter().enumerate() {
         let headers = r.records.checked_mul(BUCKET_HEADER as u64);
-        if r.offset != at || headers.map_or(true, |h| h > r.bytes) {
+        if r.offset != at || headers.is_none_or(|h| h > r.bytes) {
             return Some(format!(
                 "bucket {j}'s region does not follow the one before it, or is too small for its documents"
             ));
@@ -1060,20 +1036,25 @@ mod tests {
         std::fs::remove_file(done.dir.join(SCATTER_FILE)).unwrap();
         std::fs::remove_file(done.dir.join(DATA_FILE)).unwrap();
         std::fs::write(done.dir.join("buckets.bin.tmp"), b"PREPSCAT").unwrap();
-        Journal::fresh(&task_fingerprint(&done.info.job, part))
-            .save(&done.dir)
-            .unwrap();
+        save_journal::<(), ()>(&done.dir, &task_fingerprint(&done.info.job, part));
         let again = scatter(&config, &NoProgress).unwrap();
         assert!(!again.already_complete);
         assert_eq!(files(&done.dir), complete);
 
         // The same, left by another task: not this one's to take over.
         std::fs::remove_file(done.dir.join(SCATTER_FILE)).unwrap();
-        Journal::fresh(&task_fingerprint(&done.info.job, Part::new(0, 2).unwrap()))
-            .save(&done.dir)
-            .unwrap();
+        save_journal::<(), ()>(
+            &done.dir,
+            &task_fingerprint(&done.info.job, Part::new(0, 2).unwrap()),
+        );
         let err = scatter(&config, &NoProgress).unwrap_err();
-        assert!(matches!(err, ShuffleError::OutputExists { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ShuffleError::Output(crate::output::OutputError::Refused { .. })
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1103,14 +1084,25 @@ mod tests {
         std::fs::remove_file(out.join(crate::format::MANIFEST_FILE)).unwrap();
         std::fs::remove_file(out.join(&done.manifest.shards[1].bin)).unwrap();
         std::fs::write(out.join("shard-00001.bin.tmp"), b"partial").unwrap();
-        Journal::fresh(&done.manifest.provenance.fingerprint)
-            .save(&out)
-            .unwrap();
+        save_journal::<JournalState, Checkpoint>(&out, &done.manifest.provenance.fingerprint);
         let again = gather(&config, &NoProgress).unwrap();
         assert!(!again.already_complete);
         assert_eq!(shards(&out), complete);
-        assert!(!out.join(super::super::JOURNAL_FILE).exists());
+        assert!(!out.join(crate::output::JOURNAL_FILE).exists());
         assert!(!out.join("shard-00001.bin.tmp").exists());
+    }
+
+    /// What a run killed after its start leaves: its journal, nothing done.
+    fn save_journal<S: Default + serde::Serialize, C: serde::Serialize>(
+        dir: &Path,
+        fingerprint: &str,
+    ) {
+        let journal = crate::output::Journal::<S, C>::new(fingerprint);
+        std::fs::write(
+            dir.join(crate::output::JOURNAL_FILE),
+            serde_json::to_vec(&journal).unwrap(),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -47,9 +47,10 @@ use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::format::{
-    atomic_write, checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
-    Manifest, Provenance, ShardInfo, IDX_HEADER_LEN, MANIFEST_FILE,
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
+    Provenance, IDX_HEADER_LEN, MANIFEST_FILE,
 };
+use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
 
 pub mod dist;
@@ -85,9 +86,6 @@ pub struct ShuffleConfig {
     /// `tokenize --shuffle-seed`): this provenance replaces shuffle's own,
     /// and its fingerprint decides whether an existing output is this run's.
     pub record_as: Option<Provenance>,
-    /// Entries of the output directory that belong to the caller: neither
-    /// counted as foreign nor removed.
-    pub keep: Vec<String>,
 }
 
 impl ShuffleConfig {
@@ -102,7 +100,6 @@ impl ShuffleConfig {
             threads: 0,
             overwrite: false,
             record_as: None,
-            keep: Vec::new(),
         }
     }
 }
@@ -135,6 +132,9 @@ pub enum ShuffleError {
         /// Why it was refused.
         why: String,
     },
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// An I/O error on a temporary bucket file or the output directory.
     #[error("{}: {source}", path.display())]
     Io {
@@ -282,12 +282,34 @@ impl Batch {
 /// shards whose checksums still match and goes on from there; a finished
 /// dataset is left alone.
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
+    let inputs = open_inputs(&config.inputs, &config.output)?;
+    let output = Output::lock(&config.output)?;
+    shuffle_into(config, inputs, output, progress)
+}
+
+/// [`run`] into an output directory the caller has locked (a pipeline that
+/// holds it from its first stage on).
+pub(crate) fn run_in(
+    config: &ShuffleConfig,
+    output: Output,
+    progress: &dyn Progress,
+) -> Result<ShuffleReport, ShuffleError> {
+    let inputs = open_inputs(&config.inputs, &config.output)?;
+    shuffle_into(config, inputs, output, progress)
+}
+
+fn shuffle_into(
+    config: &ShuffleConfig,
+    inputs: Inputs,
+    mut output: Output,
+    progress: &dyn Progress,
+) -> Result<ShuffleReport, ShuffleError> {
     let started = Instant::now();
     let Inputs {
         datasets,
         base,
         info: inputs,
-    } = open_inputs(&config.inputs, &config.output)?;
+    } = inputs;
     let first = &config.inputs[0];
     let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
     let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
@@ -307,7 +329,8 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         .map(|d| d.n_tokens() * dtype.size() as u64)
         .sum();
 
-    let journal = match prepare(dir, &fingerprint, config.overwrite, &config.keep)? {
+    let tmp = dir.join(TMP_DIR);
+    let journal = match output.start::<JournalState, Checkpoint>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the shuffled dataset is already complete; nothing to do");
             return Ok(ShuffleReport {
@@ -317,7 +340,22 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                 elapsed: started.elapsed(),
             });
         }
-        Start::Resume(journal) => {
+        Start::Resume(mut journal) => {
+            // The bucket files not yet used must be as the first pass wrote
+            // them (they are not synced to disk); if the machine lost any,
+            // start over.
+            let buckets_intact = journal.state.buckets.iter().all(|b| {
+                let path = tmp.join(&b.name);
+                !path.exists()
+                    || crate::format::hash_file(&path)
+                        .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
+            });
+            if journal.state.scattered && (!tmp.is_dir() || !buckets_intact) {
+                journal = output.restart(&fingerprint)?;
+            }
+            if journal.state.scattered {
+                output.progressed();
+            }
             if !journal.shards.is_empty() {
                 progress.note(&format!(
                     "resuming: kept {} complete shards of an interrupted run",
@@ -326,13 +364,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
             }
             journal
         }
-        Start::Fresh => {
-            // Saved at once, so that a run stopped while scattering is
-            // recognised as this run's and started over, not refused.
-            let journal = Journal::fresh(&fingerprint);
-            journal.save(dir)?;
-            journal
-        }
+        Start::Fresh(journal) => journal,
     };
     let budget = config.memory.max(64 << 10);
     let need = token_bytes + n_docs * ENTRY_BYTES;
@@ -341,13 +373,15 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         source: e,
     })?;
     let tmp = dir.join(TMP_DIR);
-    let resume_at = journal.shards.last().map(|s| (s.bucket.clone(), s.emitted));
-    let kept: Vec<ShardInfo> = journal.shards.iter().map(|s| s.shard.clone()).collect();
+    let resume_at = journal
+        .shards
+        .last()
+        .map(|s| (s.at.bucket.clone(), s.at.emitted));
     let mut gather = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(dir, dtype, config.shard_size, kept),
+        writer: DatasetWriter::new(dir, dtype, config.shard_size, journal.shard_infos()),
         journal,
-        dir,
+        output: &mut output,
         tmp: tmp.clone(),
         budget,
         moved: Moved {
@@ -359,7 +393,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     };
 
     let buckets;
-    if need <= budget / 2 && !gather.journal.scattered {
+    if need <= budget / 2 && !gather.journal.state.scattered {
         // In memory: one sorted run, named "" in the journal.
         buckets = 0;
         let mut batch = Batch::with_capacity(token_bytes as usize, n_docs as usize);
@@ -371,7 +405,7 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         let skip = resume_at.map_or(0, |(_, k)| k as usize);
         gather.emit("", &batch.data, batch.entries, skip)?;
     } else {
-        if !gather.journal.scattered {
+        if !gather.journal.state.scattered {
             let b = need
                 .div_ceil(budget / 2)
                 .next_power_of_two()
@@ -397,9 +431,10 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
                 }
                 Ok(())
             })?;
-            gather.journal.buckets = close(files, false)?;
-            gather.journal.scattered = true;
-            gather.journal.save(dir)?;
+            gather.journal.state.buckets = close(files, false)?;
+            gather.journal.state.scattered = true;
+            gather.output.save(&gather.journal)?;
+            gather.output.progressed();
         }
         let mut names = bucket_names(&tmp)?;
         // A run stopped while splitting a bucket leaves the whole and some of
@@ -435,28 +470,22 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         })?;
     }
 
-    copy_tokenizer(base.tokenizer.file.as_deref(), first, dir)?;
-    let manifest = Manifest {
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        shards,
-        provenance: match &config.record_as {
-            Some(p) => Provenance {
-                created: crate::util::now_rfc3339(),
-                ..p.clone()
-            },
-            None => Provenance::new(
-                "shuffle",
-                inputs,
-                options,
-                DocumentCounts::all_written(n_docs),
-                fingerprint,
-            ),
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
+    let provenance = match &config.record_as {
+        Some(p) => Provenance {
+            created: crate::util::now_rfc3339(),
+            ..p.clone()
         },
-        partition: None,
-        ..base
+        None => Provenance::new(
+            "shuffle",
+            inputs,
+            options,
+            DocumentCounts::all_written(n_docs),
+            fingerprint,
+        ),
     };
-    commit(dir, &manifest)?;
+    let manifest = base.derived(shards, provenance);
+    output.commit(&manifest)?;
     progress.finish();
     Ok(ShuffleReport {
         manifest,
@@ -464,25 +493,6 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
         bytes: token_bytes,
         elapsed: started.elapsed(),
     })
-}
-
-/// Completes an output dataset: the manifest, written atomically and last,
-/// then the journal goes (a crash in between leaves a complete dataset).
-fn commit(dir: &Path, manifest: &Manifest) -> Result<(), ShuffleError> {
-    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    remove_journal(dir)
-}
-
-/// Removes the journal of `dir`, if there is one.
-fn remove_journal(dir: &Path) -> Result<(), ShuffleError> {
-    let journal = dir.join(JOURNAL_FILE);
-    if journal.exists() {
-        std::fs::remove_file(&journal).map_err(|e| ShuffleError::Io {
-            path: journal,
-            source: e,
-        })?;
-    }
-    Ok(())
 }
 
 /// The input datasets, opened and checked to mix.
@@ -547,24 +557,6 @@ fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError>
     })
 }
 
-/// Copies the tokenizer file a manifest names (`file`, relative) from
-/// dataset directory `from` into `to`, atomically; nothing when there is
-/// none or it is missing.
-fn copy_tokenizer(file: Option<&str>, from: &Path, to: &Path) -> Result<(), ShuffleError> {
-    let Some(file) = file else {
-        return Ok(());
-    };
-    let source = from.join(file);
-    if !source.is_file() {
-        return Ok(());
-    }
-    let bytes = std::fs::read(&source).map_err(|e| ShuffleError::Io {
-        path: source,
-        source: e,
-    })?;
-    Ok(atomic_write(&to.join(file), &bytes)?)
-}
-
 /// Inputs shuffled together must be documents datasets that read the same
 /// way (see [`Manifest::reading_difference`]).
 fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), ShuffleError> {
@@ -589,21 +581,17 @@ fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<
     }
 }
 
-/// The journal's file name in the output directory.
-const JOURNAL_FILE: &str = ".prep-journal.json";
 /// The folder of bucket files in the output directory.
-const TMP_DIR: &str = ".shuffle-tmp";
+const TMP_DIR: &str = WORK_FOLDERS[0];
 
-/// A run under way: whether the bucket files are complete, and the output
-/// shards completed so far.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Journal {
-    fingerprint: String,
+/// The shuffle's own state in its journal: whether the bucket files are
+/// complete, and what they were when written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct JournalState {
     scattered: bool,
     /// The first pass's bucket files, to check on a resume.
     #[serde(default)]
     buckets: Vec<BucketRecord>,
-    shards: Vec<JournalShard>,
 }
 
 /// A bucket file as the first pass left it.
@@ -614,126 +602,16 @@ struct BucketRecord {
     xxh3: String,
 }
 
-/// A completed output shard, and where the next one starts: after `emitted`
+/// Where the next shard starts after a completed one: after `emitted`
 /// documents (in sorted order) of bucket file `bucket` ("" in memory).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct JournalShard {
-    shard: ShardInfo,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
     bucket: String,
     emitted: u64,
 }
 
-impl Journal {
-    /// The journal of a run just started: its fingerprint, nothing done.
-    fn fresh(fingerprint: &str) -> Journal {
-        Journal {
-            fingerprint: fingerprint.into(),
-            scattered: false,
-            buckets: Vec::new(),
-            shards: Vec::new(),
-        }
-    }
-
-    fn save(&self, dir: &Path) -> Result<(), ShuffleError> {
-        let json = serde_json::to_vec_pretty(self).expect("a journal serializes");
-        Ok(atomic_write(&dir.join(JOURNAL_FILE), &json)?)
-    }
-}
-
-enum Start {
-    Fresh,
-    Resume(Journal),
-    Complete(Box<Manifest>),
-}
-
-/// What the output directory holds: a finished dataset with the same
-/// fingerprint (left alone), an interrupted run with it (resumed from its
-/// intact shards), nothing, or something to refuse unless `overwrite`.
-fn prepare(
-    dir: &Path,
-    fingerprint: &str,
-    overwrite: bool,
-    keep: &[String],
-) -> Result<Start, ShuffleError> {
-    let kept = |path: &Path| {
-        path.file_name()
-            .is_some_and(|n| keep.iter().any(|k| n == k.as_str()))
-    };
-    let io = |e| ShuffleError::Io {
-        path: dir.into(),
-        source: e,
-    };
-    let refuse = |why: &str| ShuffleError::OutputExists {
-        dir: dir.into(),
-        why: why.into(),
-    };
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-        return Ok(Start::Fresh);
-    }
-    if overwrite {
-        // Only what prep writes, and not the caller's `keep` entries (the
-        // fused tokenize's `.tokenized`): a wrong OUT must not cost anyone
-        // their files.
-        crate::format::remove_prep_files_but(dir, keep)?;
-        return Ok(Start::Fresh);
-    }
-    if dir.join(MANIFEST_FILE).exists() {
-        let manifest = Manifest::read(dir)?;
-        if manifest.provenance.fingerprint == fingerprint {
-            return Ok(Start::Complete(Box::new(manifest)));
-        }
-        return Err(refuse(
-            "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
-        ));
-    }
-    if let Ok(bytes) = std::fs::read(dir.join(JOURNAL_FILE)) {
-        return match serde_json::from_slice::<Journal>(&bytes) {
-            Ok(mut journal) if journal.fingerprint == fingerprint => {
-                // Keep the shards whose files still match their checksums.
-                let intact = journal
-                    .shards
-                    .iter()
-                    .take_while(|s| {
-                        [(&s.shard.bin, &s.shard.bin_xxh3), (&s.shard.idx, &s.shard.idx_xxh3)]
-                            .iter()
-                            .all(|(name, sum)| {
-                                crate::format::hash_file(&dir.join(name)).is_ok_and(|(h, _)| checksum_hex(h) == **sum)
-                            })
-                    })
-                    .count();
-                journal.shards.truncate(intact);
-                // The bucket files not yet used must be as the first pass
-                // wrote them (they are not synced to disk); if the machine
-                // lost any, start over.
-                let tmp = dir.join(TMP_DIR);
-                let buckets_intact = journal.buckets.iter().all(|b| {
-                    let path = tmp.join(&b.name);
-                    !path.exists()
-                        || crate::format::hash_file(&path)
-                            .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
-                });
-                if journal.scattered && (!tmp.is_dir() || !buckets_intact) {
-                    journal.scattered = false;
-                    journal.buckets.clear();
-                    journal.shards.clear();
-                }
-                Ok(Start::Resume(journal))
-            }
-            _ => Err(refuse("holds an interrupted run with other inputs or options (pass --overwrite to start over)")),
-        };
-    }
-    let foreign = std::fs::read_dir(dir)
-        .map_err(io)?
-        .filter_map(Result::ok)
-        .any(|e| !kept(&e.path()));
-    if foreign {
-        return Err(refuse(
-            "is not empty (choose a new directory, or pass --overwrite)",
-        ));
-    }
-    Ok(Start::Fresh)
-}
+/// A shuffle's journal.
+type Journal = crate::output::Journal<JournalState, Checkpoint>;
 
 /// Calls `f(g, bytes)` for the input documents `g` in `range` (numbered
 /// across all inputs, in order), reading each shard's index and tokens
@@ -985,7 +863,7 @@ struct Gather<'a> {
     pool: &'a rayon::ThreadPool,
     writer: DatasetWriter,
     journal: Journal,
-    dir: &'a Path,
+    output: &'a mut Output,
     tmp: PathBuf,
     budget: u64,
     moved: Moved,
@@ -1055,12 +933,14 @@ impl Gather<'_> {
         });
         for (i, e) in entries.iter().enumerate().skip(skip) {
             if let Some(sealed) = self.writer.push_raw(&data[e.offset..e.offset + e.len])? {
-                self.journal.shards.push(JournalShard {
+                self.journal.shards.push(Done {
                     shard: sealed.clone(),
-                    bucket: name.into(),
-                    emitted: i as u64,
+                    at: Checkpoint {
+                        bucket: name.into(),
+                        emitted: i as u64,
+                    },
                 });
-                self.journal.save(self.dir)?;
+                self.output.save(&self.journal)?;
                 // Every document of the buckets before this one is in a
                 // completed shard now: their files are no longer needed.
                 for old in bucket_names(&self.tmp)?
@@ -1074,7 +954,7 @@ impl Gather<'_> {
             }
             self.moved.bytes += e.len as u64;
             self.moved.docs += 1;
-            if self.moved.docs % 4096 == 0 {
+            if self.moved.docs.is_multiple_of(4096) {
                 self.moved.report(self.progress);
             }
         }

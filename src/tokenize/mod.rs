@@ -17,9 +17,9 @@ use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
 use crate::input::{DocError, InputError, Location};
 use crate::partition::Part;
 
-mod fused;
 mod journal;
 mod pipeline;
+pub(crate) use pipeline::plan;
 mod tokenizer;
 
 pub use crate::progress::{NoProgress, Progress, ProgressSnapshot};
@@ -164,14 +164,9 @@ pub enum TokenizeError {
         /// The tokenizer's message.
         message: String,
     },
-    /// The output directory holds something this run must not overwrite.
-    #[error("output directory {}: {why}", dir.display())]
-    OutputExists {
-        /// The directory.
-        dir: PathBuf,
-        /// Why it was refused.
-        why: String,
-    },
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     /// An I/O error outside the dataset files.
     #[error("{}: {source}", path.display())]
     Io {
@@ -180,9 +175,6 @@ pub enum TokenizeError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// The shuffle of `--shuffle-seed` failed.
-    #[error(transparent)]
-    Shuffle(#[from] crate::shuffle::ShuffleError),
     /// Options that do not go together.
     #[error("{0}")]
     Usage(String),

@@ -9,9 +9,7 @@ use std::time::Instant;
 use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_128;
 
-use super::journal::{
-    self, Checkpoint, Journal, JournalShard, Start, JOURNAL_FILE, TOKENIZER_FILE,
-};
+use super::journal::Checkpoint;
 use super::tokenizer::LoadedTokenizer;
 use super::{
     fingerprint, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
@@ -19,10 +17,11 @@ use super::{
 };
 use crate::engine::{EncodeState, EngineChoice, FastTokenizer, Unsupported};
 use crate::format::{
-    atomic_write, checksum_hex, DatasetWriter, DocumentCounts, FileInfo, Manifest, Partition,
-    Provenance, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    checksum_hex, DatasetWriter, DocumentCounts, FileInfo, InputInfo, Manifest, Partition,
+    Provenance, SpecialTokens, TokenizerInfo,
 };
 use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
+use crate::output::{Done, Journal, Output, OutputError, Start, HASHES_FILE, TOKENIZER_FILE};
 
 /// What the workers share: read-only settings and the encoder.
 struct Shared {
@@ -120,11 +119,34 @@ struct BatchOut {
 
 type Message = (u64, Result<BatchOut, InputError>);
 
-pub(super) fn run(
-    config: &TokenizeConfig,
-    progress: &dyn Progress,
-) -> Result<TokenizeReport, TokenizeError> {
-    let started = Instant::now();
+/// What a run will do and record, decided before the output directory is
+/// touched: the tokenizer and engine, the special tokens, the inputs and
+/// the options and fingerprint the manifest records.
+pub(crate) struct Plan {
+    tok: LoadedTokenizer,
+    encoder: Encoder,
+    eos: Option<u32>,
+    bos: Option<u32>,
+    files: Vec<input::InputFile>,
+    /// The inputs as the manifest records them.
+    pub inputs: Vec<InputInfo>,
+    /// The options as the manifest records them.
+    pub options: serde_json::Value,
+    /// The fingerprint of the whole run (a part's `job`).
+    pub job: String,
+    /// This run's fingerprint (a part's own).
+    pub fingerprint: String,
+    /// The eos token and how it was chosen.
+    pub eos_note: String,
+    /// The engine and why.
+    pub engine_note: String,
+    /// Worker threads.
+    pub threads: usize,
+}
+
+/// Loads the tokenizer, resolves the special tokens, lists the inputs and
+/// picks the engine: everything a run decides before it writes.
+pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     // One level of parallelism: ours. The tokenizer must not start its own.
     tokenizers::utils::parallelism::set_parallelism(false);
     let (tok, fast) =
@@ -174,21 +196,63 @@ pub(super) fn run(
         }
         None => job.clone(),
     };
-    let dir = config.output.clone();
-    if let Some(seed) = config.shuffle_seed {
-        let plan = super::fused::Plan {
-            inputs,
-            options,
-            fingerprint,
-            eos_note,
-            engine_note,
-            threads,
-            seed,
-        };
-        return super::fused::run(config, plan, started, progress);
-    }
+    Ok(Plan {
+        tok,
+        encoder,
+        eos,
+        bos,
+        files,
+        inputs,
+        options,
+        job,
+        fingerprint,
+        eos_note,
+        engine_note,
+        threads,
+    })
+}
 
-    let kept = match journal::prepare(&dir, &fingerprint, config.overwrite)? {
+pub(super) fn run(
+    config: &TokenizeConfig,
+    progress: &dyn Progress,
+) -> Result<TokenizeReport, TokenizeError> {
+    let started = Instant::now();
+    if config.shuffle_seed.is_some() {
+        return Err(TokenizeError::Usage(
+            "tokenize then shuffle (--shuffle-seed) is a pipeline of two stages: run it with \
+             prep::pipeline::tokenize"
+                .into(),
+        ));
+    }
+    let plan = plan(config)?;
+    let output = Output::lock(&config.output)?;
+    write(config, plan, output, started, progress)
+}
+
+/// Tokenizes into `output`, locked by the caller, as `plan` says.
+pub(crate) fn write(
+    config: &TokenizeConfig,
+    plan: Plan,
+    mut output: Output,
+    started: Instant,
+    progress: &dyn Progress,
+) -> Result<TokenizeReport, TokenizeError> {
+    let Plan {
+        tok,
+        encoder,
+        eos,
+        bos,
+        files,
+        inputs,
+        options,
+        job,
+        fingerprint,
+        eos_note,
+        engine_note,
+        threads,
+    } = plan;
+    let dir = output.dir().to_path_buf();
+    let journal = match output.start::<(), Checkpoint>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             refuse_skipped(
                 &dir,
@@ -211,22 +275,21 @@ pub(super) fn run(
                 warnings: Vec::new(),
             });
         }
-        Start::Resume(kept) => {
-            let skipped = kept.last().map_or(0, |k| k.checkpoint.documents.skipped);
+        Start::Resume(journal) => {
+            let skipped = journal.shards.last().map_or(0, |k| k.at.documents.skipped);
             refuse_skipped(&dir, skipped, config.skip_bad, "started")?;
-            kept
+            journal
         }
-        Start::Fresh => Vec::new(),
+        Start::Fresh(journal) => journal,
     };
+    let kept = journal.shards.len();
     progress.note(&eos_note);
     progress.note(&engine_note);
-    if !kept.is_empty() {
+    if kept > 0 {
         progress.note(&format!(
-            "resuming: kept {} complete shards of an interrupted run",
-            kept.len()
+            "resuming: kept {kept} complete shards of an interrupted run"
         ));
     }
-    atomic_write(&dir.join(TOKENIZER_FILE), &tok.json)?;
 
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -236,7 +299,7 @@ pub(super) fn run(
             threads,
             message: e.to_string(),
         })?;
-    let checkpoint = kept.last().map(|k| k.checkpoint).unwrap_or_default();
+    let checkpoint = journal.shards.last().map(|k| k.at).unwrap_or_default();
     let shared = Arc::new(Shared {
         encoder,
         key: TextKey::parse(&config.text_key),
@@ -268,17 +331,9 @@ pub(super) fn run(
     }
     let (result_tx, result_rx) = mpsc::channel::<Message>();
     let mut state = WriteState {
-        dir: dir.clone(),
-        writer: DatasetWriter::new(
-            &dir,
-            tok.dtype,
-            config.shard_size,
-            kept.iter().map(|k| k.shard.clone()).collect(),
-        ),
-        journal: Journal {
-            fingerprint: fingerprint.clone(),
-            shards: kept.clone(),
-        },
+        writer: DatasetWriter::new(&dir, tok.dtype, config.shard_size, journal.shard_infos()),
+        output: &mut output,
+        journal,
         counts: checkpoint.documents,
         text_bytes: checkpoint.text_bytes,
         seen: HashSet::new(),
@@ -336,84 +391,87 @@ pub(super) fn run(
     });
     written?;
 
-    let shards = state.writer.finish()?;
+    let WriteState {
+        writer,
+        counts,
+        hashes,
+        warnings,
+        run_text_bytes,
+        run_tokens,
+        run_documents,
+        ..
+    } = state;
+    let shards = writer.finish()?;
     let partition = match config.part {
         Some(part) => Some(Partition {
             stage: "tokenize".into(),
             part: part.index,
             parts: part.count,
             job: job.clone(),
-            hashes: match &state.hashes {
-                Some(hashes) => Some(write_hashes(&dir, hashes)?),
+            hashes: match &hashes {
+                Some(hashes) => Some(write_hashes(&output, hashes)?),
                 None => None,
             },
         }),
         None => None,
     };
-    let manifest = Manifest {
-        format: FORMAT_NAME.into(),
-        version: FORMAT_VERSION,
-        kind: "documents".into(),
-        dtype: tok.dtype,
-        vocab_size: tok.vocab_size,
-        n_records: shards.iter().map(|s| s.n_records).sum(),
-        n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
-        special_tokens: SpecialTokens {
-            bos,
-            eos,
-            pad: None,
-        },
-        bos_prepended: bos.is_some(),
-        eos_appended: eos.is_some(),
-        tokenizer: TokenizerInfo {
+    if counts.read > 0 && counts.written == 0 && counts.skipped == counts.read {
+        return Err(TokenizeError::Usage(format!(
+            "every one of the {} documents read was bad and skipped (--skip-bad), so the dataset \
+             would be empty; the first: {}",
+            counts.read,
+            warnings.first().map_or("(none recorded)", String::as_str)
+        )));
+    }
+    output.put(TOKENIZER_FILE, &tok.json)?;
+    let manifest = Manifest::documents(
+        tok.dtype,
+        tok.vocab_size,
+        TokenizerInfo {
             file: Some(TOKENIZER_FILE.into()),
             xxh3: checksum_hex(tok.xxh3),
         },
         shards,
-        seq_len: None,
-        packing: None,
-        partition,
-        provenance: Provenance::new("tokenize", inputs, options, state.counts, fingerprint),
-    };
-    atomic_write(&dir.join(MANIFEST_FILE), manifest.to_json().as_bytes())?;
-    // The manifest is in place: the journal has served its purpose.
-    let journal_path = dir.join(JOURNAL_FILE);
-    if journal_path.exists() {
-        std::fs::remove_file(&journal_path).map_err(|e| TokenizeError::Io {
-            path: journal_path,
-            source: e,
-        })?;
-    }
+        Provenance::new("tokenize", inputs, options, counts, fingerprint),
+    )
+    .with_specials(
+        SpecialTokens {
+            bos,
+            eos,
+            pad: None,
+        },
+        bos.is_some(),
+        eos.is_some(),
+    )
+    .with_partition(partition);
+    output.commit(&manifest)?;
     progress.finish();
     Ok(TokenizeReport {
         manifest,
         already_complete: false,
-        resumed_shards: kept.len(),
+        resumed_shards: kept,
         elapsed: started.elapsed(),
-        text_bytes: state.run_text_bytes,
-        tokens: state.run_tokens,
-        documents: state.run_documents,
+        text_bytes: run_text_bytes,
+        tokens: run_tokens,
+        documents: run_documents,
         threads,
         eos_note,
         engine_note,
-        warnings: state.warnings,
+        warnings,
     })
 }
 
 /// Writes a part's record hashes (16 bytes each, little-endian) to
 /// [`HASHES_FILE`] and describes the file for the manifest.
-fn write_hashes(dir: &std::path::Path, hashes: &[u128]) -> Result<FileInfo, TokenizeError> {
+fn write_hashes(output: &Output, hashes: &[u128]) -> Result<FileInfo, TokenizeError> {
     let bytes: Vec<u8> = hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-    atomic_write(&dir.join(HASHES_FILE), &bytes)?;
+    output.put(HASHES_FILE, &bytes)?;
     Ok(FileInfo {
         file: HASHES_FILE.into(),
         bytes: bytes.len() as u64,
         xxh3: checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes)),
     })
 }
-
-/// A deduplicating part's record hashes, for `prep merge`.
-pub(crate) const HASHES_FILE: &str = "hashes.bin";
 
 /// A dataset that skipped bad documents is this run's output only if this
 /// run skips them too.
@@ -424,13 +482,13 @@ fn refuse_skipped(
     what: &str,
 ) -> Result<(), TokenizeError> {
     if skipped > 0 && !skip_bad {
-        return Err(TokenizeError::OutputExists {
+        return Err(TokenizeError::Output(OutputError::Refused {
             dir: dir.into(),
             why: format!(
                 "holds a run {what} with --skip-bad that skipped {skipped} bad documents; \
                  pass --skip-bad to go on with it, or --overwrite to start over"
             ),
-        });
+        }));
     }
     Ok(())
 }
@@ -550,10 +608,10 @@ enum Worker<'a> {
 }
 
 /// The writing side's state.
-struct WriteState {
-    dir: PathBuf,
+struct WriteState<'a> {
     writer: DatasetWriter,
-    journal: Journal,
+    output: &'a mut Output,
+    journal: Journal<(), Checkpoint>,
     counts: DocumentCounts,
     text_bytes: u64,
     seen: HashSet<u128>,
@@ -677,11 +735,11 @@ fn write_batch(
                     text_bytes: state.text_bytes,
                 };
                 if let Some(sealed) = state.writer.push(tokens)? {
-                    state.journal.shards.push(JournalShard {
+                    state.journal.shards.push(Done {
                         shard: sealed.clone(),
-                        checkpoint: before,
+                        at: before,
                     });
-                    state.journal.save(&state.dir)?;
+                    state.output.save(&state.journal)?;
                 }
                 state.counts.read += 1;
                 state.counts.written += 1;

@@ -1,0 +1,739 @@
+//! The one owner of an output directory's lifecycle.
+//!
+//! Every command that writes a dataset (tokenize, shuffle and its scatter and
+//! gather tasks, pack, merge, import, the tokenize-then-shuffle pipeline) goes
+//! through an [`Output`], so that the rules below hold everywhere and are
+//! written once:
+//!
+//! 1. **One writer.** [`Output::lock`] takes an exclusive advisory lock on
+//!    `DIR/.prep-lock` for the whole run (an OS lock: a killed run never
+//!    leaves a stale one). A second run into the same directory is refused at
+//!    once with the holder's pid.
+//! 2. **Refusal.** [`Output::start`] refuses a directory that holds another
+//!    run's dataset or journal, or any file prep did not write, unless
+//!    `--overwrite`.
+//! 3. **Overwrite removes only prep's files** ([`is_prep_file`] and prep's
+//!    private working folders), never an input, a foreign file or a folder
+//!    the caller keeps.
+//! 4. **Resume.** A run under way keeps a journal ([`JOURNAL_FILE`]) with an
+//!    entry per completed shard, saved as soon as the shard is in place. A run
+//!    with the same fingerprint keeps the longest prefix of journaled shards
+//!    that are still intact ([`shard_intact`]) and removes the rest.
+//! 5. **Commit last.** [`Output::commit`] writes the manifest atomically and
+//!    only then removes the journal and the lock: a reader sees the old state
+//!    or the whole new dataset.
+//! 6. **Nothing half-written.** An [`Output`] dropped without a commit (an
+//!    error on any path) removes its temporary files, and, when nothing worth
+//!    resuming was written into a directory it created, the directory too.
+//!
+//! The primitives the rules need of the storage (create, list, exclusive
+//! lock, atomic put, remove) are those of [`Output`]'s private methods; a
+//! store without `rename` or `flock` (object storage: conditional writes)
+//! provides the same five and keeps every rule above.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::format::{
+    atomic_write, checksum_hex, hash_file, FormatError, Manifest, ShardInfo, MANIFEST_FILE,
+    TMP_SUFFIX,
+};
+
+/// The journal's file name inside an output directory.
+pub const JOURNAL_FILE: &str = ".prep-journal.json";
+/// The lock's file name inside an output directory (present while a run holds it).
+pub const LOCK_FILE: &str = ".prep-lock";
+/// The tokenizer's copy inside a dataset.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// A partitioned tokenize part's record hashes, for `prep merge --dedup`.
+pub const HASHES_FILE: &str = "hashes.bin";
+/// prep's private working folders inside an output directory: the
+/// shuffle's bucket files and the tokenize-then-shuffle pipeline's stage.
+pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
+
+/// Names of the files prep writes into an output directory: shard files
+/// (`shard-*.bin`, `.idx`, `.seg`), unfinished `.tmp` files, the manifest,
+/// the journal, the lock, the tokenizer copy and a part's `hashes.bin`.
+pub fn is_prep_file(name: &str) -> bool {
+    let shard =
+        name.starts_with("shard-") && [".bin", ".idx", ".seg"].iter().any(|e| name.ends_with(e));
+    shard
+        || name.ends_with(TMP_SUFFIX)
+        || [
+            MANIFEST_FILE,
+            JOURNAL_FILE,
+            LOCK_FILE,
+            TOKENIZER_FILE,
+            HASHES_FILE,
+        ]
+        .contains(&name)
+}
+
+/// Every way an output directory can be refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The directory holds something this run must not replace.
+    #[error("output directory {}: {why}", dir.display())]
+    Refused {
+        /// The directory.
+        dir: PathBuf,
+        /// Why, and what to do.
+        why: String,
+    },
+    /// Another run holds the directory's lock.
+    #[error(
+        "output directory {}: another prep run ({holder}) is writing to it; wait for it to end or stop it",
+        dir.display()
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+        /// The holder as its lock file names it, e.g. `pid 4242`.
+        holder: String,
+    },
+    /// Reading or writing the directory failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// A completed shard in a journal, and where the run stood after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Done<C> {
+    /// The shard as the manifest will list it.
+    pub shard: ShardInfo,
+    /// The stage's own checkpoint (where to go on reading), `()` when the
+    /// shard's position says it all.
+    pub at: C,
+}
+
+/// The journal of a run under way: its fingerprint, the stage's own state
+/// (`S`, e.g. the shuffle's bucket files) and the shards completed so far,
+/// each with the stage's checkpoint (`C`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Journal<S, C> {
+    /// The run's fingerprint: equal fingerprints write equal bytes.
+    pub fingerprint: String,
+    /// The stage's own state.
+    pub state: S,
+    /// Completed shards, in order.
+    pub shards: Vec<Done<C>>,
+}
+
+impl<S: Default, C> Journal<S, C> {
+    /// A run just started: nothing done.
+    pub fn new(fingerprint: &str) -> Journal<S, C> {
+        Journal {
+            fingerprint: fingerprint.into(),
+            state: S::default(),
+            shards: Vec::new(),
+        }
+    }
+}
+
+impl<S, C> Journal<S, C> {
+    /// The completed shards' entries, in order.
+    pub fn shard_infos(&self) -> Vec<ShardInfo> {
+        self.shards.iter().map(|d| d.shard.clone()).collect()
+    }
+}
+
+/// What a run finds in its (locked) output directory.
+pub enum Start<S, C> {
+    /// Nothing to keep: write from the beginning (the journal is saved).
+    Fresh(Journal<S, C>),
+    /// An interrupted run with the same fingerprint: its intact shards, in
+    /// order (files past them are removed).
+    Resume(Journal<S, C>),
+    /// The finished dataset of this very run: nothing to do.
+    Complete(Box<Manifest>),
+}
+
+/// An output directory held by this run. See the [module docs](self).
+pub struct Output {
+    dir: PathBuf,
+    lock: Option<Lock>,
+    /// Folders inside the directory that belong to the caller: never
+    /// removed, never counted as foreign (the parts of a merge, the
+    /// pipeline's stage).
+    keep: Vec<String>,
+    /// File names a stage writes besides [`is_prep_file`]'s (a scatter
+    /// part's data and index).
+    own: &'static [&'static str],
+    /// The outermost folder of the path that this run made, if any.
+    created: Option<PathBuf>,
+    /// [`Output::start`] gave this run the directory's contents (a fresh
+    /// start or a resume): only then may a failed run tidy them.
+    owned: bool,
+    /// A shard is journaled or in place: a failed run leaves it for a resume.
+    progressed: bool,
+}
+
+impl Output {
+    /// Creates `dir` if needed and takes its lock.
+    pub fn lock(dir: &Path) -> Result<Output, OutputError> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(refused(dir, "is a file, not a directory"));
+        }
+        // The outermost folder this run creates, so that a run that leaves
+        // nothing removes what it made and no more.
+        let mut created = None;
+        let mut ancestor = dir;
+        while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
+            created = Some(ancestor.to_path_buf());
+            match ancestor.parent() {
+                Some(parent) => ancestor = parent,
+                None => break,
+            }
+        }
+        if created.is_some() {
+            std::fs::create_dir_all(dir).map_err(|e| FormatError::io(dir, e))?;
+        }
+        let lock = match Lock::acquire(dir) {
+            Ok(lock) => lock,
+            Err(e) => {
+                remove_created(dir, created.as_deref());
+                return Err(e);
+            }
+        };
+        Ok(Output {
+            dir: dir.into(),
+            lock: Some(lock),
+            keep: Vec::new(),
+            own: &[],
+            created,
+            owned: false,
+            progressed: false,
+        })
+    }
+
+    /// Keeps the folder `name` inside the directory: never removed, never
+    /// foreign.
+    pub fn keeping(mut self, name: impl Into<String>) -> Output {
+        self.keep.push(name.into());
+        self
+    }
+
+    /// Also counts these file names as this stage's own.
+    pub fn owning(mut self, names: &'static [&'static str]) -> Output {
+        self.own = names;
+        self
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Decides what the run does with the directory, by the rules of the
+    /// [module docs](self): a finished dataset of this run (`Complete`), an
+    /// interrupted one (`Resume`, trimmed to its intact shards), or a fresh
+    /// start (`Fresh`, with `overwrite` after removing prep's files).
+    /// `identity` is the run's fingerprint as [`Manifest::identity`] gives it
+    /// for the dataset this run writes.
+    pub fn start<S, C>(
+        &mut self,
+        identity: &str,
+        overwrite: bool,
+    ) -> Result<Start<S, C>, OutputError>
+    where
+        S: Default + Serialize + DeserializeOwned,
+        C: Serialize + DeserializeOwned,
+    {
+        let dir = self.dir.clone();
+        if overwrite {
+            self.remove_ours(|_| true)?;
+            return self.fresh(identity);
+        }
+        if dir.join(MANIFEST_FILE).exists() {
+            let manifest = Manifest::read(&dir)?;
+            if manifest.identity() != identity {
+                return Err(refused(
+                    &dir,
+                    "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
+                ));
+            }
+            for shard in &manifest.shards {
+                for (name, bytes) in shard_files(shard) {
+                    let len = std::fs::metadata(dir.join(name)).map(|m| m.len()).ok();
+                    if len != Some(bytes) {
+                        return Err(refused(
+                            &dir,
+                            &format!(
+                                "holds this dataset, finished, but {name} is missing or has the wrong size \
+                                 (pass --overwrite to make it again)"
+                            ),
+                        ));
+                    }
+                }
+            }
+            // A crash between the manifest and the journal's removal.
+            remove_file(&dir.join(JOURNAL_FILE))?;
+            self.progressed = true;
+            return Ok(Start::Complete(Box::new(manifest)));
+        }
+        let journal_path = dir.join(JOURNAL_FILE);
+        if journal_path.exists() {
+            let bytes =
+                std::fs::read(&journal_path).map_err(|e| FormatError::io(&journal_path, e))?;
+            return match serde_json::from_slice::<Journal<S, C>>(&bytes) {
+                Ok(mut journal) if journal.fingerprint == identity => {
+                    let intact = journal
+                        .shards
+                        .iter()
+                        .take_while(|d| shard_intact(&dir, &d.shard))
+                        .count();
+                    journal.shards.truncate(intact);
+                    let keep: Vec<String> = journal
+                        .shards
+                        .iter()
+                        .flat_map(|d| shard_files(&d.shard).map(|(n, _)| n.to_owned()))
+                        .collect();
+                    // Shards past the intact prefix, and unfinished files.
+                    self.remove_ours(|name| {
+                        (name.starts_with("shard-") || name.ends_with(TMP_SUFFIX))
+                            && !keep.iter().any(|k| k == name)
+                    })?;
+                    self.progressed = !journal.shards.is_empty();
+                    self.save(&journal)?;
+                    self.owned = true;
+                    Ok(Start::Resume(journal))
+                }
+                _ => Err(refused(
+                    &dir,
+                    "holds an interrupted run with other inputs or options (pass --overwrite to start over)",
+                )),
+            };
+        }
+        let foreign = self
+            .entries()?
+            .into_iter()
+            .find(|(name, is_dir)| !(self.is_ours(name, *is_dir) || self.keep.contains(name)));
+        if let Some((name, _)) = foreign {
+            return Err(refused(
+                &dir,
+                &format!(
+                    "is not empty: it holds {name:?}, which prep did not write (choose an empty or new \
+                     directory, or pass --overwrite to replace prep's files in it)"
+                ),
+            ));
+        }
+        // Only prep's leftovers (a tokenizer copy, temporaries): tidy them.
+        self.remove_ours(|_| true)?;
+        self.fresh(identity)
+    }
+
+    fn fresh<S, C>(&mut self, identity: &str) -> Result<Start<S, C>, OutputError>
+    where
+        S: Default + Serialize + DeserializeOwned,
+        C: Serialize + DeserializeOwned,
+    {
+        // Saved at once: a run stopped before its first shard is recognised
+        // as this run's and resumed, not refused as foreign.
+        let journal = Journal::new(identity);
+        self.save(&journal)?;
+        self.owned = true;
+        Ok(Start::Fresh(journal))
+    }
+
+    /// Saves the journal atomically; call it as soon as a shard is in place.
+    pub fn save<S: Serialize, C: Serialize>(
+        &mut self,
+        journal: &Journal<S, C>,
+    ) -> Result<(), FormatError> {
+        let json = serde_json::to_vec_pretty(journal).expect("a journal always serializes");
+        atomic_write(&self.dir.join(JOURNAL_FILE), &json)?;
+        self.progressed |= !journal.shards.is_empty();
+        Ok(())
+    }
+
+    /// Marks the run as having work worth resuming that the journal does not
+    /// show (the shuffle's complete bucket files).
+    pub fn progressed(&mut self) {
+        self.progressed = true;
+    }
+
+    /// Writes a small file of the dataset atomically.
+    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<(), FormatError> {
+        atomic_write(&self.dir.join(name), bytes)
+    }
+
+    /// Copies the tokenizer file `file` (relative) of dataset `from` into
+    /// the output, when `from` has it.
+    pub fn copy_tokenizer(&self, file: Option<&str>, from: &Path) -> Result<(), FormatError> {
+        let Some(file) = file else {
+            return Ok(());
+        };
+        let source = from.join(file);
+        if !source.is_file() {
+            return Ok(());
+        }
+        let bytes = std::fs::read(&source).map_err(|e| FormatError::io(&source, e))?;
+        self.put(file, &bytes)
+    }
+
+    /// Removes prep's files and working folders so the run can start over
+    /// (a task that is redone in full rather than resumed), and saves a new
+    /// journal.
+    pub fn restart<S, C>(&mut self, identity: &str) -> Result<Journal<S, C>, OutputError>
+    where
+        S: Default + Serialize + DeserializeOwned,
+        C: Serialize + DeserializeOwned,
+    {
+        self.remove_ours(|_| true)?;
+        self.progressed = false;
+        match self.fresh(identity)? {
+            Start::Fresh(j) => Ok(j),
+            _ => unreachable!("fresh starts fresh"),
+        }
+    }
+
+    /// Removes one of prep's working folders ([`WORK_FOLDERS`]) inside the
+    /// directory, kept or not, once its work is done.
+    pub fn remove_work_folder(&self, name: &str) -> Result<(), FormatError> {
+        assert!(
+            WORK_FOLDERS.contains(&name),
+            "{name} is not a working folder of prep's"
+        );
+        let path = self.dir.join(name);
+        match std::fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(FormatError::io(&path, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes everything this output holds of prep's (a failed run that is
+    /// redone, not resumed: nothing of it is worth keeping).
+    pub fn discard(&mut self) -> Result<(), FormatError> {
+        self.progressed = false;
+        self.remove_ours(|_| true)
+    }
+
+    /// Completes the dataset: the manifest, written atomically and last,
+    /// then the journal and the lock go. A crash in between leaves a
+    /// complete dataset that the next run recognises.
+    pub fn commit(self, manifest: &Manifest) -> Result<(), FormatError> {
+        self.commit_file(MANIFEST_FILE, manifest.to_json().as_bytes())
+    }
+
+    /// [`Output::commit`] for an output whose last file is not a manifest (a
+    /// scatter part's `scatter.json`).
+    pub fn commit_file(mut self, name: &str, bytes: &[u8]) -> Result<(), FormatError> {
+        self.put(name, bytes)?;
+        self.progressed = true;
+        remove_file(&self.dir.join(JOURNAL_FILE))?;
+        if let Some(lock) = self.lock.take() {
+            lock.release();
+        }
+        Ok(())
+    }
+
+    /// Names and kinds (directory or not) of the directory's entries.
+    fn entries(&self) -> Result<Vec<(String, bool)>, FormatError> {
+        let io = |e| FormatError::io(&self.dir, e);
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let kind = entry.file_type().map_err(io)?;
+            out.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                kind.is_dir(),
+            ));
+        }
+        Ok(out)
+    }
+
+    fn is_ours(&self, name: &str, is_dir: bool) -> bool {
+        if is_dir {
+            WORK_FOLDERS.contains(&name)
+        } else {
+            is_prep_file(name) || self.own.contains(&name)
+        }
+    }
+
+    /// Removes the entries prep wrote (files, and its working folders unless
+    /// kept) whose names `doomed` picks; never the lock, never a kept folder,
+    /// never anything else.
+    fn remove_ours(&self, doomed: impl Fn(&str) -> bool) -> Result<(), FormatError> {
+        for (name, is_dir) in self.entries()? {
+            if name == LOCK_FILE
+                || self.keep.contains(&name)
+                || !self.is_ours(&name, is_dir)
+                || !doomed(&name)
+            {
+                continue;
+            }
+            let path = self.dir.join(&name);
+            if is_dir {
+                std::fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
+            } else {
+                remove_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Output {
+    /// A run that ends without a commit (any error) removes its unfinished
+    /// files; one that wrote nothing worth resuming removes its journal and
+    /// its other files too, and the folders it created. A run refused by
+    /// [`Output::start`] touches nothing.
+    fn drop(&mut self) {
+        let Some(lock) = self.lock.take() else {
+            return;
+        };
+        if self.owned {
+            let _ = self.remove_ours(|name| name.ends_with(TMP_SUFFIX));
+            if !self.progressed {
+                let _ = self.remove_ours(|_| true);
+            }
+        }
+        lock.release();
+        if !self.progressed {
+            remove_created(&self.dir, self.created.as_deref());
+        }
+    }
+}
+
+/// Removes `dir` and its parents up to `created`, each only if empty: the
+/// folders a run made and left nothing in.
+fn remove_created(dir: &Path, created: Option<&Path>) {
+    let Some(top) = created else {
+        return;
+    };
+    let mut at = Some(dir);
+    while let Some(folder) = at {
+        if std::fs::remove_dir(folder).is_err() || folder == top {
+            break;
+        }
+        at = folder.parent();
+    }
+}
+
+fn refused(dir: &Path, why: &str) -> OutputError {
+    OutputError::Refused {
+        dir: dir.into(),
+        why: why.into(),
+    }
+}
+
+fn remove_file(path: &Path) -> Result<(), FormatError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(FormatError::io(path, e)),
+    }
+}
+
+/// A shard's files with their recorded sizes: `.bin`, `.idx`, and `.seg`
+/// when it has one.
+fn shard_files(s: &ShardInfo) -> impl Iterator<Item = (&str, u64)> {
+    [
+        Some((s.bin.as_str(), s.bin_bytes)),
+        Some((s.idx.as_str(), s.idx_bytes)),
+        s.seg.as_deref().zip(s.seg_bytes),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The rule for an intact shard, the one every resume uses: each of its
+/// files (`.bin`, `.idx`, and `.seg` when the entry names one) has the
+/// recorded size and XXH3-64.
+pub fn shard_intact(dir: &Path, s: &ShardInfo) -> bool {
+    let files = [
+        Some((&s.bin, Some(s.bin_bytes), Some(&s.bin_xxh3))),
+        Some((&s.idx, Some(s.idx_bytes), Some(&s.idx_xxh3))),
+        s.seg
+            .as_ref()
+            .map(|seg| (seg, s.seg_bytes, s.seg_xxh3.as_ref())),
+    ];
+    files.into_iter().flatten().all(|(name, bytes, sum)| {
+        let (Some(bytes), Some(sum)) = (bytes, sum) else {
+            return false;
+        };
+        hash_file(&dir.join(name)).is_ok_and(|(h, len)| len == bytes && checksum_hex(h) == *sum)
+    })
+}
+
+/// An exclusive advisory lock on `DIR/.prep-lock`, held for a run.
+///
+/// The OS releases it when the process dies, so a killed run never blocks
+/// the next. The file names the holder's pid for the message a second run
+/// prints. On release the file is removed while still locked; a run that
+/// opened it before the removal notices (its file is no longer the one at
+/// the path) and tries again.
+struct Lock {
+    file: File,
+    path: PathBuf,
+}
+
+impl Lock {
+    fn acquire(dir: &Path) -> Result<Lock, OutputError> {
+        let path = dir.join(LOCK_FILE);
+        let io = |e| FormatError::io(&path, e);
+        loop {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = file.read_to_string(&mut holder);
+                    let holder = holder.trim();
+                    return Err(OutputError::Locked {
+                        dir: dir.into(),
+                        holder: if holder.is_empty() {
+                            "pid unknown".into()
+                        } else {
+                            holder.into()
+                        },
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io(e).into()),
+            }
+            if !same_file(&file, &path) {
+                // Released and removed by its last holder after we opened it.
+                continue;
+            }
+            file.set_len(0).map_err(io)?;
+            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            write!(file, "pid {}", std::process::id()).map_err(io)?;
+            return Ok(Lock { file, path });
+        }
+    }
+
+    fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &File, path: &Path) -> bool {
+    path.exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type J = Journal<(), ()>;
+
+    #[test]
+    fn second_lock_is_refused_with_the_holders_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let first = Output::lock(&dir).unwrap();
+        let Err(OutputError::Locked { holder, .. }) = Output::lock(&dir) else {
+            panic!("a second lock must be refused");
+        };
+        assert_eq!(holder, format!("pid {}", std::process::id()));
+        drop(first);
+        // Released (and the empty directory it created removed).
+        assert!(!dir.exists());
+        let _again = Output::lock(&dir).unwrap();
+    }
+
+    #[test]
+    fn overwrite_removes_only_prep_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        for name in ["in.jsonl", "shard-00000.bin", "manifest.json", "notes.txt"] {
+            std::fs::write(dir.join(name), b"x").unwrap();
+        }
+        std::fs::create_dir(dir.join(".shuffle-tmp")).unwrap();
+        std::fs::create_dir(dir.join("parts")).unwrap();
+        let mut out = Output::lock(dir).unwrap();
+        assert!(matches!(
+            out.start::<(), ()>("f", true).unwrap(),
+            Start::Fresh(_)
+        ));
+        let mut left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".prep-journal.json",
+                ".prep-lock",
+                "in.jsonl",
+                "notes.txt",
+                "parts"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_that_did_nothing_leaves_nothing_and_a_refused_one_touches_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/out");
+        let mut out = Output::lock(&dir).unwrap();
+        out.start::<(), ()>("f", false).unwrap();
+        out.put(TOKENIZER_FILE, b"{}").unwrap();
+        drop(out);
+        assert!(!tmp.path().join("a").exists());
+
+        // Another run's finished dataset is refused and left as it was.
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(MANIFEST_FILE), b"{}").unwrap();
+        std::fs::write(dir.join(TOKENIZER_FILE), b"{}").unwrap();
+        let mut out = Output::lock(&dir).unwrap();
+        assert!(out.start::<(), ()>("f", false).is_err());
+        drop(out);
+        assert!(dir.join(MANIFEST_FILE).exists() && dir.join(TOKENIZER_FILE).exists());
+    }
+
+    #[test]
+    fn foreign_files_are_refused_and_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("mine.txt"), b"x").unwrap();
+        let mut out = Output::lock(tmp.path()).unwrap();
+        let err = match out.start::<(), ()>("f", false) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a foreign file must be refused"),
+        };
+        assert!(err.contains("mine.txt"), "{err}");
+        drop(out);
+        assert!(tmp.path().join("mine.txt").exists());
+    }
+
+    #[test]
+    fn a_journal_of_another_run_is_refused_and_the_same_run_resumes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut out = Output::lock(tmp.path()).unwrap();
+        let Start::Fresh(j) = out.start::<(), ()>("run-a", false).unwrap() else {
+            panic!("fresh");
+        };
+        let _: J = j;
+        // Killed after some work: its journal stays.
+        out.progressed();
+        drop(out);
+        let mut out = Output::lock(tmp.path()).unwrap();
+        assert!(out.start::<(), ()>("run-b", false).is_err());
+        assert!(matches!(
+            out.start::<(), ()>("run-a", false).unwrap(),
+            Start::Resume(_)
+        ));
+    }
+}

@@ -1,0 +1,115 @@
+//! Stages composed: `prep tokenize --shuffle-seed S`, tokenize then shuffle
+//! as one command.
+//!
+//! The documents are tokenized into a hidden dataset inside the output
+//! directory (`.tokenized`, resumable like any tokenize run), which is then
+//! shuffled into the output directory (resumable like any shuffle) and
+//! removed. The shards are therefore byte-identical to `prep tokenize` then
+//! `prep shuffle --seed S` with the same shard size; the manifest records the
+//! run as a tokenize, with its raw inputs and the seed among its options.
+//! The token data is written and read once more than a single pass would
+//! need, which costs little next to tokenizing it.
+//!
+//! The output directory is locked and checked (refused if foreign, replaced
+//! with `--overwrite`) before the first document is read, and stays locked
+//! until the shuffle commits, through one [`Output`].
+
+use std::time::Instant;
+
+use crate::format::{FormatError, Provenance};
+use crate::output::{Output, OutputError, Start, WORK_FOLDERS};
+use crate::progress::Progress;
+use crate::shuffle::{self, ShuffleConfig, ShuffleError};
+use crate::tokenize::{self, TokenizeConfig, TokenizeError, TokenizeReport};
+
+/// The tokenized dataset's folder inside the output directory.
+const STAGE: &str = WORK_FOLDERS[1];
+
+/// Every way the composed run can fail: a stage's error, as that stage
+/// says it.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The tokenize stage failed.
+    #[error(transparent)]
+    Tokenize(#[from] TokenizeError),
+    /// The shuffle stage failed.
+    #[error(transparent)]
+    Shuffle(#[from] ShuffleError),
+    /// The output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// Removing the finished stage failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// Runs `prep tokenize`: with `config.shuffle_seed`, tokenize then shuffle
+/// (see the [module docs](self)); without, the tokenize stage alone.
+pub fn tokenize(
+    config: &TokenizeConfig,
+    progress: &dyn Progress,
+) -> Result<TokenizeReport, PipelineError> {
+    let Some(seed) = config.shuffle_seed else {
+        return Ok(tokenize::run(config, progress)?);
+    };
+    let started = Instant::now();
+    let plan = tokenize::plan(config)?;
+    let dir = &config.output;
+    let stage = dir.join(STAGE);
+    let mut output = Output::lock(dir)?.keeping(STAGE);
+    // Refuse foreign files, or find the finished dataset, before hours of
+    // tokenizing; the shuffle's own journal is checked when it starts.
+    let report = |manifest, already_complete, tokenized: Option<TokenizeReport>| {
+        let t = tokenized.as_ref();
+        TokenizeReport {
+            manifest,
+            already_complete,
+            resumed_shards: t.map_or(0, |t| t.resumed_shards),
+            elapsed: started.elapsed(),
+            text_bytes: t.map_or(0, |t| t.text_bytes),
+            tokens: t.map_or(0, |t| t.tokens),
+            documents: t.map_or(0, |t| t.documents),
+            threads: plan.threads,
+            eos_note: plan.eos_note.clone(),
+            engine_note: plan.engine_note.clone(),
+            warnings: t.map_or_else(Vec::new, |t| t.warnings.clone()),
+        }
+    };
+    let start = output
+        .start::<shuffle::JournalState, shuffle::Checkpoint>(&plan.fingerprint, config.overwrite)?;
+    if config.overwrite {
+        // prep's own stage goes with prep's other files; inputs and foreign
+        // files stay.
+        output.remove_work_folder(STAGE)?;
+    }
+    if let Start::Complete(manifest) = start {
+        // A run stopped between the shuffle's commit and this cleanup.
+        output.remove_work_folder(STAGE)?;
+        progress.note("the dataset is already complete; nothing to do");
+        return Ok(report(*manifest, true, None));
+    }
+
+    let mut tokenize_config = config.clone();
+    tokenize_config.output = stage.clone();
+    tokenize_config.shuffle_seed = None;
+    tokenize_config.overwrite = false;
+    let tokenized = tokenize::run(&tokenize_config, progress)?;
+    let documents = tokenized.manifest.provenance.documents;
+
+    let mut shuffle_config = ShuffleConfig::new(vec![stage.clone()], dir, seed);
+    shuffle_config.memory = config.shuffle_memory;
+    shuffle_config.shard_size = config.shard_size;
+    shuffle_config.threads = config.threads;
+    // The shuffle stamps its own time of writing on it.
+    shuffle_config.record_as = Some(Provenance::new(
+        "tokenize",
+        plan.inputs.clone(),
+        plan.options.clone(),
+        documents,
+        plan.fingerprint.clone(),
+    ));
+    progress.note(&format!("shuffling with seed {seed}"));
+    let shuffled = shuffle::run_in(&shuffle_config, output, progress)?;
+    std::fs::remove_dir_all(&stage).map_err(|e| FormatError::io(&stage, e))?;
+    Ok(report(shuffled.manifest, false, Some(tokenized)))
+}
