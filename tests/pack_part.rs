@@ -250,7 +250,7 @@ fn a_part_is_the_same_on_every_run_and_for_any_thread_count() {
         assert_eq!(std::fs::read(first.join(MANIFEST_FILE)).unwrap(), before);
         // Another part into the same directory is refused.
         let err = fails(pack(&t, &input, &first, args).args(["--part", "2/3"]), 2);
-        assert!(err.contains("another input or options"), "{err}");
+        assert!(err.contains("other inputs or options"), "{err}");
         std::fs::remove_dir_all(&first).unwrap();
         std::fs::remove_dir_all(&again).unwrap();
     }
@@ -280,9 +280,14 @@ fn an_interrupted_part_resumes_and_ends_identical() {
             }
         }
         std::fs::write(cut.join(&m.shards[3].bin), b"partial").unwrap();
+        let done_shards: Vec<_> = m.shards[..3]
+            .iter()
+            .map(|s| serde_json::json!({ "shard": s, "at": null }))
+            .collect();
         let journal = serde_json::json!({
             "fingerprint": m.provenance.fingerprint,
-            "shards": m.shards[..3],
+            "state": null,
+            "shards": done_shards,
         });
         std::fs::write(cut.join(".prep-journal.json"), journal.to_string()).unwrap();
         let o = ok(pack_in_shards(&t, &input, &cut, "8KiB", args).args(part));
