@@ -11,11 +11,23 @@ use std::path::Path;
 use common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
 
-/// Writes `docs` as a dataset whose documents end with `eos` (the last id
-/// of each document is replaced by it) and whose vocabulary is `vocab`.
+/// Writes `docs` as a dataset whose manifest says its documents end with
+/// `eos` and whose vocabulary is `vocab`.
 fn write_docs(dir: &Path, dtype: Dtype, docs: &[Vec<u32>], vocab: u64, eos: Option<u32>) {
+    write_docs_sharded(dir, dtype, docs, vocab, eos, 1 << 16);
+}
+
+/// [`write_docs`] with shards of at most `shard_size` bytes.
+fn write_docs_sharded(
+    dir: &Path,
+    dtype: Dtype,
+    docs: &[Vec<u32>],
+    vocab: u64,
+    eos: Option<u32>,
+    shard_size: u64,
+) {
     std::fs::create_dir_all(dir).unwrap();
-    write_dataset(dir, dtype, 1 << 16, docs);
+    write_dataset(dir, dtype, shard_size, docs);
     let mut m = Manifest::read(dir).unwrap();
     m.vocab_size = vocab;
     m.special_tokens.eos = eos;
@@ -339,3 +351,179 @@ fn a_dataset_past_4_gib_round_trips() {
         std::fs::remove_dir_all(&back).unwrap();
     }
 }
+
+/// Every file under `dir` (recursively), relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            out.extend(
+                files_under(&path)
+                    .into_iter()
+                    .map(|f| format!("{name}/{f}")),
+            );
+        }
+        out.push(name);
+    }
+    out.sort();
+    out
+}
+
+/// Export target of `format` inside `dir`, a directory the export makes.
+fn target(dir: &Path, format: &str) -> std::path::PathBuf {
+    match format {
+        "nanogpt" => dir.join("made/train.bin"),
+        _ => dir.join("made/x"),
+    }
+}
+
+#[test]
+fn export_refuses_flipped_byte_and_out_of_range_id() {
+    let t = TestDir::new();
+    // Four shards of 8 tokens; the damage is in the third, so llm.c shards
+    // of 5 tokens before it are complete when it is found.
+    let docs: Vec<Vec<u32>> = (0..16).map(|i| vec![i % 7 + 1, 9]).collect();
+    let input = t.path("docs");
+    write_docs_sharded(&input, Dtype::U16, &docs, 10, Some(9), 16);
+    let m = Manifest::read(&input).unwrap();
+    assert_eq!(m.shards.len(), 4);
+    let third = input.join(&m.shards[2].bin);
+    let mut bytes = std::fs::read(&third).unwrap();
+    bytes[2] ^= 0x01; // id 9 becomes 8: still in the vocabulary
+    std::fs::write(&third, &bytes).unwrap();
+    // A flip that also makes an id out of range is named as damage too.
+    let high = t.path("high");
+    write_docs_sharded(&high, Dtype::U16, &docs, 10, Some(9), 16);
+    let mut bytes = std::fs::read(high.join(&m.shards[2].bin)).unwrap();
+    bytes[3] ^= 0x01;
+    std::fs::write(high.join(&m.shards[2].bin), &bytes).unwrap();
+
+    // An id at the vocabulary size, with checksums that match: the
+    // manifest's vocabulary is smaller than the data.
+    let wide = t.path("wide");
+    write_docs_sharded(&wide, Dtype::U16, &docs, 10, Some(9), 16);
+    let mut m = Manifest::read(&wide).unwrap();
+    m.vocab_size = 8;
+    prep::format::atomic_write(&wide.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+
+    for format in ALL {
+        for (dataset, needle) in [
+            (&input, "XXH3"),
+            (&high, "XXH3"),
+            (&wide, "id 9, not below the vocabulary size 8"),
+        ] {
+            let out = t.path(&format!("{format}-out"));
+            let mut cmd = t.prep();
+            cmd.arg("export")
+                .arg(dataset)
+                .args(["--to", format])
+                .arg(target(&out, format));
+            if *format == "llmc" {
+                cmd.args(["--shard-tokens", "5", "--eot-first"]);
+            }
+            let err = fails(&mut cmd, 2);
+            assert!(err.contains(needle), "{format}: {err}");
+            let shard = if needle == "XXH3" {
+                &m.shards[2].bin
+            } else {
+                &m.shards[0].bin
+            };
+            assert!(
+                err.contains(shard.as_str()),
+                "{format}: names the shard: {err}"
+            );
+            assert_eq!(
+                files_under(&out),
+                Vec::<String>::new(),
+                "{format}: nothing is left, not even the directory the export made"
+            );
+        }
+    }
+    // The same shards, undamaged, export.
+    let good = t.path("good");
+    write_docs_sharded(&good, Dtype::U16, &docs, 10, Some(9), 16);
+    for format in ALL {
+        ok(t.prep()
+            .arg("export")
+            .arg(&good)
+            .args(["--to", format, "-q"])
+            .arg(target(&t.path(&format!("{format}-good")), format)));
+    }
+}
+
+#[test]
+fn llmc_eot_first_refuses_a_packed_dataset() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    let docs: Vec<Vec<u32>> = vec![vec![5, 6, 9], vec![7, 8, 8, 9], vec![1, 9]];
+    write_docs(&input, Dtype::U16, &docs, 100, Some(9));
+    let packed = t.path("packed");
+    ok(t.prep()
+        .arg("pack")
+        .arg(&input)
+        .arg(&packed)
+        .args(["--seq-len", "4", "-q"]));
+    let out = t.path("llmc");
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(&packed)
+            .args(["--to", "llmc", "--eot-first"])
+            .arg(&out),
+        2,
+    );
+    assert!(err.contains("packed"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}
+
+#[test]
+fn llmc_shards_stay_within_what_llmc_can_read() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    let docs: Vec<Vec<u32>> = (0..10).map(|i| vec![i, i + 1, 9]).collect(); // 30 tokens
+    write_docs(&input, Dtype::U16, &docs, 100, Some(9));
+    let export = |out: &str, extra: &[&str]| {
+        let mut cmd = t.prep();
+        cmd.arg("export")
+            .arg(&input)
+            .args(["--to", "llmc"])
+            .arg(t.path(out))
+            .args(extra)
+            .arg("-q");
+        cmd
+    };
+    // The C loader seeks with a 32-bit int: every byte of a uint16 shard
+    // must lie below 2^31.
+    let err = fails(&mut export("big", &["--shard-tokens", "1073741312"]), 2);
+    assert!(err.contains("1073741311"), "{err}");
+    ok(&mut export("edge", &["--shard-tokens", "1073741311"]));
+
+    // With --batch-tokens 7 every shard holds at least 8 tokens: the last
+    // of 12 + 12 + 6 takes two from the one before it.
+    ok(&mut export(
+        "batch",
+        &["--shard-tokens", "12", "--batch-tokens", "7"],
+    ));
+    let counts: Vec<i32> = (1..=3)
+        .map(|n| {
+            let b = std::fs::read(t.path(&format!("batch/prep_train_{n:06}.bin"))).unwrap();
+            i32::from_le_bytes(b[8..12].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(counts, [12, 10, 8]);
+    // Too few tokens for one batch, in the train shards or the val shard.
+    let err = fails(&mut export("few", &["--batch-tokens", "40"]), 2);
+    assert!(err.contains("--batch-tokens 40"), "{err}");
+    let err = fails(
+        &mut export("val", &["--val-tokens", "5", "--batch-tokens", "7"]),
+        2,
+    );
+    assert!(err.contains("--val-tokens 5"), "{err}");
+    assert!(!t.path("few").exists() && !t.path("val").exists());
+}
+
