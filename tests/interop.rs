@@ -456,6 +456,82 @@ fn export_refuses_flipped_byte_and_out_of_range_id() {
     }
 }
 
+/// Megatron's `.idx` as `IndexedDatasetBuilder` writes it: `sequences`
+/// (lengths in tokens) grouped into documents by `doc_indices`.
+fn megatron_idx(code: u8, size: usize, sequences: &[u32], doc_indices: &[i64]) -> Vec<u8> {
+    let mut idx = b"MMIDIDX\0\0".to_vec();
+    idx.extend(1u64.to_le_bytes());
+    idx.push(code);
+    idx.extend((sequences.len() as u64).to_le_bytes());
+    idx.extend((doc_indices.len() as u64).to_le_bytes());
+    for &len in sequences {
+        idx.extend((len as i32).to_le_bytes());
+    }
+    let mut offset = 0i64;
+    for &len in sequences {
+        idx.extend(offset.to_le_bytes());
+        offset += i64::from(len) * size as i64;
+    }
+    for &d in doc_indices {
+        idx.extend(d.to_le_bytes());
+    }
+    idx
+}
+
+#[test]
+fn megatron_import_keeps_documents_of_several_sequences() {
+    let t = TestDir::new();
+    // --split-sentences: five sentences in three documents (2, 1, 2).
+    let sentences: Vec<Vec<u16>> = vec![vec![1, 2], vec![3], vec![4, 5, 6], vec![7], vec![8, 0]];
+    let bin: Vec<u8> = sentences
+        .concat()
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .collect();
+    let lengths: Vec<u32> = sentences.iter().map(|s| s.len() as u32).collect();
+    t.write("m/x.bin", bin);
+    t.write("m/x.idx", megatron_idx(8, 2, &lengths, &[0, 2, 3, 5]));
+    let back = t.path("back");
+    ok(t.prep()
+        .args(["import", "megatron"])
+        .arg(t.path("m/x"))
+        .arg(&back)
+        .arg("-q"));
+    assert_eq!(
+        records(&back),
+        [vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 0]],
+        "one record per document, not per sentence"
+    );
+    assert!(run(t.prep().arg("validate").arg(&back)).status.success());
+    // Document indices that do not run from 0 to the sequence count, or go
+    // back, are refused.
+    for (name, docs) in [
+        ("start", vec![1i64, 5]),
+        ("back", vec![0, 3, 2, 5]),
+        ("past", vec![0, 9, 5]),
+    ] {
+        t.write(
+            &format!("{name}/x.bin"),
+            std::fs::read(t.path("m/x.bin")).unwrap(),
+        );
+        t.write(
+            &format!("{name}/x.idx"),
+            megatron_idx(8, 2, &lengths, &docs),
+        );
+        let err = fails(
+            t.prep()
+                .args(["import", "megatron"])
+                .arg(t.path(&format!("{name}/x")))
+                .arg(t.path(&format!("{name}-back"))),
+            2,
+        );
+        assert!(
+            err.contains("x.idx") && err.contains("document ind"),
+            "{name}: {err}"
+        );
+    }
+}
+
 #[test]
 fn llmc_eot_first_refuses_a_packed_dataset() {
     let t = TestDir::new();
@@ -527,3 +603,155 @@ fn llmc_shards_stay_within_what_llmc_can_read() {
     assert!(!t.path("few").exists() && !t.path("val").exists());
 }
 
+/// An llm.c shard as `write_datafile` writes it.
+fn llmc_shard(magic: i32, version: i32, tokens: &[u8], size: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; 1024];
+    bytes[0..4].copy_from_slice(&magic.to_le_bytes());
+    bytes[4..8].copy_from_slice(&version.to_le_bytes());
+    bytes[8..12].copy_from_slice(&((tokens.len() / size) as i32).to_le_bytes());
+    bytes.extend_from_slice(tokens);
+    bytes
+}
+
+#[test]
+fn uint32_ids_from_2_31_are_not_read_as_negative() {
+    let t = TestDir::new();
+    let big = 1u32 << 31;
+    let ids = [5u32, big, u32::MAX, 7];
+    let tokens: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    t.write(
+        "llmc/s_train_000001.bin",
+        llmc_shard(20240801, 7, &tokens, 4),
+    );
+    t.write("dt/x.ds", &tokens);
+    t.write(
+        "dt/x.ds.index",
+        [2u64, 4]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    );
+    t.write("dt/x.ds.metadata", "t|4\n4\n4");
+    ok(t.prep()
+        .args(["import", "llmc"])
+        .arg(t.path("llmc"))
+        .arg(t.path("from-llmc"))
+        .arg("-q"));
+    ok(t.prep()
+        .args(["import", "datatrove"])
+        .arg(t.path("dt/x"))
+        .arg(t.path("from-dt"))
+        .arg("-q"));
+    assert_eq!(records(&t.path("from-llmc")), [ids.to_vec()]);
+    assert_eq!(
+        records(&t.path("from-dt")),
+        [vec![5, big], vec![u32::MAX, 7]]
+    );
+    for back in ["from-llmc", "from-dt"] {
+        assert!(
+            run(t.prep().arg("validate").arg(t.path(back)))
+                .status
+                .success(),
+            "{back}"
+        );
+    }
+    // Megatron has int32 only: the export is refused, the file unwritten.
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(t.path("from-dt"))
+            .args(["--to", "megatron"])
+            .arg(t.path("m/x")),
+        2,
+    );
+    assert!(
+        err.contains("token id 4294967295") && err.contains("int32"),
+        "{err}"
+    );
+    assert!(!t.path("m").exists());
+    // And a Megatron int32 file with the sign bit set is a negative id.
+    t.write("neg/x.bin", &tokens);
+    t.write("neg/x.idx", megatron_idx(4, 4, &[4], &[0, 1]));
+    let err = fails(
+        t.prep()
+            .args(["import", "megatron"])
+            .arg(t.path("neg/x"))
+            .arg(t.path("nb")),
+        2,
+    );
+    assert!(err.contains("negative token id -2147483648"), "{err}");
+}
+
+#[test]
+fn datatrove_import_without_metadata_takes_the_token_size_from_the_index() {
+    let t = TestDir::new();
+    for (size, ids) in [(2usize, vec![3u32, 4, 5, 70]), (4, vec![3, 70_000, 5, 6])] {
+        let tokens: Vec<u8> = ids
+            .iter()
+            .flat_map(|&i| match size {
+                2 => (i as u16).to_le_bytes().to_vec(),
+                _ => i.to_le_bytes().to_vec(),
+            })
+            .collect();
+        // TokenizedFile alone: .ds and .ds.index, no .ds.metadata.
+        t.write(&format!("d{size}/x.ds"), &tokens);
+        t.write(
+            &format!("d{size}/x.ds.index"),
+            [1u64, 4]
+                .iter()
+                .flat_map(|e| e.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        );
+        let back = t.path(&format!("back{size}"));
+        ok(t.prep()
+            .args(["import", "datatrove"])
+            .arg(t.path(&format!("d{size}/x")))
+            .arg(&back)
+            .arg("-q"));
+        assert_eq!(
+            records(&back),
+            [ids[..1].to_vec(), ids[1..].to_vec()],
+            "{size}"
+        );
+        assert_eq!(Manifest::read(&back).unwrap().dtype.size(), size);
+    }
+    // A length that is neither 2 nor 4 bytes a token says so.
+    t.write("odd/x.ds", [0u8; 12]);
+    t.write("odd/x.ds.index", 4u64.to_le_bytes());
+    let err = fails(
+        t.prep()
+            .args(["import", "datatrove"])
+            .arg(t.path("odd/x"))
+            .arg(t.path("ob")),
+        2,
+    );
+    assert!(
+        err.contains("x.ds:") && err.contains("neither 2 nor 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn import_takes_options_before_the_output() {
+    let t = TestDir::new();
+    let tokens: Vec<u8> = [1u16, 2, 9, 3, 9]
+        .iter()
+        .flat_map(|i| i.to_le_bytes())
+        .collect();
+    t.write("train.bin", tokens);
+    let back = t.path("back");
+    ok(t.prep()
+        .args(["import", "nanogpt"])
+        .arg(t.path("train.bin"))
+        .args(["--eos", "9"])
+        .arg(&back)
+        .arg("-q"));
+    assert_eq!(records(&back), [vec![1, 2, 9], vec![3, 9]]);
+    let err = fails(
+        t.prep()
+            .args(["import", "nanogpt", "--eos", "9"])
+            .arg(t.path("train.bin")),
+        2,
+    );
+    assert!(err.contains("output"), "{err}");
+}

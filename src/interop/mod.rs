@@ -495,6 +495,8 @@ pub(crate) trait RecordSink {
 struct ImportWriter {
     writer: DatasetWriter,
     dtype: Dtype,
+    /// 4-byte source tokens are int32 (Megatron), not uint32.
+    signed: bool,
     max_id: u64,
     records: u64,
     eos: Option<u32>,
@@ -505,7 +507,8 @@ struct ImportWriter {
 
 impl RecordSink for ImportWriter {
     fn record(&mut self, bytes: &[u8], size: usize) -> Result<(), InteropError> {
-        // One pass over the ids: the largest, negative int32 ids, the last.
+        // One pass over the ids: the largest (negative ones, where the
+        // source is int32), the last.
         let mut max = 0u64;
         let last;
         match size {
@@ -519,15 +522,24 @@ impl RecordSink for ImportWriter {
                     .map(|i| u64::from(u16::from_le_bytes([bytes[i], bytes[i + 1]])));
             }
             _ => {
-                let mut min = 0i64;
+                // Megatron's code 4 is int32: the sign bit makes a negative
+                // id. llm.c and datatrove write uint32: every bit is the id.
+                let mut top = 0u32;
                 for c in bytes.chunks_exact(4) {
-                    let v = i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-                    min = min.min(v);
-                    max = max.max(v.max(0) as u64);
+                    top = top.max(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 }
-                if min < 0 {
-                    return Err(bad(&self.path, format!("a negative token id {min}")));
+                if self.signed && top > i32::MAX as u32 {
+                    let negative = bytes
+                        .chunks_exact(4)
+                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .min()
+                        .unwrap_or(0);
+                    return Err(bad(
+                        &self.path,
+                        format!("a negative token id {negative} (int32 tokens)"),
+                    ));
                 }
+                max = u64::from(top);
                 last = bytes.len().checked_sub(4).map(|i| {
                     u64::from(u32::from_le_bytes(
                         bytes[i..i + 4].try_into().expect("4 bytes"),
@@ -607,6 +619,7 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
     let mut sink = ImportWriter {
         writer: DatasetWriter::new(out, dtype, config.shard_size, Vec::new()),
         dtype,
+        signed: config.format == Format::Megatron,
         max_id: 0,
         records: 0,
         eos: config.eos,
