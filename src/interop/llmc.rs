@@ -10,6 +10,12 @@
 //! with `val_tokens`, a `NAME_val_000000.bin` holding the first
 //! `val_tokens` tokens of the stream.
 //!
+//! llm.c's C loader (`llmc/dataloader.h`) reads uint16 shards only, seeks
+//! within them with a 32-bit `int` (so a shard ends below byte 2^31:
+//! [`MAX_U16_SHARD_TOKENS`]) and aborts on a shard of no more than one
+//! batch (`batch_tokens`); uint32 shards are read by the Python loader of
+//! llm.c's `train_llama3.py`.
+//!
 //! llm.c puts the end-of-text token *before* each document; prep keeps it
 //! at the end. `eot_first` moves each record's last token (its eos) to its
 //! front on export, and back on import, so that a model trained on the
