@@ -393,9 +393,21 @@ impl<'a> ShardCheck<'a> {
             2 => u64::from(u16::from_le_bytes([c[0], c[1]])),
             _ => u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         };
-        // The largest id first (a loop the compiler vectorises); the
-        // position only when one is out of range.
-        if piece.chunks_exact(size).map(id).max().unwrap_or(0) < limit {
+        // The largest id first, one loop per token size that the compiler
+        // can vectorise; the position only when one is out of range.
+        let max = match size {
+            2 => piece
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .max()
+                .map(u64::from),
+            _ => piece
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .max()
+                .map(u64::from),
+        };
+        if max.unwrap_or(0) < limit {
             return Ok(());
         }
         let (at, bad) = piece
