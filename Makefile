@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python test-ray lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python test-ray test-compat lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -43,7 +43,7 @@ $(VENV)/.installed: tools/requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
 	touch $@
 
-test: test-rust test-python test-ray
+test: test-rust test-python test-ray test-compat
 
 test-rust:
 ifeq ($(NEXTEST),yes)
@@ -73,6 +73,12 @@ test-ray: $(VENV_RAY)/.installed
 test-python: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
+
+# The trainers' own reader logic (tests/compat/: llm.c's C loader built with
+# `cc`, nanoGPT's get_batch, datatrove's datasets) on prep's exports.
+test-compat: $(VENV)/.installed
+	$(CARGO) build --tests
+	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/compat
 
 # Also with the GPU loader (feature cuda): it must build on machines with no CUDA.
 lint:

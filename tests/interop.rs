@@ -11,11 +11,23 @@ use std::path::Path;
 use common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
 
-/// Writes `docs` as a dataset whose documents end with `eos` (the last id
-/// of each document is replaced by it) and whose vocabulary is `vocab`.
+/// Writes `docs` as a dataset whose manifest says its documents end with
+/// `eos` and whose vocabulary is `vocab`.
 fn write_docs(dir: &Path, dtype: Dtype, docs: &[Vec<u32>], vocab: u64, eos: Option<u32>) {
+    write_docs_sharded(dir, dtype, docs, vocab, eos, 1 << 16);
+}
+
+/// [`write_docs`] with shards of at most `shard_size` bytes.
+fn write_docs_sharded(
+    dir: &Path,
+    dtype: Dtype,
+    docs: &[Vec<u32>],
+    vocab: u64,
+    eos: Option<u32>,
+    shard_size: u64,
+) {
     std::fs::create_dir_all(dir).unwrap();
-    write_dataset(dir, dtype, 1 << 16, docs);
+    write_dataset(dir, dtype, shard_size, docs);
     let mut m = Manifest::read(dir).unwrap();
     m.vocab_size = vocab;
     m.special_tokens.eos = eos;
@@ -338,4 +350,408 @@ fn a_dataset_past_4_gib_round_trips() {
         std::fs::remove_dir_all(t.path(format)).unwrap();
         std::fs::remove_dir_all(&back).unwrap();
     }
+}
+
+/// Every file under `dir` (recursively), relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            out.extend(
+                files_under(&path)
+                    .into_iter()
+                    .map(|f| format!("{name}/{f}")),
+            );
+        }
+        out.push(name);
+    }
+    out.sort();
+    out
+}
+
+/// Export target of `format` inside `dir`, a directory the export makes.
+fn target(dir: &Path, format: &str) -> std::path::PathBuf {
+    match format {
+        "nanogpt" => dir.join("made/train.bin"),
+        _ => dir.join("made/x"),
+    }
+}
+
+#[test]
+fn export_refuses_flipped_byte_and_out_of_range_id() {
+    let t = TestDir::new();
+    // Four shards of 8 tokens; the damage is in the third, so llm.c shards
+    // of 5 tokens before it are complete when it is found.
+    let docs: Vec<Vec<u32>> = (0..16).map(|i| vec![i % 7 + 1, 9]).collect();
+    let input = t.path("docs");
+    write_docs_sharded(&input, Dtype::U16, &docs, 10, Some(9), 16);
+    let m = Manifest::read(&input).unwrap();
+    assert_eq!(m.shards.len(), 4);
+    let third = input.join(&m.shards[2].bin);
+    let mut bytes = std::fs::read(&third).unwrap();
+    bytes[2] ^= 0x01; // id 9 becomes 8: still in the vocabulary
+    std::fs::write(&third, &bytes).unwrap();
+    // A flip that also makes an id out of range is named as damage too.
+    let high = t.path("high");
+    write_docs_sharded(&high, Dtype::U16, &docs, 10, Some(9), 16);
+    let mut bytes = std::fs::read(high.join(&m.shards[2].bin)).unwrap();
+    bytes[3] ^= 0x01;
+    std::fs::write(high.join(&m.shards[2].bin), &bytes).unwrap();
+
+    // An id at the vocabulary size, with checksums that match: the
+    // manifest's vocabulary is smaller than the data.
+    let wide = t.path("wide");
+    write_docs_sharded(&wide, Dtype::U16, &docs, 10, Some(9), 16);
+    let mut m = Manifest::read(&wide).unwrap();
+    m.vocab_size = 8;
+    prep::format::atomic_write(&wide.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+
+    for format in ALL {
+        for (dataset, needle) in [
+            (&input, "XXH3"),
+            (&high, "XXH3"),
+            (&wide, "id 9, not below the vocabulary size 8"),
+        ] {
+            let out = t.path(&format!("{format}-out"));
+            let mut cmd = t.prep();
+            cmd.arg("export")
+                .arg(dataset)
+                .args(["--to", format])
+                .arg(target(&out, format));
+            if *format == "llmc" {
+                cmd.args(["--shard-tokens", "5", "--eot-first"]);
+            }
+            let err = fails(&mut cmd, 2);
+            assert!(err.contains(needle), "{format}: {err}");
+            let shard = if needle == "XXH3" {
+                &m.shards[2].bin
+            } else {
+                &m.shards[0].bin
+            };
+            assert!(
+                err.contains(shard.as_str()),
+                "{format}: names the shard: {err}"
+            );
+            assert_eq!(
+                files_under(&out),
+                Vec::<String>::new(),
+                "{format}: nothing is left, not even the directory the export made"
+            );
+        }
+    }
+    // The same shards, undamaged, export.
+    let good = t.path("good");
+    write_docs_sharded(&good, Dtype::U16, &docs, 10, Some(9), 16);
+    for format in ALL {
+        ok(t.prep()
+            .arg("export")
+            .arg(&good)
+            .args(["--to", format, "-q"])
+            .arg(target(&t.path(&format!("{format}-good")), format)));
+    }
+}
+
+/// Megatron's `.idx` as `IndexedDatasetBuilder` writes it: `sequences`
+/// (lengths in tokens) grouped into documents by `doc_indices`.
+fn megatron_idx(code: u8, size: usize, sequences: &[u32], doc_indices: &[i64]) -> Vec<u8> {
+    let mut idx = b"MMIDIDX\0\0".to_vec();
+    idx.extend(1u64.to_le_bytes());
+    idx.push(code);
+    idx.extend((sequences.len() as u64).to_le_bytes());
+    idx.extend((doc_indices.len() as u64).to_le_bytes());
+    for &len in sequences {
+        idx.extend((len as i32).to_le_bytes());
+    }
+    let mut offset = 0i64;
+    for &len in sequences {
+        idx.extend(offset.to_le_bytes());
+        offset += i64::from(len) * size as i64;
+    }
+    for &d in doc_indices {
+        idx.extend(d.to_le_bytes());
+    }
+    idx
+}
+
+#[test]
+fn megatron_import_keeps_documents_of_several_sequences() {
+    let t = TestDir::new();
+    // --split-sentences: five sentences in three documents (2, 1, 2).
+    let sentences: Vec<Vec<u16>> = vec![vec![1, 2], vec![3], vec![4, 5, 6], vec![7], vec![8, 0]];
+    let bin: Vec<u8> = sentences
+        .concat()
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .collect();
+    let lengths: Vec<u32> = sentences.iter().map(|s| s.len() as u32).collect();
+    t.write("m/x.bin", bin);
+    t.write("m/x.idx", megatron_idx(8, 2, &lengths, &[0, 2, 3, 5]));
+    let back = t.path("back");
+    ok(t.prep()
+        .args(["import", "megatron"])
+        .arg(t.path("m/x"))
+        .arg(&back)
+        .arg("-q"));
+    assert_eq!(
+        records(&back),
+        [vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 0]],
+        "one record per document, not per sentence"
+    );
+    assert!(run(t.prep().arg("validate").arg(&back)).status.success());
+    // Document indices that do not run from 0 to the sequence count, or go
+    // back, are refused.
+    for (name, docs) in [
+        ("start", vec![1i64, 5]),
+        ("back", vec![0, 3, 2, 5]),
+        ("past", vec![0, 9, 5]),
+    ] {
+        t.write(
+            &format!("{name}/x.bin"),
+            std::fs::read(t.path("m/x.bin")).unwrap(),
+        );
+        t.write(
+            &format!("{name}/x.idx"),
+            megatron_idx(8, 2, &lengths, &docs),
+        );
+        let err = fails(
+            t.prep()
+                .args(["import", "megatron"])
+                .arg(t.path(&format!("{name}/x")))
+                .arg(t.path(&format!("{name}-back"))),
+            2,
+        );
+        assert!(
+            err.contains("x.idx") && err.contains("document ind"),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn llmc_eot_first_refuses_a_packed_dataset() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    let docs: Vec<Vec<u32>> = vec![vec![5, 6, 9], vec![7, 8, 8, 9], vec![1, 9]];
+    write_docs(&input, Dtype::U16, &docs, 100, Some(9));
+    let packed = t.path("packed");
+    ok(t.prep()
+        .arg("pack")
+        .arg(&input)
+        .arg(&packed)
+        .args(["--seq-len", "4", "-q"]));
+    let out = t.path("llmc");
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(&packed)
+            .args(["--to", "llmc", "--eot-first"])
+            .arg(&out),
+        2,
+    );
+    assert!(err.contains("packed"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}
+
+#[test]
+fn llmc_shards_stay_within_what_llmc_can_read() {
+    let t = TestDir::new();
+    let input = t.path("docs");
+    let docs: Vec<Vec<u32>> = (0..10).map(|i| vec![i, i + 1, 9]).collect(); // 30 tokens
+    write_docs(&input, Dtype::U16, &docs, 100, Some(9));
+    let export = |out: &str, extra: &[&str]| {
+        let mut cmd = t.prep();
+        cmd.arg("export")
+            .arg(&input)
+            .args(["--to", "llmc"])
+            .arg(t.path(out))
+            .args(extra)
+            .arg("-q");
+        cmd
+    };
+    // The C loader seeks with a 32-bit int: every byte of a uint16 shard
+    // must lie below 2^31.
+    let err = fails(&mut export("big", &["--shard-tokens", "1073741312"]), 2);
+    assert!(err.contains("1073741311"), "{err}");
+    ok(&mut export("edge", &["--shard-tokens", "1073741311"]));
+
+    // With --batch-tokens 7 every shard holds at least 8 tokens: the last
+    // of 12 + 12 + 6 takes two from the one before it.
+    ok(&mut export(
+        "batch",
+        &["--shard-tokens", "12", "--batch-tokens", "7"],
+    ));
+    let counts: Vec<i32> = (1..=3)
+        .map(|n| {
+            let b = std::fs::read(t.path(&format!("batch/prep_train_{n:06}.bin"))).unwrap();
+            i32::from_le_bytes(b[8..12].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(counts, [12, 10, 8]);
+    // Too few tokens for one batch, in the train shards or the val shard.
+    let err = fails(&mut export("few", &["--batch-tokens", "40"]), 2);
+    assert!(err.contains("--batch-tokens 40"), "{err}");
+    let err = fails(
+        &mut export("val", &["--val-tokens", "5", "--batch-tokens", "7"]),
+        2,
+    );
+    assert!(err.contains("--val-tokens 5"), "{err}");
+    assert!(!t.path("few").exists() && !t.path("val").exists());
+}
+
+/// An llm.c shard as `write_datafile` writes it.
+fn llmc_shard(magic: i32, version: i32, tokens: &[u8], size: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; 1024];
+    bytes[0..4].copy_from_slice(&magic.to_le_bytes());
+    bytes[4..8].copy_from_slice(&version.to_le_bytes());
+    bytes[8..12].copy_from_slice(&((tokens.len() / size) as i32).to_le_bytes());
+    bytes.extend_from_slice(tokens);
+    bytes
+}
+
+#[test]
+fn uint32_ids_from_2_31_are_not_read_as_negative() {
+    let t = TestDir::new();
+    let big = 1u32 << 31;
+    let ids = [5u32, big, u32::MAX, 7];
+    let tokens: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    t.write(
+        "llmc/s_train_000001.bin",
+        llmc_shard(20240801, 7, &tokens, 4),
+    );
+    t.write("dt/x.ds", &tokens);
+    t.write(
+        "dt/x.ds.index",
+        [2u64, 4]
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    );
+    t.write("dt/x.ds.metadata", "t|4\n4\n4");
+    ok(t.prep()
+        .args(["import", "llmc"])
+        .arg(t.path("llmc"))
+        .arg(t.path("from-llmc"))
+        .arg("-q"));
+    ok(t.prep()
+        .args(["import", "datatrove"])
+        .arg(t.path("dt/x"))
+        .arg(t.path("from-dt"))
+        .arg("-q"));
+    assert_eq!(records(&t.path("from-llmc")), [ids.to_vec()]);
+    assert_eq!(
+        records(&t.path("from-dt")),
+        [vec![5, big], vec![u32::MAX, 7]]
+    );
+    for back in ["from-llmc", "from-dt"] {
+        assert!(
+            run(t.prep().arg("validate").arg(t.path(back)))
+                .status
+                .success(),
+            "{back}"
+        );
+    }
+    // Megatron has int32 only: the export is refused, the file unwritten.
+    let err = fails(
+        t.prep()
+            .arg("export")
+            .arg(t.path("from-dt"))
+            .args(["--to", "megatron"])
+            .arg(t.path("m/x")),
+        2,
+    );
+    assert!(
+        err.contains("token id 4294967295") && err.contains("int32"),
+        "{err}"
+    );
+    assert!(!t.path("m").exists());
+    // And a Megatron int32 file with the sign bit set is a negative id.
+    t.write("neg/x.bin", &tokens);
+    t.write("neg/x.idx", megatron_idx(4, 4, &[4], &[0, 1]));
+    let err = fails(
+        t.prep()
+            .args(["import", "megatron"])
+            .arg(t.path("neg/x"))
+            .arg(t.path("nb")),
+        2,
+    );
+    assert!(err.contains("negative token id -2147483648"), "{err}");
+}
+
+#[test]
+fn datatrove_import_without_metadata_takes_the_token_size_from_the_index() {
+    let t = TestDir::new();
+    for (size, ids) in [(2usize, vec![3u32, 4, 5, 70]), (4, vec![3, 70_000, 5, 6])] {
+        let tokens: Vec<u8> = ids
+            .iter()
+            .flat_map(|&i| match size {
+                2 => (i as u16).to_le_bytes().to_vec(),
+                _ => i.to_le_bytes().to_vec(),
+            })
+            .collect();
+        // TokenizedFile alone: .ds and .ds.index, no .ds.metadata.
+        t.write(&format!("d{size}/x.ds"), &tokens);
+        t.write(
+            &format!("d{size}/x.ds.index"),
+            [1u64, 4]
+                .iter()
+                .flat_map(|e| e.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        );
+        let back = t.path(&format!("back{size}"));
+        ok(t.prep()
+            .args(["import", "datatrove"])
+            .arg(t.path(&format!("d{size}/x")))
+            .arg(&back)
+            .arg("-q"));
+        assert_eq!(
+            records(&back),
+            [ids[..1].to_vec(), ids[1..].to_vec()],
+            "{size}"
+        );
+        assert_eq!(Manifest::read(&back).unwrap().dtype.size(), size);
+    }
+    // A length that is neither 2 nor 4 bytes a token says so.
+    t.write("odd/x.ds", [0u8; 12]);
+    t.write("odd/x.ds.index", 4u64.to_le_bytes());
+    let err = fails(
+        t.prep()
+            .args(["import", "datatrove"])
+            .arg(t.path("odd/x"))
+            .arg(t.path("ob")),
+        2,
+    );
+    assert!(
+        err.contains("x.ds:") && err.contains("neither 2 nor 4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn import_takes_options_before_the_output() {
+    let t = TestDir::new();
+    let tokens: Vec<u8> = [1u16, 2, 9, 3, 9]
+        .iter()
+        .flat_map(|i| i.to_le_bytes())
+        .collect();
+    t.write("train.bin", tokens);
+    let back = t.path("back");
+    ok(t.prep()
+        .args(["import", "nanogpt"])
+        .arg(t.path("train.bin"))
+        .args(["--eos", "9"])
+        .arg(&back)
+        .arg("-q"));
+    assert_eq!(records(&back), [vec![1, 2, 9], vec![3, 9]]);
+    let err = fails(
+        t.prep()
+            .args(["import", "nanogpt", "--eos", "9"])
+            .arg(t.path("train.bin")),
+        2,
+    );
+    assert!(err.contains("output"), "{err}");
 }

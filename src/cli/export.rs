@@ -37,16 +37,23 @@ pub(crate) struct Args {
     #[arg(long, default_value = "prep")]
     name: String,
 
-    /// llmc: tokens per shard, at most.
+    /// llmc: tokens per shard, at most (uint16 shards: up to 1073741311,
+    /// what llm.c's C loader can seek within).
     #[arg(long, value_name = "N", default_value_t = 100_000_000)]
     shard_tokens: u64,
+
+    /// llmc: B × T × processes of the llm.c run; every shard is made to
+    /// hold more tokens than that (llm.c aborts at start-up otherwise), or
+    /// the export is refused.
+    #[arg(long, value_name = "N")]
+    batch_tokens: Option<u64>,
 
     /// llmc: tokens of a validation shard split off the start (0: none).
     #[arg(long, value_name = "N", default_value_t = 0)]
     val_tokens: u64,
 
     /// llmc: put each document's end-of-text token before it, as llm.c's
-    /// scripts do (prep keeps it after).
+    /// scripts do (prep keeps it after). Documents datasets only.
     #[arg(long)]
     eot_first: bool,
 
@@ -93,10 +100,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.shard_tokens = args.shard_tokens;
     config.val_tokens = args.val_tokens;
     config.eot_first = args.eot_first;
+    config.batch_tokens = args.batch_tokens;
     config.tokenizer_name = args.tokenizer_name;
     config.overwrite = args.overwrite;
-    if format != Format::Llmc && (config.eot_first || config.val_tokens > 0) {
-        anyhow::bail!("--eot-first and --val-tokens apply to --to llmc");
+    if format != Format::Llmc
+        && (config.eot_first || config.val_tokens > 0 || config.batch_tokens.is_some())
+    {
+        anyhow::bail!("--eot-first, --val-tokens and --batch-tokens apply to --to llmc");
     }
     let started = Instant::now();
     let r = interop::export(&config)?;

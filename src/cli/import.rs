@@ -29,8 +29,9 @@ pub(crate) struct Args {
     #[arg(value_enum, value_name = "FORMAT")]
     format: FormatArg,
 
-    /// Inputs, then the output dataset directory.
-    #[arg(value_name = "PATH", required = true, num_args = 2..)]
+    /// Inputs, then the output dataset directory. (Counted in `run`, not by
+    /// clap: a minimum here would make clap refuse options between paths.)
+    #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
 
     /// A tokenizer.json (or .json.zst/.gz) to copy into the dataset; the
@@ -62,7 +63,10 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
-    let output = args.paths.pop().expect("clap requires two paths");
+    if args.paths.len() < 2 {
+        anyhow::bail!("give at least one input and then the output directory");
+    }
+    let output = args.paths.pop().expect("two paths");
     let eos = match (&args.eos, &args.tokenizer) {
         (None, _) => None,
         (Some(value), Some(path)) => {

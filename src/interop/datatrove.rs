@@ -4,6 +4,13 @@
 //! every document in tokens as little-endian u64 (the last equals the token
 //! count), and `PREFIX.ds.metadata` the text
 //! `tokenizer_name|token_size\n<count>\n<human count>`.
+//!
+//! datatrove's `TokenizedFile` writes `.ds` and `.ds.index` itself; the
+//! metadata comes from the tokenizer step around it, so a file written by
+//! the class alone has none. An import then takes the token count from the
+//! index's last entry and the token size from `.ds`'s length divided by it
+//! (2 or 4, nothing else); only a file with no tokens leaves the size open,
+//! and it does not matter there. Tokens of 4 bytes are uint32.
 
 use std::path::{Path, PathBuf};
 
@@ -66,11 +73,48 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
     })
 }
 
-/// The token size from the metadata's first line.
+/// The token size, from the metadata's first line or, without metadata,
+/// from the sizes of `.ds` and `.ds.index`.
 pub(crate) fn token_size(prefix: &Path) -> Result<usize, InteropError> {
-    let (_, _, meta_path) = paths(prefix);
-    let text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
-    Ok(parse_metadata(&meta_path, &text)?.0)
+    Ok(layout(prefix)?.0)
+}
+
+/// (token size, token count) of a datatrove file: from `.ds.metadata`
+/// where there is one, else from the index's last entry and `.ds`'s length.
+fn layout(prefix: &Path) -> Result<(usize, u64), InteropError> {
+    let (data_path, index_path, meta_path) = paths(prefix);
+    match std::fs::read_to_string(&meta_path) {
+        Ok(text) => return parse_metadata(&meta_path, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&meta_path)(e)),
+    }
+    let index = MappedFile::open(&index_path)?;
+    let ib = index.bytes();
+    if ib.len() % 8 != 0 {
+        return Err(bad(
+            &index_path,
+            format!("{} bytes: not whole u64 offsets", ib.len()),
+        ));
+    }
+    let count = ib.len().checked_sub(8).map_or(0, |i| {
+        u64::from_le_bytes(ib[i..].try_into().expect("8 bytes"))
+    });
+    let bytes = std::fs::metadata(&data_path).map_err(io(&data_path))?.len();
+    if count == 0 {
+        return Ok((2, 0));
+    }
+    match bytes.checked_div(count) {
+        Some(size @ (2 | 4)) if size * count == bytes => Ok((size as usize, count)),
+        _ => Err(bad(
+            &data_path,
+            format!(
+                "{bytes} bytes for the {count} tokens {} ends at: neither 2 nor 4 bytes a token \
+                 (there is no {} to say which)",
+                index_path.display(),
+                meta_path.display()
+            ),
+        )),
+    }
 }
 
 /// (token size, token count) from the metadata.
@@ -99,8 +143,7 @@ pub(crate) fn import(
     sink: &mut impl RecordSink,
 ) -> Result<Vec<PathBuf>, InteropError> {
     let (data_path, index_path, meta_path) = paths(prefix);
-    let text = std::fs::read_to_string(&meta_path).map_err(io(&meta_path))?;
-    let (size, count) = parse_metadata(&meta_path, &text)?;
+    let (size, count) = layout(prefix)?;
     let data = MappedFile::open(&data_path)?;
     let bytes = data.bytes();
     if bytes.len() as u64 != count.saturating_mul(size as u64) {
@@ -141,5 +184,9 @@ pub(crate) fn import(
             format!("the documents end at token {start}, but there are {count}"),
         ));
     }
-    Ok(vec![data_path, index_path, meta_path])
+    let mut files = vec![data_path, index_path];
+    if meta_path.exists() {
+        files.push(meta_path);
+    }
+    Ok(files)
 }

@@ -10,6 +10,12 @@
 //! with `val_tokens`, a `NAME_val_000000.bin` holding the first
 //! `val_tokens` tokens of the stream.
 //!
+//! llm.c's C loader (`llmc/dataloader.h`) reads uint16 shards only, seeks
+//! within them with a 32-bit `int` (so a shard ends below byte 2^31:
+//! [`MAX_U16_SHARD_TOKENS`]) and aborts on a shard of no more than one
+//! batch (`batch_tokens`); uint32 shards are read by the Python loader of
+//! llm.c's `train_llama3.py`.
+//!
 //! llm.c puts the end-of-text token *before* each document; prep keeps it
 //! at the end. `eot_first` moves each record's last token (its eos) to its
 //! front on export, and back on import, so that a model trained on the
@@ -18,7 +24,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    bad, io, ExportConfig, ExportReport, ImportConfig, InteropError, RecordSink, Splitter, TmpFile,
+    bad, io, ExportConfig, ExportReport, ImportConfig, InteropError, RecordSink, ShardCheck,
+    Splitter, TmpFile,
 };
 use crate::format::{Dataset, Dtype, MappedFile};
 
@@ -41,6 +48,9 @@ fn header(dtype: Dtype, count: u64) -> [u8; HEADER] {
 }
 
 /// Writes the token stream into shards whose sizes are fixed in advance.
+/// A full shard is closed but keeps its temporary name until
+/// [`Shards::commit`], so that a damaged shard of the dataset found later
+/// leaves no llm.c shard behind.
 struct Shards<'a> {
     config: &'a ExportConfig,
     dtype: Dtype,
@@ -48,7 +58,7 @@ struct Shards<'a> {
     plan: Vec<(PathBuf, u64)>,
     next: usize,
     current: Option<(TmpFile, u64)>,
-    files: Vec<PathBuf>,
+    full: Vec<TmpFile>,
     bytes: u64,
 }
 
@@ -69,52 +79,128 @@ impl Shards<'_> {
             *left -= (take / size) as u64;
             tokens = &tokens[take..];
             if *left == 0 {
-                let (file, _) = self.current.take().expect("open");
+                let (mut file, _) = self.current.take().expect("open");
+                file.close()?;
                 self.bytes += file.bytes();
-                self.files.push(file.commit()?);
+                self.full.push(file);
             }
         }
         Ok(())
     }
+
+    /// Renames every shard into place, once all are written and checked.
+    fn commit(self) -> Result<Vec<PathBuf>, InteropError> {
+        self.full.into_iter().map(TmpFile::commit).collect()
+    }
 }
 
-pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport, InteropError> {
-    if config.shard_tokens == 0 || config.shard_tokens >= 1 << 31 {
+/// The most tokens of one uint16 shard llm.c's C loader can read to its
+/// end: it seeks with a 32-bit `int`, so every byte of the shard must lie
+/// below 2^31.
+pub const MAX_U16_SHARD_TOKENS: u64 = (i32::MAX as u64 - HEADER as u64) / 2;
+
+/// The most tokens of one shard: the header counts them in an int32.
+pub const MAX_SHARD_TOKENS: u64 = i32::MAX as u64;
+
+/// The shard plan: (path, tokens) of the validation shard, then of every
+/// train shard, in stream order.
+fn plan(
+    config: &ExportConfig,
+    dtype: Dtype,
+    total: u64,
+) -> Result<Vec<(PathBuf, u64)>, InteropError> {
+    let limit = match dtype {
+        Dtype::U16 => MAX_U16_SHARD_TOKENS,
+        Dtype::U32 => MAX_SHARD_TOKENS,
+    };
+    if config.shard_tokens == 0 || config.shard_tokens > limit {
+        let why = match dtype {
+            Dtype::U16 => "llm.c's C loader seeks within a uint16 shard with a 32-bit int",
+            Dtype::U32 => "llm.c counts a shard's tokens in an int32",
+        };
         return Err(InteropError::Unsupported(format!(
-            "--shard-tokens {}: llm.c counts a shard's tokens in an int32; choose 1 to 2147483647",
+            "--shard-tokens {}: {why}; choose 1 to {limit}",
             config.shard_tokens
         )));
     }
-    if config.eot_first {
-        let eos = ds.manifest().special_tokens.eos;
-        if !ds.manifest().eos_appended || eos.is_none() {
-            return Err(InteropError::Unsupported(
-                "--eot-first moves each document's final eos to its front, but this dataset's documents do not end with eos".into(),
-            ));
-        }
-    }
-    let dir = &config.output;
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let total = ds.n_tokens();
     if config.val_tokens > 0 && config.val_tokens >= total && total > 0 {
         return Err(InteropError::Unsupported(format!(
             "--val-tokens {} takes all {total} tokens and leaves none to train on",
             config.val_tokens
         )));
     }
+    if config.val_tokens > limit {
+        return Err(InteropError::Unsupported(format!(
+            "--val-tokens {}: one shard holds at most {limit} tokens",
+            config.val_tokens
+        )));
+    }
+    let dir = &config.output;
     let val = config.val_tokens.min(total);
+    let mut counts = Vec::new();
+    let mut left = total - val;
+    while left > 0 {
+        let count = left.min(config.shard_tokens);
+        counts.push(count);
+        left -= count;
+    }
+    // llm.c's loader needs more than one batch in every shard: a short
+    // last shard takes what it lacks from the one before it.
+    let need = config.batch_tokens.map(|b| b + 1);
+    if let Some(need) = need {
+        if val > 0 && val < need {
+            return Err(InteropError::Unsupported(format!(
+                "--val-tokens {val}: llm.c needs more than --batch-tokens {} tokens in every shard",
+                need - 1
+            )));
+        }
+        let n = counts.len();
+        if n >= 2 && counts[n - 1] < need && counts[n - 2] + counts[n - 1] >= 2 * need {
+            let lack = need - counts[n - 1];
+            counts[n - 2] -= lack;
+            counts[n - 1] = need;
+        }
+        if let Some(short) = counts.iter().find(|&&c| c < need) {
+            return Err(InteropError::Unsupported(format!(
+                "a train shard of {short} tokens: llm.c needs more than --batch-tokens {} tokens in every shard \
+                 ({} train tokens in all, --shard-tokens {})",
+                need - 1,
+                total - val,
+                config.shard_tokens
+            )));
+        }
+    }
     let mut plan = Vec::new();
     if val > 0 {
         plan.push((dir.join(format!("{}_val_000000.bin", config.name)), val));
     }
-    let mut left = total - val;
-    let mut n = 1;
-    while left > 0 {
-        let count = left.min(config.shard_tokens);
+    for (i, count) in counts.into_iter().enumerate() {
+        let n = i + 1;
         plan.push((dir.join(format!("{}_train_{n:06}.bin", config.name)), count));
-        left -= count;
-        n += 1;
     }
+    Ok(plan)
+}
+
+pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport, InteropError> {
+    if config.eot_first {
+        let m = ds.manifest();
+        if m.kind != "documents" || m.packing.is_some() {
+            return Err(InteropError::Unsupported(
+                "--eot-first moves each document's final eos to its front, but this dataset is packed: \
+                 its rows end mid-document. Export the documents dataset it was packed from"
+                    .into(),
+            ));
+        }
+        if !m.eos_appended || m.special_tokens.eos.is_none() {
+            return Err(InteropError::Unsupported(
+                "--eot-first moves each document's final eos to its front, but this dataset's documents do not end with eos".into(),
+            ));
+        }
+    }
+    let total = ds.n_tokens();
+    let plan = plan(config, ds.dtype(), total)?;
+    let dir = &config.output;
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
     if plan.is_empty() {
         // An empty dataset still gives llm.c a (valid, empty) train shard.
         let path = dir.join(format!("{}_train_000001.bin", config.name));
@@ -134,9 +220,10 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
         plan,
         next: 0,
         current: None,
-        files: Vec::new(),
+        full: Vec::new(),
         bytes: 0,
     };
+    let mut check = ShardCheck::new(ds);
     if config.eot_first {
         let size = ds.dtype().size();
         for record in ds.records() {
@@ -144,6 +231,7 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
             if bytes.is_empty() {
                 continue;
             }
+            check.pass(bytes, |_| Ok(()))?;
             let (body, eos) = bytes.split_at(bytes.len() - size);
             shards.write(eos)?;
             shards.write(body)?;
@@ -154,16 +242,18 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
         while at < total {
             let end = (at + SPAN).min(total);
             for span in ds.tokens(at..end)? {
-                shards.write(span.as_bytes())?;
+                check.pass(span.as_bytes(), |piece| shards.write(piece))?;
             }
             at = end;
         }
     }
+    check.finish()?;
+    let bytes = shards.bytes;
     Ok(ExportReport {
-        files: shards.files,
+        files: shards.commit()?,
         records: ds.len(),
         tokens: total,
-        bytes: shards.bytes,
+        bytes,
     })
 }
 

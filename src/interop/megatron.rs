@@ -6,10 +6,20 @@
 //! number of sequences; u64 `D`, the number of document-index entries; then
 //! i32\[S\] sequence lengths in tokens, i64\[S\] sequence byte offsets into
 //! `.bin` (the running sum of length × item size, from 0), and i64\[D\]
-//! document indices. prep writes one sequence per record, so `D = S + 1` and
-//! the document indices are `0, 1, ..., S`; the file is `34 + 12 S + 8 D`
-//! bytes. There is no u32 code: uint32 datasets are written as int32 (code
-//! 4), and an id that does not fit int32 is refused.
+//! document indices; the file is `34 + 12 S + 8 D` bytes.
+//!
+//! The document indices group sequences into documents: they start at 0,
+//! never decrease and end at `S`, and document `j` is sequences
+//! `doc[j]..doc[j + 1]`. Megatron's `IndexedDatasetBuilder` adds one entry
+//! per `end_document()`, so a file made with `--split-sentences` has several
+//! sequences (sentences) per document. prep writes one sequence per record
+//! (`D = S + 1`, indices `0, 1, ..., S`) and imports one record per
+//! document, its sequences back to back.
+//!
+//! There is no u32 code: uint32 datasets are written as int32 (code 4),
+//! and an id that does not fit int32 is refused (on import, an int32 id
+//! below 0 is). Megatron's own preprocessing picks int32 from 65,500 ids,
+//! prep from 65,537: either is read.
 
 use std::path::{Path, PathBuf};
 
@@ -166,16 +176,29 @@ pub(crate) fn import(
                 .expect("8"),
         )
     };
-    let last_doc =
-        (d > 0).then(|| i64::from_le_bytes(bytes[bytes.len() - 8..].try_into().expect("8")));
-    if last_doc != Some(s as i64) {
+    let doc_at = offsets_at + 8 * s;
+    let doc = |j: usize| {
+        i64::from_le_bytes(
+            bytes[doc_at + 8 * j..doc_at + 8 * j + 8]
+                .try_into()
+                .expect("8"),
+        )
+    };
+    let d = d as usize;
+    if d == 0 || doc(0) != 0 || doc(d - 1) != s as i64 {
         return Err(bad(
             &idx_path,
-            format!("the last document index is {last_doc:?}, not the number of sequences {s}"),
+            format!(
+                "the document indices run from {:?} to {:?}, not from 0 to the number of sequences {s}",
+                (d > 0).then(|| doc(0)),
+                (d > 0).then(|| doc(d - 1)),
+            ),
         ));
     }
     let bin = MappedFile::open(&bin_path)?;
     let data = bin.bytes();
+    // Where each sequence starts in `.bin`, checked against the offsets.
+    let mut starts = Vec::with_capacity(s + 1);
     let mut at = 0u64;
     for i in 0..s {
         let len = u64::try_from(length(i)).map_err(|_| {
@@ -190,21 +213,30 @@ pub(crate) fn import(
                 format!("sequence {i} starts at byte {}, expected {at}", offset(i)),
             ));
         }
-        let end = at + len * size as u64;
-        let record = data.get(at as usize..end as usize).ok_or_else(|| {
-            bad(
-                &bin_path,
-                format!("{} bytes, but sequence {i} ends at byte {end}", data.len()),
-            )
-        })?;
-        sink.record(record, size)?;
-        at = end;
+        starts.push(at);
+        at += len * size as u64;
     }
+    starts.push(at);
     if at != data.len() as u64 {
         return Err(bad(
             &bin_path,
             format!("{} bytes, but the sequences cover {at}", data.len()),
         ));
+    }
+    // One record per document: its sequences lie back to back.
+    for j in 0..d - 1 {
+        let (first, end) = (doc(j), doc(j + 1));
+        if end < first || end > s as i64 {
+            return Err(bad(
+                &idx_path,
+                format!(
+                    "document index {} is {end}: below the one before it ({first}) or past the {s} sequences",
+                    j + 1
+                ),
+            ));
+        }
+        let record = &data[starts[first as usize] as usize..starts[end as usize] as usize];
+        sink.record(record, size)?;
     }
     Ok(vec![bin_path, idx_path])
 }

@@ -19,6 +19,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
@@ -74,6 +75,29 @@ pub enum InteropError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// A shard of the dataset being exported is not the one its manifest
+    /// recorded: its bytes have changed since it was written.
+    #[error("{}: XXH3 {actual}, but manifest.json records {expected}: the shard has changed since it was written; export refuses it", path.display())]
+    ChecksumMismatch {
+        /// The shard's `.bin`.
+        path: PathBuf,
+        /// The checksum in the manifest.
+        expected: String,
+        /// The checksum of the bytes read.
+        actual: String,
+    },
+    /// A token of the dataset being exported is not below its vocabulary size.
+    #[error("{}: token {token} of the shard is id {id}, not below the vocabulary size {vocab_size} in manifest.json", path.display())]
+    IdOutOfRange {
+        /// The shard's `.bin`.
+        path: PathBuf,
+        /// The token's position within the shard.
+        token: u64,
+        /// The id.
+        id: u64,
+        /// The manifest's vocabulary size.
+        vocab_size: u64,
+    },
     /// An I/O error.
     #[error("{}: {source}", path.display())]
     Io {
@@ -109,13 +133,22 @@ pub struct ExportConfig {
     pub output: PathBuf,
     /// llmc: shard names are `NAME_train_NNNNNN.bin`.
     pub name: String,
-    /// llmc: tokens per shard, at most.
+    /// llmc: tokens per shard, at most: 1 to 1,073,741,311 for uint16
+    /// shards (what llm.c's C loader can seek within), to 2^31 − 1 for
+    /// uint32 shards.
     pub shard_tokens: u64,
     /// llmc: tokens of the validation shard (`NAME_val_000000.bin`), taken
     /// from the start of the stream; 0 for none.
     pub val_tokens: u64,
-    /// llmc: put each document's end-of-text token before it, as llm.c does.
+    /// llmc: put each document's end-of-text token before it, as llm.c does
+    /// (documents datasets only: a packed row does not end with its eos).
     pub eot_first: bool,
+    /// llmc: B × T × processes of the llm.c run that reads the export. Its
+    /// loader aborts at start-up on a shard of no more than that many
+    /// tokens, so every shard must hold more: a short last train shard takes
+    /// what it lacks from the one before it, and what cannot be made to fit
+    /// is refused. `None`: no such check.
+    pub batch_tokens: Option<u64>,
     /// datatrove: the tokenizer name written in the metadata.
     pub tokenizer_name: String,
     /// Replace existing output files.
@@ -133,6 +166,7 @@ impl ExportConfig {
             shard_tokens: 100_000_000,
             val_tokens: 0,
             eot_first: false,
+            batch_tokens: None,
             tokenizer_name: "prep".into(),
             overwrite: false,
         }
@@ -153,22 +187,46 @@ pub struct ExportReport {
 }
 
 /// Runs `prep export`.
+///
+/// Every shard's checksum and every id (below the vocabulary size) is
+/// checked while the tokens are copied; the output files keep temporary
+/// names until all of them are complete and checked, so an error (a damaged
+/// shard, an id out of range, a full disk) leaves no output behind, and no
+/// directory the export made.
 pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
     let ds = Dataset::open(&config.input)?;
-    match config.format {
+    let dir = match config.format {
+        Format::Llmc => config.output.as_path(),
+        _ => config.output.parent().unwrap_or(Path::new("")),
+    };
+    let made: Vec<PathBuf> = dir
+        .ancestors()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    let result = match config.format {
         Format::Megatron => megatron::export(&ds, config),
         Format::NanoGpt => nanogpt::export(&ds, config),
         Format::Llmc => llmc::export(&ds, config),
         Format::Datatrove => datatrove::export(&ds, config),
+    };
+    if result.is_err() {
+        // Deepest first; `remove_dir` leaves a directory that is not empty.
+        for d in &made {
+            let _ = std::fs::remove_dir(d);
+        }
     }
+    result
 }
 
-/// A file written under `NAME.tmp` and renamed into place by [`TmpFile::commit`].
+/// A file written under `NAME.tmp` and renamed into place by
+/// [`TmpFile::commit`]; dropped before, it removes the temporary file.
 pub(crate) struct TmpFile {
     path: PathBuf,
     tmp: PathBuf,
     out: Option<BufWriter<File>>,
     bytes: u64,
+    committed: bool,
 }
 
 impl TmpFile {
@@ -188,6 +246,7 @@ impl TmpFile {
             tmp,
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             bytes: 0,
+            committed: false,
         })
     }
 
@@ -205,40 +264,202 @@ impl TmpFile {
         self.bytes
     }
 
-    /// Flushes, syncs and renames into place; returns the final path.
+    /// Flushes, syncs and closes the file, which keeps its temporary name
+    /// (and is still removed on drop) until [`TmpFile::commit`].
+    pub(crate) fn close(&mut self) -> Result<(), InteropError> {
+        if let Some(out) = self.out.take() {
+            let file = out.into_inner().map_err(|e| InteropError::Io {
+                path: self.tmp.clone(),
+                source: e.into_error(),
+            })?;
+            file.sync_all().map_err(io(&self.tmp))?;
+        }
+        Ok(())
+    }
+
+    /// Closes the file if open and renames it into place; returns the final path.
     pub(crate) fn commit(mut self) -> Result<PathBuf, InteropError> {
-        let out = self.out.take().expect("open until committed");
-        let file = out.into_inner().map_err(|e| InteropError::Io {
-            path: self.tmp.clone(),
-            source: e.into_error(),
-        })?;
-        file.sync_all().map_err(io(&self.tmp))?;
+        self.close()?;
         std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
+        self.committed = true;
         Ok(self.path.clone())
     }
 }
 
 impl Drop for TmpFile {
     fn drop(&mut self) {
-        if self.out.is_some() {
+        if !self.committed {
+            self.out = None;
             let _ = std::fs::remove_file(&self.tmp);
         }
     }
 }
 
+/// Checks a dataset's shards while an export copies them: each `.bin`
+/// against the XXH3 its manifest records, and every id below the
+/// vocabulary size. It sees the very bytes the export writes, in stream
+/// order, piece by piece, so the check costs no second read of the data.
+pub(crate) struct ShardCheck<'a> {
+    ds: &'a Dataset,
+    /// The shard whose bytes come next.
+    shard: usize,
+    /// Bytes of that shard seen so far.
+    seen: u64,
+    hasher: Xxh3,
+    /// Ids at or above this are refused; `None` when the dtype cannot hold one.
+    limit: Option<u64>,
+}
+
+impl<'a> ShardCheck<'a> {
+    pub(crate) fn new(ds: &'a Dataset) -> ShardCheck<'a> {
+        let vocab = ds.manifest().vocab_size;
+        let largest = (1u64 << (8 * ds.dtype().size())) - 1;
+        ShardCheck {
+            ds,
+            shard: 0,
+            seen: 0,
+            hasher: Xxh3::new(),
+            limit: (vocab <= largest).then_some(vocab),
+        }
+    }
+
+    /// Checks `bytes`, the next bytes of the dataset's token stream, and
+    /// hands them on to `emit` in pieces small enough to stay in cache
+    /// between the check and the copy.
+    pub(crate) fn pass(
+        &mut self,
+        mut bytes: &[u8],
+        mut emit: impl FnMut(&[u8]) -> Result<(), InteropError>,
+    ) -> Result<(), InteropError> {
+        const PIECE: usize = 256 << 10;
+        while !bytes.is_empty() {
+            self.close_finished()?;
+            let shards = &self.ds.manifest().shards;
+            let Some(info) = shards.get(self.shard) else {
+                return Err(InteropError::Unsupported(
+                    "the export read more tokens than the manifest lists".into(),
+                ));
+            };
+            let left = (info.bin_bytes - self.seen).min(PIECE as u64) as usize;
+            let (piece, rest) = bytes.split_at(left.min(bytes.len()));
+            self.hasher.update(piece);
+            self.check_ids(piece)?;
+            self.seen += piece.len() as u64;
+            emit(piece)?;
+            bytes = rest;
+        }
+        Ok(())
+    }
+
+    /// The end of the stream: every shard must have been read whole.
+    pub(crate) fn finish(mut self) -> Result<(), InteropError> {
+        self.close_finished()?;
+        if self.shard < self.ds.manifest().shards.len() {
+            return Err(InteropError::Unsupported(format!(
+                "the export stopped inside shard {} ({} of its bytes read)",
+                self.ds.manifest().shards[self.shard].bin,
+                self.seen
+            )));
+        }
+        Ok(())
+    }
+
+    /// Compares the checksum of every shard read to its end (and of empty
+    /// shards, which have no bytes to wait for).
+    fn close_finished(&mut self) -> Result<(), InteropError> {
+        let shards = &self.ds.manifest().shards;
+        while let Some(info) = shards.get(self.shard) {
+            if self.seen < info.bin_bytes {
+                break;
+            }
+            let actual = checksum_hex(self.hasher.digest());
+            if actual != info.bin_xxh3 {
+                return Err(InteropError::ChecksumMismatch {
+                    path: self.ds.dir().join(&info.bin),
+                    expected: info.bin_xxh3.clone(),
+                    actual,
+                });
+            }
+            self.shard += 1;
+            self.seen = 0;
+            self.hasher.reset();
+        }
+        Ok(())
+    }
+
+    fn check_ids(&self, piece: &[u8]) -> Result<(), InteropError> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let size = self.ds.dtype().size();
+        let id = |c: &[u8]| match size {
+            2 => u64::from(u16::from_le_bytes([c[0], c[1]])),
+            _ => u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        };
+        // The largest id first, one loop per token size that the compiler
+        // can vectorise; the position only when one is out of range.
+        let max = match size {
+            2 => piece
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .max()
+                .map(u64::from),
+            _ => piece
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .max()
+                .map(u64::from),
+        };
+        if max.unwrap_or(0) < limit {
+            return Ok(());
+        }
+        let (at, bad) = piece
+            .chunks_exact(size)
+            .map(id)
+            .enumerate()
+            .find(|&(_, v)| v >= limit)
+            .expect("the maximum is out of range");
+        // A damaged shard is the likelier cause, and the one to name: hash
+        // the whole shard (on this error path only).
+        let shards = &self.ds.manifest().shards;
+        let info = &shards[self.shard];
+        let start: u64 = shards[..self.shard].iter().map(|s| s.n_tokens).sum();
+        let mut hasher = Xxh3::new();
+        for span in self.ds.tokens(start..start + info.n_tokens)? {
+            hasher.update(span.as_bytes());
+        }
+        let actual = checksum_hex(hasher.digest());
+        if actual != info.bin_xxh3 {
+            return Err(InteropError::ChecksumMismatch {
+                path: self.ds.dir().join(&info.bin),
+                expected: info.bin_xxh3.clone(),
+                actual,
+            });
+        }
+        Err(InteropError::IdOutOfRange {
+            path: self.ds.dir().join(&info.bin),
+            token: self.seen / size as u64 + at as u64,
+            id: bad,
+            vocab_size: limit,
+        })
+    }
+}
+
 /// Writes every token of `ds` (records back to back) to `out`, in large
-/// spans straight from the mapping.
+/// spans straight from the mapping, checking each shard as it goes
+/// ([`ShardCheck`]).
 pub(crate) fn write_all_tokens(ds: &Dataset, out: &mut TmpFile) -> Result<(), InteropError> {
     const SPAN: u64 = 4 << 20;
+    let mut check = ShardCheck::new(ds);
     let mut at = 0;
     while at < ds.n_tokens() {
         let end = (at + SPAN).min(ds.n_tokens());
         for span in ds.tokens(at..end)? {
-            out.write(span.as_bytes())?;
+            check.pass(span.as_bytes(), |piece| out.write(piece))?;
         }
         at = end;
     }
-    Ok(())
+    check.finish()
 }
 
 /// The largest id of a dataset, scanning only when the vocabulary does not
@@ -289,6 +510,8 @@ pub(crate) trait RecordSink {
 struct ImportWriter {
     writer: DatasetWriter,
     dtype: Dtype,
+    /// 4-byte source tokens are int32 (Megatron), not uint32.
+    signed: bool,
     max_id: u64,
     records: u64,
     eos: Option<u32>,
@@ -299,7 +522,8 @@ struct ImportWriter {
 
 impl RecordSink for ImportWriter {
     fn record(&mut self, bytes: &[u8], size: usize) -> Result<(), InteropError> {
-        // One pass over the ids: the largest, negative int32 ids, the last.
+        // One pass over the ids: the largest (negative ones, where the
+        // source is int32), the last.
         let mut max = 0u64;
         let last;
         match size {
@@ -313,15 +537,24 @@ impl RecordSink for ImportWriter {
                     .map(|i| u64::from(u16::from_le_bytes([bytes[i], bytes[i + 1]])));
             }
             _ => {
-                let mut min = 0i64;
+                // Megatron's code 4 is int32: the sign bit makes a negative
+                // id. llm.c and datatrove write uint32: every bit is the id.
+                let mut top = 0u32;
                 for c in bytes.chunks_exact(4) {
-                    let v = i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-                    min = min.min(v);
-                    max = max.max(v.max(0) as u64);
+                    top = top.max(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
                 }
-                if min < 0 {
-                    return Err(bad(&self.path, format!("a negative token id {min}")));
+                if self.signed && top > i32::MAX as u32 {
+                    let negative = bytes
+                        .chunks_exact(4)
+                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .min()
+                        .unwrap_or(0);
+                    return Err(bad(
+                        &self.path,
+                        format!("a negative token id {negative} (int32 tokens)"),
+                    ));
                 }
+                max = u64::from(top);
                 last = bytes.len().checked_sub(4).map(|i| {
                     u64::from(u32::from_le_bytes(
                         bytes[i..i + 4].try_into().expect("4 bytes"),
@@ -431,6 +664,7 @@ fn import_into(
     let mut sink = ImportWriter {
         writer: DatasetWriter::new(out, dtype, config.shard_size, Vec::new()),
         dtype,
+        signed: config.format == Format::Megatron,
         max_id: 0,
         records: 0,
         eos: config.eos,

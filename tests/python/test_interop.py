@@ -379,6 +379,10 @@ def test_uint32_ids_from_2_31(tmp_path, fmt):
     assert np.array_equal(tokens, stream(U32_HIGH))
     if recs is not None:
         assert_same(recs, U32_HIGH, f"{fmt} export")
+    # 4-byte llm.c and datatrove tokens are uint32: 2^31 is an id, not a negative one.
+    back = imported(fmt, [tmp_path / "out"], tmp_path / "back")
+    want = [stream(U32_HIGH)] if fmt == "llmc" else U32_HIGH
+    assert_same(back, want, f"{fmt} import")
 
 
 def test_megatron_refuses_ids_from_2_31(tmp_path):
@@ -598,3 +602,32 @@ def test_interop_read_imports_with_numpy_alone():
                           capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
     assert Path(interop_read.__file__).name == "interop_read.py"
+
+
+# --- Files in the trainers' own layouts ----------------------------------------------------------
+
+def test_megatron_split_sentences_import_keeps_documents(tmp_path):
+    """A file as IndexedDatasetBuilder writes it with --split-sentences: add_item per sentence,
+    end_document per document, so document_indices group several sequences."""
+    docs = [[[1, 2], [3]], [[4, 5, 6]], [[7], [8], [9, 10]]]
+    sentences = [np.array(s, dtype="<u2") for d in docs for s in d]
+    lengths = np.array([len(s) for s in sentences], dtype="<i4")
+    pointers = np.concatenate([[0], np.cumsum(lengths)[:-1] * 2]).astype("<i8")
+    doc_indices = np.cumsum([0] + [len(d) for d in docs]).astype("<i8")
+    prefix = tmp_path / "split"
+    Path(f"{prefix}.bin").write_bytes(b"".join(s.tobytes() for s in sentences))
+    Path(f"{prefix}.idx").write_bytes(
+        b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(sentences), len(doc_indices))
+        + lengths.tobytes() + pointers.tobytes() + doc_indices.tobytes())
+    back = imported("megatron", [prefix], tmp_path / "back")
+    assert_same(back, [np.concatenate(d) for d in docs], "one record per document")
+
+
+def test_datatrove_tokenized_file_without_metadata_imports(tmp_path):
+    """TokenizedFile alone writes .ds and .ds.index (uint64 document ends), no .ds.metadata."""
+    docs = [[70000, 1, 2], [3], [4, 99999]]
+    prefix = tmp_path / "00000_unshuffled"
+    Path(f"{prefix}.ds").write_bytes(np.concatenate(docs).astype("<u4").tobytes())
+    Path(f"{prefix}.ds.index").write_bytes(
+        np.cumsum([len(d) for d in docs]).astype("<u8").tobytes())
+    assert_same(imported("datatrove", [prefix], tmp_path / "back"), docs, "datatrove import")
