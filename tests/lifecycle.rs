@@ -119,7 +119,7 @@ fn a_killed_run_leaves_no_lock_that_blocks_the_next() {
     let out = t.path("packed");
     let pack = |out: &Path| {
         let mut cmd = t.prep();
-        cmd.args(["pack", "--seq-len", "64", "--shard-size", "2KiB", "-q"])
+        cmd.args(["pack", "--seq-len", "64", "--shard-size", "32KiB", "-q"])
             .arg(&input)
             .arg(out);
         cmd
@@ -141,7 +141,7 @@ fn pack_journals_every_shard_as_it_completes() {
     tokenized(&t, &input);
     let out = t.path("packed");
     let mut cmd = t.prep();
-    cmd.args(["pack", "--seq-len", "64", "--shard-size", "2KiB", "-q"])
+    cmd.args(["pack", "--seq-len", "64", "--shard-size", "32KiB", "-q"])
         .arg(&input)
         .arg(&out);
     kill_after_shards(cmd, &out, 5);
@@ -158,14 +158,14 @@ fn pack_journals_every_shard_as_it_completes() {
     // The re-run resumes from them and ends as an uninterrupted run does.
     let again = ok(t
         .prep()
-        .args(["pack", "--seq-len", "64", "--shard-size", "2KiB"])
+        .args(["pack", "--seq-len", "64", "--shard-size", "32KiB"])
         .arg(&input)
         .arg(&out));
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(stderr.contains("resuming: kept"), "{stderr}");
     let whole = t.path("whole");
     ok(t.prep()
-        .args(["pack", "--seq-len", "64", "--shard-size", "2KiB", "-q"])
+        .args(["pack", "--seq-len", "64", "--shard-size", "32KiB", "-q"])
         .arg(&input)
         .arg(&whole));
     assert_eq!(snapshot(&out), snapshot(&whole));

@@ -49,7 +49,7 @@ pub(crate) fn mmap_cast_segments(bytes: &[u8]) -> Option<&[Segment]> {
 pub(crate) fn mmap_cast_u64(bytes: &[u8]) -> Option<&[u64]> {
     mmap::cast(bytes)
 }
-pub use writer::{atomic_write, hash_file, DatasetWriter, ShardWriter};
+pub use writer::{atomic_write, hash_file, AtomicFile, DatasetWriter, ShardWriter};
 
 /// The type of every token in a dataset's `.bin` files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

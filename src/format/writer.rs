@@ -22,19 +22,78 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// Writes `bytes` to `path` so that readers see the old file or the new one,
 /// never a part: a temporary file in the same directory, fsync, rename.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
-    let tmp = tmp_path(path);
-    // A full disk or any other failure leaves no `.tmp` behind.
-    let mut guard = TmpGuard {
-        paths: vec![tmp.clone()],
-    };
-    let io = |e| FormatError::io(&tmp, e);
-    let mut file = File::create(&tmp).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| FormatError::io(path, e))?;
-    guard.paths.clear();
-    sync_dir(path)
+    let mut file = AtomicFile::create(path)?;
+    file.write(bytes)?;
+    file.commit()
+}
+
+/// A file written under `NAME.tmp` beside its final path and renamed into
+/// place by [`AtomicFile::commit`] (after an fsync of the file, then of the
+/// directory, so the rename survives a crash). Dropped before its commit
+/// (any error, a full disk), it removes the temporary file: readers see the
+/// old file or the whole new one, and nothing half-written stays behind.
+/// The one atomic writer of prep, for shards' small files and exports' large
+/// ones alike.
+pub struct AtomicFile {
+    path: PathBuf,
+    guard: TmpGuard,
+    out: Option<BufWriter<File>>,
+    bytes: u64,
+}
+
+impl AtomicFile {
+    /// Starts `path` as `path.tmp` (truncating a stale one).
+    pub fn create(path: &Path) -> Result<AtomicFile, FormatError> {
+        let tmp = tmp_path(path);
+        let file = File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        Ok(AtomicFile {
+            path: path.into(),
+            guard: TmpGuard { paths: vec![tmp] },
+            out: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            bytes: 0,
+        })
+    }
+
+    fn tmp(&self) -> &Path {
+        &self.guard.paths[0]
+    }
+
+    /// Appends `bytes`.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
+        let out = self.out.as_mut().expect("open until closed");
+        if let Err(e) = out.write_all(bytes) {
+            return Err(FormatError::io(self.tmp(), e));
+        }
+        self.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Flushes, syncs and closes the file, which keeps its temporary name
+    /// (and is still removed on drop) until [`AtomicFile::commit`]: several
+    /// files that must appear together are closed first, then committed.
+    pub fn close(&mut self) -> Result<(), FormatError> {
+        if let Some(out) = self.out.take() {
+            let file = out
+                .into_inner()
+                .map_err(|e| FormatError::io(self.tmp(), e.into_error()))?;
+            file.sync_all()
+                .map_err(|e| FormatError::io(self.tmp(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Closes the file if open and renames it into place, durably.
+    pub fn commit(mut self) -> Result<(), FormatError> {
+        self.close()?;
+        std::fs::rename(self.tmp(), &self.path).map_err(|e| FormatError::io(&self.path, e))?;
+        self.guard.paths.clear();
+        sync_dir(&self.path)
+    }
 }
 
 /// Makes a rename durable: fsync the directory that holds `path`.

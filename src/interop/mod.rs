@@ -14,16 +14,14 @@ pub mod llmc;
 pub mod megatron;
 pub mod nanogpt;
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
-    Provenance, SpecialTokens, TokenizerInfo,
+    checksum_hex, AtomicFile, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError,
+    InputInfo, Manifest, Provenance, SpecialTokens, TokenizerInfo,
 };
 use crate::output::{Output, OutputError, Start, TOKENIZER_FILE};
 
@@ -219,14 +217,12 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
     result
 }
 
-/// A file written under `NAME.tmp` and renamed into place by
-/// [`TmpFile::commit`]; dropped before, it removes the temporary file.
+/// An export's output file: [`AtomicFile`] (temporary name, fsync, rename,
+/// removed on drop), refused when the file exists and `--overwrite` was not
+/// given, its parent folders made.
 pub(crate) struct TmpFile {
     path: PathBuf,
-    tmp: PathBuf,
-    out: Option<BufWriter<File>>,
-    bytes: u64,
-    committed: bool,
+    file: AtomicFile,
 }
 
 impl TmpFile {
@@ -237,61 +233,30 @@ impl TmpFile {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        let mut name = path.file_name().expect("a file name").to_os_string();
-        name.push(".tmp");
-        let tmp = path.with_file_name(name);
-        let file = File::create(&tmp).map_err(io(&tmp))?;
         Ok(TmpFile {
             path: path.into(),
-            tmp,
-            out: Some(BufWriter::with_capacity(1 << 20, file)),
-            bytes: 0,
-            committed: false,
+            file: AtomicFile::create(path)?,
         })
     }
 
     pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), InteropError> {
-        self.bytes += bytes.len() as u64;
-        let tmp = &self.tmp;
-        self.out
-            .as_mut()
-            .expect("open until committed")
-            .write_all(bytes)
-            .map_err(io(tmp))
+        Ok(self.file.write(bytes)?)
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
+        self.file.bytes()
     }
 
     /// Flushes, syncs and closes the file, which keeps its temporary name
     /// (and is still removed on drop) until [`TmpFile::commit`].
     pub(crate) fn close(&mut self) -> Result<(), InteropError> {
-        if let Some(out) = self.out.take() {
-            let file = out.into_inner().map_err(|e| InteropError::Io {
-                path: self.tmp.clone(),
-                source: e.into_error(),
-            })?;
-            file.sync_all().map_err(io(&self.tmp))?;
-        }
-        Ok(())
+        Ok(self.file.close()?)
     }
 
     /// Closes the file if open and renames it into place; returns the final path.
-    pub(crate) fn commit(mut self) -> Result<PathBuf, InteropError> {
-        self.close()?;
-        std::fs::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
-        self.committed = true;
-        Ok(self.path.clone())
-    }
-}
-
-impl Drop for TmpFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            self.out = None;
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+    pub(crate) fn commit(self) -> Result<PathBuf, InteropError> {
+        self.file.commit()?;
+        Ok(self.path)
     }
 }
 
