@@ -19,7 +19,8 @@ pub const PERCENTILES: [f64; 5] = [0.10, 0.50, 0.90, 0.99, 0.999];
 /// Why `inspect` could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    /// The dataset cannot be opened (missing, or it fails the quick checks).
+    /// The dataset cannot be opened (missing, or it fails the quick checks),
+    /// or the record's segment entries break the rules of their row.
     #[error("{0} (prep validate tells every problem)")]
     Open(#[from] FormatError),
     /// `--record` past the end.

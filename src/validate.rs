@@ -60,6 +60,69 @@ pub enum ValidateError {
     Threads(String),
 }
 
+impl ValidateError {
+    /// Which way of failing this is, as the JSON report names it.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ValidateError::NoDirectory(_) => FailureKind::NoDirectory,
+            ValidateError::Manifest(e) => match e {
+                FormatError::NoManifest { .. } => FailureKind::NoManifest,
+                FormatError::UnsupportedVersion { .. } => FailureKind::UnsupportedVersion,
+                FormatError::Io { .. } => FailureKind::Io,
+                // Every other way a manifest fails to read is a bad manifest.
+                _ => FailureKind::BadManifest,
+            },
+            ValidateError::Threads(_) => FailureKind::Threads,
+        }
+    }
+
+    /// The file or directory the failure is about, when there is one.
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            ValidateError::NoDirectory(dir) => Some(dir.clone()),
+            ValidateError::Manifest(e) => match e {
+                FormatError::NoManifest { dir } => Some(dir.join(MANIFEST_FILE)),
+                FormatError::Io { path, .. }
+                | FormatError::BadManifest { path, .. }
+                | FormatError::UnsupportedVersion { path, .. } => Some(path.clone()),
+                _ => None,
+            },
+            ValidateError::Threads(_) => None,
+        }
+    }
+}
+
+/// Why `validate` could not check a dataset at all (exit code 2); the report
+/// then says so in its `error` field instead of listing problems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The dataset directory does not exist.
+    NoDirectory,
+    /// The directory has no `manifest.json`.
+    NoManifest,
+    /// The manifest is not JSON (or not readable as a manifest at all).
+    BadManifest,
+    /// The manifest has a version newer than this build reads.
+    UnsupportedVersion,
+    /// The manifest could not be read from disk.
+    Io,
+    /// The worker threads could not be started.
+    Threads,
+}
+
+/// The `error` of a report for a dataset that could not be checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// Which way of failing.
+    pub kind: FailureKind,
+    /// The file or directory it is about (the dataset directory when no
+    /// single file is to blame).
+    pub path: String,
+    /// The whole message, as printed on stderr.
+    pub message: String,
+}
+
 /// The kinds of problem, one per rule of FORMAT.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -153,9 +216,32 @@ pub struct Report {
     pub omitted: BTreeMap<ProblemKind, u64>,
     /// What was looked at.
     pub checked: Checked,
+    /// Why nothing could be checked, for a dataset `validate` could not run
+    /// on (then `valid` is false and `problems` empty); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
 }
 
 impl Report {
+    /// The report for a dataset that could not be checked at all, so that
+    /// `validate --json` always prints a report a script can parse: not
+    /// valid, no problems listed, nothing checked, and `error` saying why.
+    pub fn could_not_run(config: &ValidateConfig, error: &ValidateError) -> Report {
+        let path = error.path().unwrap_or_else(|| config.dir.clone());
+        Report {
+            dataset: config.dir.display().to_string(),
+            valid: false,
+            problems: Vec::new(),
+            omitted: BTreeMap::new(),
+            checked: Checked::default(),
+            error: Some(Failure {
+                kind: error.kind(),
+                path: path.display().to_string(),
+                message: error.to_string(),
+            }),
+        }
+    }
+
     /// Problems found, listed or not.
     pub fn total_problems(&self) -> u64 {
         self.problems.len() as u64 + self.omitted.values().sum::<u64>()
@@ -213,6 +299,7 @@ impl Problems {
             problems: self.listed,
             omitted,
             checked,
+            error: None,
         }
     }
 }

@@ -217,3 +217,138 @@ fn a_packed_row_is_shown_with_its_pieces() {
     assert!(human.contains("Packed by bestfit"), "{human}");
     assert!(human.contains("padding"), "{human}");
 }
+
+/// A `.seg` entry that runs past its row (or leaves a gap, or is empty) is
+/// refused by every reader when the row is read, with the file and the entry
+/// named, instead of being handed to code that builds `cu_seqlens` from it;
+/// the other rows still read, and `prep validate` reports the same row.
+#[test]
+fn seg_entry_past_its_row_is_refused_by_inspect_and_reader() {
+    use prep::format::{FormatError, SegHeader, SEGMENT_BYTES};
+
+    const SEQ_LEN: u32 = 33;
+    let t = TestDir::new();
+    let packed = t.path("packed");
+    ok(t.prep().arg("pack").arg(good()).arg(&packed).args([
+        "--seq-len",
+        &SEQ_LEN.to_string(),
+        "-q",
+    ]));
+    let seg_name = "shard-00000.seg";
+    let seg_bytes = std::fs::read(packed.join(seg_name)).unwrap();
+    let header = SegHeader::parse(std::path::Path::new(seg_name), &seg_bytes).unwrap();
+    let ds = prep::Dataset::open(&packed).unwrap();
+    assert_eq!(
+        ds.n_shards(),
+        1,
+        "one shard: rows are numbered alike in it and globally"
+    );
+    // A row of several pieces, so that a broken entry can sit after sound ones.
+    let row = (0..ds.len())
+        .find(|&i| ds.segments(i).unwrap().len() >= 2)
+        .expect("a row of two pieces or more");
+    let pieces = ds.segments(row).unwrap().to_vec();
+    let first = {
+        let before: u64 = (0..row).map(|i| ds.segments(i).unwrap().len() as u64).sum();
+        before
+    };
+    let last = first + pieces.len() as u64 - 1;
+    drop(ds);
+
+    // (what, entry patched, its new start and length, what the error says)
+    let cases: [(&str, u64, u32, u32, String); 4] = [
+        (
+            "start 5000, length 4e9",
+            first,
+            5000,
+            4_000_000_000,
+            "starts at 5000".into(),
+        ),
+        (
+            "the last piece runs past the row, its end past u32",
+            last,
+            pieces[pieces.len() - 1].start,
+            u32::MAX,
+            format!("past the row's {SEQ_LEN} tokens"),
+        ),
+        (
+            "the last piece one token too long",
+            last,
+            pieces[pieces.len() - 1].start,
+            SEQ_LEN - pieces[pieces.len() - 1].start + 1,
+            format!("ends at {}, past the row's {SEQ_LEN} tokens", SEQ_LEN + 1),
+        ),
+        (
+            "an empty piece",
+            last,
+            pieces[pieces.len() - 1].start,
+            0,
+            "is empty".into(),
+        ),
+    ];
+    for (i, (what, entry, start, length, says)) in cases.into_iter().enumerate() {
+        let dir = t.path(&format!("corrupt-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in std::fs::read_dir(&packed).unwrap() {
+            let file = file.unwrap();
+            std::fs::copy(file.path(), dir.join(file.file_name())).unwrap();
+        }
+        let mut bytes = seg_bytes.clone();
+        let at = header.segments_offset() + SEGMENT_BYTES * entry as usize;
+        bytes[at + 16..at + 20].copy_from_slice(&start.to_le_bytes());
+        bytes[at + 20..at + 24].copy_from_slice(&length.to_le_bytes());
+        std::fs::write(dir.join(seg_name), &bytes).unwrap();
+
+        // The Rust reader: opening stays cheap, reading the row is refused.
+        let ds = prep::Dataset::open(&dir).unwrap_or_else(|e| panic!("{what}: {e}"));
+        match ds.segments(row) {
+            Err(FormatError::BadSegment {
+                path,
+                row: r,
+                entry: e,
+                message,
+            }) => {
+                assert_eq!(path, dir.join(seg_name), "{what}");
+                assert_eq!((r, e), (row, entry), "{what}");
+                assert!(message.contains(&says), "{what}: {message}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        for i in (0..ds.len()).filter(|&i| i != row) {
+            let pieces = ds
+                .segments(i)
+                .unwrap_or_else(|e| panic!("{what}: row {i}: {e}"));
+            assert!(pieces.last().unwrap().end() <= u64::from(SEQ_LEN));
+        }
+
+        // prep inspect: exit 2, the file and the entry named; nothing on stdout.
+        for json in [false, true] {
+            let mut cmd = t.prep();
+            cmd.arg("inspect").args(["--record", &row.to_string()]);
+            if json {
+                cmd.arg("--json");
+            }
+            let out = run(cmd.arg(&dir));
+            assert_eq!(out.status.code(), Some(2), "{what}");
+            assert!(out.stdout.is_empty(), "{what}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(seg_name)
+                    && err.contains(&format!("row {row}, entry {entry}"))
+                    && err.contains(&says),
+                "{what}: {err}"
+            );
+        }
+
+        // prep validate finds the same row broken.
+        let out = run(t.prep().args(["validate", "--quick", "--json"]).arg(&dir));
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            report["problems"].as_array().unwrap().iter().any(|p| {
+                p["kind"] == "segments" && p["file"] == seg_name && p["record"] == row
+            }),
+            "{what}: {report:#}"
+        );
+    }
+}

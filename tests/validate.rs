@@ -243,6 +243,109 @@ fn could_not_run_is_exit_code_2() {
     );
 }
 
+/// `prep validate --json` on a dataset it cannot check at all: still one
+/// report on stdout (of the schema: not valid, no problems, an `error` of
+/// `kind` about `path`), the error on stderr, and exit code 2 as without
+/// --json. Returns the report's `error`.
+fn could_not_run_json(
+    dir: &std::path::Path,
+    kind: &str,
+    path: &std::path::Path,
+) -> serde_json::Value {
+    let (code, report) = validate(dir, &[]);
+    assert_eq!(code, 2, "{report:#}");
+    assert_eq!(report["valid"], false, "{report:#}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["dataset"], dir.display().to_string());
+    let error = &report["error"];
+    assert_eq!(error["kind"], kind, "{report:#}");
+    assert_eq!(error["path"], path.display().to_string(), "{report:#}");
+    // The same words a person sees without --json.
+    let t = TestDir::new();
+    let stderr = fails(t.prep().arg("validate").arg("--json").arg(dir), 2);
+    let message = error["message"].as_str().unwrap();
+    assert!(stderr.contains(message), "{message:?} not in {stderr}");
+    error.clone()
+}
+
+#[test]
+fn validate_json_reports_unreadable_manifest() {
+    let t = TestDir::new();
+    let manifest = t.write("garbled/manifest.json", "{ not json");
+    let error = could_not_run_json(&t.path("garbled"), "bad_manifest", &manifest);
+    assert!(
+        error["message"].as_str().unwrap().contains("not JSON"),
+        "{error}"
+    );
+}
+
+#[test]
+fn validate_json_reports_newer_manifest_version() {
+    let t = TestDir::new();
+    let manifest = t.write(
+        "future/manifest.json",
+        r#"{"format": "prep", "version": 9}"#,
+    );
+    let error = could_not_run_json(&t.path("future"), "unsupported_version", &manifest);
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("version 9") && message.contains("upgrade prep"),
+        "{error}"
+    );
+}
+
+#[test]
+fn validate_json_reports_missing_directory() {
+    let t = TestDir::new();
+    let nowhere = t.path("nowhere");
+    let error = could_not_run_json(&nowhere, "no_directory", &nowhere);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no such directory"),
+        "{error}"
+    );
+}
+
+#[test]
+fn validate_json_reports_missing_manifest() {
+    let t = TestDir::new();
+    let empty = t.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let error = could_not_run_json(&empty, "no_manifest", &empty.join("manifest.json"));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no manifest.json"),
+        "{error}"
+    );
+}
+
+/// The schema tells a report that could not run from one that found
+/// problems: an `error` goes with `valid: false` and no problems only.
+#[test]
+fn the_report_schema_keeps_error_apart_from_problems() {
+    let schema: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("schemas/validate-report.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let t = TestDir::new();
+    t.write("garbled/manifest.json", "{ not json");
+    let (_, mut report) = validate(&t.path("garbled"), &[]);
+    assert!(validator.is_valid(&report));
+    report["valid"] = true.into();
+    assert!(!validator.is_valid(&report), "an error with valid: true");
+    report["valid"] = false.into();
+    report["problems"] = serde_json::json!([{"kind": "checksum", "message": "x"}]);
+    assert!(!validator.is_valid(&report), "an error beside problems");
+    report["problems"] = serde_json::json!([]);
+    report["error"]["kind"] = "elsewhere".into();
+    assert!(!validator.is_valid(&report), "an unknown error kind");
+}
+
 #[test]
 fn many_problems_are_capped_per_kind_and_counted() {
     // Every token of a copy pushed out of range: far more problems than the cap.

@@ -28,7 +28,8 @@ DataLoader workers and saves and restores its position:
 
 Everything that could be wrong with the files is checked when a dataset is
 opened, as prep's own reader does (headers, sizes, offsets, row indexes;
-not the checksums: `prep validate` checks those), and reported as a
+not the checksums: `prep validate` checks those), and a packed row's
+pieces when `segments` hands them out; a problem is reported as a
 `FormatError` naming the file. A newer format than this file knows raises
 `UnsupportedVersion`: get a newer prep_reader.py.
 """
@@ -55,6 +56,7 @@ __all__ = [
     "FormatError",
     "Permutation",
     "Sampler",
+    "SegmentError",
     "UnsupportedVersion",
 ]  # and PackedDataset, where torch imports
 
@@ -89,6 +91,43 @@ class UnsupportedVersion(FormatError):
         self.found, self.supported = found, supported
         super().__init__(path, f"format version {found}, but this prep_reader.py reads version "
                                f"{supported}: use the prep_reader.py of a newer prep")
+
+
+class SegmentError(FormatError):
+    """A packed row's entries in a .seg file break the rules of the row (an
+    empty piece, a gap or overlap, a piece past `seq_len`); `path` names the
+    .seg file, `row` the row within the shard, `entry` the entry's number in
+    the file."""
+
+    def __init__(self, path: os.PathLike | str, row: int, entry: int, message: str):
+        self.row, self.entry = row, entry
+        super().__init__(path, f"row {row}, entry {entry}: {message}")
+
+
+def _check_row(path: Path, row: int, first: int, pieces: np.ndarray, seq_len: int) -> np.ndarray:
+    """Returns `pieces` (row `row`'s entries, the first being entry `first` of
+    the .seg file at `path`) if they obey the rule of a packed row, else
+    raises SegmentError for the first piece that does not: each piece is at
+    least one token long, the pieces lie back to back from position 0, and
+    the last ends at or before `seq_len`. The same rule, in the same order
+    and words, as prep's `format::row_violation`; the arithmetic is in int64,
+    so no u32 entry overflows it."""
+    if len(pieces) == 0:
+        return pieces  # a row of padding only
+    length = pieces["length"].astype(np.int64)
+    end = pieces["start"].astype(np.int64) + length
+    expected = np.concatenate(([0], end[:-1]))
+    bad = (length == 0) | (pieces["start"] != expected) | (end > seq_len)
+    if not bad.any():
+        return pieces
+    k = int(np.argmax(bad))
+    if length[k] == 0:
+        message = f"piece {k} is empty"
+    elif pieces["start"][k] != expected[k]:
+        message = f"piece {k} starts at {pieces['start'][k]}, expected {expected[k]}"
+    else:
+        message = f"piece {k} ends at {end[k]}, past the row's {seq_len} tokens"
+    raise SegmentError(path, row, first + k, message)
 
 
 # --- Opening a dataset -------------------------------------------------------------------------
@@ -233,7 +272,7 @@ class _Shard:
         self.tokens = _map(bin_path, bin_size).view(dtype)
         self.offsets = offsets
         self.n_records = n_records
-        self.row_index = self.entries = None
+        self.row_index = self.entries = self.seg_path = None
         self.rows = None  # packed: the tokens as a (rows, seq_len) view
 
         seq_len = manifest.get("seq_len") if manifest["kind"] == "packed" else None
@@ -276,6 +315,7 @@ class _Shard:
                                     f"segments ({n_segments}) without decreasing")
         self.row_index = row_index
         self.entries = raw[at:].view(SEGMENT_DTYPE)
+        self.seg_path = path
 
 
 class Dataset:
@@ -386,14 +426,17 @@ class Dataset:
         A structured array (dtype `SEGMENT_DTYPE`: doc, doc_offset, start,
         length) viewing the mapped .seg file. The pieces tile the front of
         the row; the tokens after the last one's `start + length` are padding.
-        Raises ValueError for a dataset without segment indexes (documents).
+        Raises ValueError for a dataset without segment indexes (documents),
+        and SegmentError (a FormatError), naming the .seg file and the entry,
+        for a row whose entries break that rule: what is returned is always
+        safe to turn into `cu_seqlens` or masks over the row.
         """
         shard, j = self._locate(i)
         if shard.entries is None:
             raise ValueError(f"{self.path}: record {i} has no segment index; only the "
                              f"rows of packed datasets (prep pack) have one")
-        r = shard.row_index
-        return shard.entries[r[j]:r[j + 1]]
+        first, end = int(shard.row_index[j]), int(shard.row_index[j + 1])
+        return _check_row(shard.seg_path, j, first, shard.entries[first:end], self.seq_len)
 
 
 # --- The sampler -------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ pub(crate) struct Args {
     #[arg(value_name = "DIR")]
     dir: PathBuf,
 
-    /// Print the report as JSON (schemas/validate-report.schema.json).
+    /// Print the report as JSON (schemas/validate-report.schema.json), also
+    /// when the dataset cannot be checked at all (then with an "error").
     #[arg(long)]
     json: bool,
 
@@ -48,20 +49,36 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.quick = args.quick;
     config.threads = args.threads;
     config.max_per_kind = args.max_per_kind;
-    let report = validate::validate(&config)?;
-    let mut out = std::io::stdout().lock();
+    let report = match validate::validate(&config) {
+        Ok(report) => report,
+        // A script reading --json gets a report even now; the error still
+        // goes to stderr and the exit code stays 2 (could not run).
+        Err(e) if args.json => {
+            print_json(&Report::could_not_run(&config, &e))?;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
+        print_json(&report)?;
     } else {
+        let mut out = std::io::stdout().lock();
         write!(out, "{}", human(&report))?;
+        out.flush()?;
     }
-    out.flush()?;
     Ok(if report.valid {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_json(report: &Report) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, report)?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
 }
 
 /// The report for people: a verdict, one line per problem, what was checked.

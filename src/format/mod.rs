@@ -25,8 +25,8 @@ pub use manifest::{
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
 pub use segments::{
-    check_segments, segment_violations, SegHeader, SegWriter, Segment, SEGMENT_BYTES,
-    SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
+    check_segments, row_violation, segment_violations, SegHeader, SegWriter, Segment,
+    SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
 pub(crate) use writer::TMP_SUFFIX;
 
@@ -205,6 +205,21 @@ pub enum FormatError {
         /// The file where the disagreement shows.
         path: PathBuf,
         /// Both sides of it.
+        message: String,
+    },
+    /// A packed row's entries in a `.seg` file break the rules of its row
+    /// (an empty piece, a gap or overlap, a piece past `seq_len`): found
+    /// when the row's pieces are read, before anyone builds `cu_seqlens`
+    /// from them.
+    #[error("{}: row {row}, entry {entry}: {message}", path.display())]
+    BadSegment {
+        /// The `.seg` file.
+        path: PathBuf,
+        /// The row within the shard.
+        row: u64,
+        /// The entry's number in the file (counting from the first entry).
+        entry: u64,
+        /// Which rule it breaks.
         message: String,
     },
     /// A record index past the end of the dataset.

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::index::check_offsets;
 use super::mmap::{bytes_of, cast, little_endian, Mapped};
-use super::segments::{SegHeader, Segment};
+use super::segments::{row_violation, SegHeader, Segment};
 use super::{Dtype, FormatError, IdxHeader, Manifest, ShardInfo, IDX_HEADER_LEN};
 
 /// The tokens of one record, borrowed from the mapped `.bin`.
@@ -65,8 +65,19 @@ impl<'a> Tokens<'a> {
 struct Shard {
     bin: Mapped,
     idx: Mapped,
-    /// The segment index of a packed shard, and where its entries start.
-    seg: Option<(Mapped, usize)>,
+    /// The segment index of a packed shard.
+    seg: Option<SegIndex>,
+}
+
+/// A packed shard's mapped `.seg` file, with what checking a row needs.
+struct SegIndex {
+    map: Mapped,
+    /// Byte offset of the first entry.
+    at: usize,
+    /// Tokens per row, from the header (equal to the manifest's).
+    seq_len: u32,
+    /// The file, to name in errors.
+    path: PathBuf,
 }
 
 impl Shard {
@@ -76,13 +87,13 @@ impl Shard {
     }
 
     /// The row index and the entries of the segment index, if there is one.
-    fn segments(&self) -> Option<(&[u64], &[Segment])> {
-        let (map, at) = self.seg.as_ref()?;
-        let bytes = map.bytes();
+    fn segments(&self) -> Option<(&SegIndex, &[u64], &[Segment])> {
+        let seg = self.seg.as_ref()?;
+        let bytes = seg.map.bytes();
         // Checked at open: sizes match the header, the row index is in bounds.
-        let rows = cast::<u64>(&bytes[super::SEG_HEADER_LEN..*at]).expect("checked at open");
-        let segments = cast::<Segment>(&bytes[*at..]).expect("checked at open");
-        Some((rows, segments))
+        let rows = cast::<u64>(&bytes[super::SEG_HEADER_LEN..seg.at]).expect("checked at open");
+        let segments = cast::<Segment>(&bytes[seg.at..]).expect("checked at open");
+        Some((seg, rows, segments))
     }
 }
 
@@ -306,7 +317,12 @@ impl Dataset {
     /// they lie in the row, borrowed from the mapped `.seg` file. Tokens after
     /// the last piece's end are padding.
     ///
-    /// An error for a dataset without segment indexes (a `documents` dataset).
+    /// An error for a dataset without segment indexes (a `documents` dataset),
+    /// and [`FormatError::BadSegment`], naming the `.seg` file and the entry,
+    /// for a row whose pieces break the rules of FORMAT.md (an empty piece, a
+    /// gap, a piece past `seq_len`): what is returned is always safe to turn
+    /// into `cu_seqlens` or masks over the row. Checking costs one pass over
+    /// the row's pieces.
     ///
     /// ```
     /// use prep::pack::{self, PackConfig};
@@ -334,13 +350,25 @@ impl Dataset {
     /// ```
     pub fn segments(&self, index: u64) -> Result<&[Segment], FormatError> {
         let (s, local) = self.locate(index)?;
-        let (rows, segments) = self.shards[s]
-            .segments()
-            .ok_or_else(|| FormatError::Mismatch {
-                path: self.dir.join(&self.manifest.shards[s].idx),
-                message: "this shard has no segment index (only packed datasets have one)".into(),
-            })?;
-        Ok(&segments[rows[local] as usize..rows[local + 1] as usize])
+        let (seg, rows, segments) =
+            self.shards[s]
+                .segments()
+                .ok_or_else(|| FormatError::Mismatch {
+                    path: self.dir.join(&self.manifest.shards[s].idx),
+                    message: "this shard has no segment index (only packed datasets have one)"
+                        .into(),
+                })?;
+        let first = rows[local];
+        let pieces = &segments[first as usize..rows[local + 1] as usize];
+        match row_violation(pieces, seg.seq_len) {
+            None => Ok(pieces),
+            Some((k, message)) => Err(FormatError::BadSegment {
+                path: seg.path.clone(),
+                row: local as u64,
+                entry: first + k as u64,
+                message,
+            }),
+        }
     }
 
     /// Every record in order.
@@ -408,13 +436,10 @@ fn open_shard(dir: &Path, manifest: &Manifest, info: &ShardInfo) -> Result<Shard
 }
 
 /// Maps a `.seg` file and checks what reading it relies on: the header, the
-/// size, and a row index that stays within the entries. (Whether the pieces
-/// tile each row is `prep validate`'s to check.)
-fn open_segments(
-    path: &Path,
-    manifest: &Manifest,
-    n_rows: u64,
-) -> Result<(Mapped, usize), FormatError> {
+/// size, and a row index that stays within the entries. (Each row's pieces
+/// are checked when [`Dataset::segments`] hands them out, so that opening
+/// stays cheap; `prep validate` checks every row.)
+fn open_segments(path: &Path, manifest: &Manifest, n_rows: u64) -> Result<SegIndex, FormatError> {
     let mismatch = |message: String| FormatError::Mismatch {
         path: path.into(),
         message,
@@ -448,5 +473,10 @@ fn open_segments(
             "the row index does not run from 0 to the number of segments without decreasing".into(),
         ));
     }
-    Ok((map, at))
+    Ok(SegIndex {
+        map,
+        at,
+        seq_len: header.seq_len,
+        path: path.into(),
+    })
 }

@@ -133,10 +133,38 @@ impl SegHeader {
     }
 }
 
+/// The first rule that one row's pieces break, as (the piece's position in
+/// the row, message), or `None` for a sound row: each piece is at least one
+/// token long, the pieces lie back to back from position 0, and the last ends
+/// at or before `seq_len`. The arithmetic is in u64, so no entry of a hostile
+/// file overflows it.
+///
+/// Every reader of pieces runs this on the row it hands out ([`crate::format::Dataset::segments`]),
+/// and [`segment_violations`] runs it on every row for `prep validate`: one
+/// rule, one place. It costs one pass over the row's few entries.
+pub fn row_violation(pieces: &[Segment], seq_len: u32) -> Option<(usize, String)> {
+    let mut at = 0u64;
+    for (k, s) in pieces.iter().enumerate() {
+        if s.length == 0 {
+            return Some((k, format!("piece {k} is empty")));
+        }
+        if u64::from(s.start) != at {
+            return Some((k, format!("piece {k} starts at {}, expected {at}", s.start)));
+        }
+        at = s.end();
+        if at > u64::from(seq_len) {
+            return Some((
+                k,
+                format!("piece {k} ends at {at}, past the row's {seq_len} tokens"),
+            ));
+        }
+    }
+    None
+}
+
 /// Every place where a segment index breaks the rules, as (row, message),
 /// in row order: the row index must start at 0, not decrease and end at the
-/// number of entries; each row's pieces must be at least one token long and
-/// lie back to back from position 0, ending at or before `seq_len`.
+/// number of entries; each row's pieces must obey [`row_violation`].
 pub fn segment_violations<'a>(
     row_index: &'a [u64],
     segments: &'a [Segment],
@@ -167,26 +195,7 @@ pub fn segment_violations<'a>(
             ));
         }
         let pieces = segments.get(lo as usize..hi as usize)?;
-        let mut at = 0u64;
-        for (k, s) in pieces.iter().enumerate() {
-            if s.length == 0 {
-                return Some((r as u64, format!("piece {k} is empty")));
-            }
-            if u64::from(s.start) != at {
-                return Some((
-                    r as u64,
-                    format!("piece {k} starts at {}, expected {at}", s.start),
-                ));
-            }
-            at = s.end();
-            if at > u64::from(seq_len) {
-                return Some((
-                    r as u64,
-                    format!("piece {k} ends at {at}, past the row's {seq_len} tokens"),
-                ));
-            }
-        }
-        None
+        row_violation(pieces, seq_len).map(|(_, message)| (r as u64, message))
     });
     first.into_iter().chain(rows).chain(last)
 }
@@ -329,5 +338,21 @@ mod tests {
         assert_eq!(segment_violations(&[0, 1], &ok, 8).count(), 1, "bad last");
         let bad_first: Vec<_> = segment_violations(&[1, 2], &ok, 8).collect();
         assert!(bad_first[0].1.contains("row_index[0]"), "{bad_first:?}");
+    }
+
+    #[test]
+    fn row_violation_names_the_piece_and_cannot_overflow() {
+        assert_eq!(row_violation(&[], 8), None, "a row of padding only");
+        assert_eq!(row_violation(&[seg(0, 5), seg(5, 3)], 8), None);
+        let (k, message) = row_violation(&[seg(0, 5), seg(5, u32::MAX)], 8).unwrap();
+        assert_eq!(k, 1);
+        assert!(message.contains("past the row's 8 tokens"), "{message}");
+        // start + length past u32::MAX is still caught, not wrapped around.
+        let (k, _) = row_violation(&[seg(0, u32::MAX), seg(u32::MAX, 2)], u32::MAX).unwrap();
+        assert_eq!(k, 1);
+        let (k, message) = row_violation(&[seg(5000, 4_000_000_000)], 1025).unwrap();
+        assert_eq!(k, 0);
+        assert!(message.contains("starts at 5000"), "{message}");
+        assert_eq!(row_violation(&[seg(0, 5), seg(5, 0)], 8).unwrap().0, 1);
     }
 }

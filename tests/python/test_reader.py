@@ -302,6 +302,60 @@ def test_corrupt_packed_raise_format_error(packed, tmp_path, what, name, corrupt
         assert prep("sample", root, "--seed", 0, check=False).returncode == 2, what
 
 
+def _seg_entries(root: Path, name: str) -> tuple[int, np.ndarray]:
+    """(byte offset of the entries, row index) of the .seg file `name`."""
+    raw = (root / name).read_bytes()
+    n_rows = struct.unpack_from("<Q", raw, 16)[0]
+    row_index = np.frombuffer(raw, dtype="<u8", offset=32, count=n_rows + 1)
+    return 32 + 8 * (n_rows + 1), row_index
+
+
+def test_seg_entry_past_its_row_is_refused(packed, tmp_path):
+    """A .seg entry outside its row (start 5000 and length 4e9 at seq_len 512,
+    a last piece one token too long or past u32, an empty piece, a gap) is
+    refused when the row is read, naming the file and the entry, in the same
+    words as prep's reader, instead of reaching code that builds cu_seqlens;
+    every other row still reads."""
+    root = tmp_path / "packed"
+    shutil.copytree(packed, root)
+    pristine = (root / SEG).read_bytes()
+    ds = Dataset(root)
+    first_of_shard = ds.manifest["shards"][0]["n_records"]
+    at, row_index = _seg_entries(root, SEG)
+    # A row of shard 1 with several pieces, so a broken entry can follow sound ones.
+    j = next(r for r in range(len(row_index) - 1) if row_index[r + 1] - row_index[r] >= 2)
+    i = first_of_shard + j
+    pieces = ds.segments(i).copy()
+    first, last = int(row_index[j]), int(row_index[j + 1]) - 1
+    last_start = int(pieces["start"][-1])
+    cases = [  # (entry, start, length, what the error says)
+        (first, 5000, 4_000_000_000, "piece 0 starts at 5000, expected 0"),
+        (last, last_start, 512 - last_start + 1, "ends at 513, past the row's 512 tokens"),
+        (last, last_start, 2**32 - 1, "past the row's 512 tokens"),
+        (last, last_start, 0, "is empty"),
+        (last, last_start + 1, 512 - last_start - 1, f"starts at {last_start + 1}, expected {last_start}"),
+    ]
+    for entry, start, length, says in cases:
+        raw = bytearray(pristine)
+        raw[at + 24 * entry + 16:at + 24 * entry + 24] = struct.pack("<II", start, length)
+        (root / SEG).write_bytes(bytes(raw))
+        ds = Dataset(root)  # opening stays cheap: rows are checked when read
+        with pytest.raises(prep_reader.SegmentError) as e:
+            ds.segments(i)
+        assert isinstance(e.value, FormatError)
+        assert (e.value.path, e.value.row, e.value.entry) == (root / SEG, j, entry)
+        assert f"row {j}, entry {entry}: " in str(e.value) and says in str(e.value), e.value
+        for other in range(len(ds)):
+            if other != i:
+                got = ds.segments(other)
+                assert got.size == 0 or int(got["start"][-1]) + int(got["length"][-1]) <= 512
+        # prep's reader refuses the same row with the same words.
+        proc = prep("inspect", root, "--record", i, check=False)
+        assert proc.returncode == 2, (says, proc.stdout)
+        rust_says = str(e.value).split(": ", 1)[1]
+        assert SEG in proc.stderr and rust_says in proc.stderr, (rust_says, proc.stderr)
+
+
 # --- The sampler --------------------------------------------------------------------------------
 
 SEEDS = [0, 1, 2**63 + 5, 2**64 - 1]
