@@ -1,9 +1,12 @@
 //! The loader's ring, tested without a GPU: batches arrive in sampler order
-//! with the right rows; a copy into a target never starts before the
-//! consumer's work on it is done; a staging buffer is never refilled while
-//! a copy out of it runs; at most `depth` batches are ahead; errors and
+//! with the right rows, epoch after epoch, from one set of buffers; a run
+//! resumes at (epoch, position); a copy into a target never starts before
+//! the consumer's work on it is done; a staging buffer is never refilled
+//! while a copy out of it runs, though the backend tracks nothing itself;
+//! no target is freed before the consumer's fence on it, even when the
+//! loader is dropped first; at most `depth` batches are ahead; errors and
 //! drops mid-epoch end cleanly. The asynchronous test backend below copies
-//! on a thread of its own, like a GPU stream, with random delays.
+//! and frees on a thread of its own, like a GPU stream, with random delays.
 
 mod common;
 
@@ -15,7 +18,9 @@ use std::time::Duration;
 
 use common::*;
 use prep::format::{Dataset, Dtype};
-use prep::loader::{Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError};
+use prep::loader::{
+    Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position,
+};
 use prep::sampler::Sampler;
 
 const ROW: usize = 16;
@@ -33,27 +38,40 @@ fn expected_row(ds: &Dataset, index: u64) -> Vec<u8> {
     ds.record(index).unwrap().as_bytes().to_vec()
 }
 
+/// One epoch (`epoch`) of `order`, from `position`.
+fn config(
+    batch_rows: usize,
+    depth: usize,
+    order: Order,
+    epoch: u64,
+    position: u64,
+) -> LoaderConfig {
+    LoaderConfig {
+        batch_rows,
+        depth,
+        order,
+        start: Position { epoch, position },
+        end_epoch: Some(epoch + 1),
+        threads: depth % 2 + 1,
+    }
+}
+
 #[test]
 fn host_batches_arrive_in_sampler_order_with_their_rows() {
     let t = TestDir::new();
     let ds = rows_dataset(&t, 103);
     for (batch_rows, depth, start) in [(8usize, 1usize, 0u64), (8, 3, 0), (7, 2, 40), (200, 2, 0)] {
-        let sampler = Sampler::new(ds.len(), 4, 1, 0, 1);
+        let order = Order::single(4);
+        let sampler = order.sampler(ds.len(), 1);
         let mut loader = Loader::new(
             ds.clone(),
-            sampler.clone(),
             Arc::new(HostBackend),
-            LoaderConfig {
-                batch_rows,
-                depth,
-                start,
-                threads: depth % 2 + 1,
-            },
+            config(batch_rows, depth, order, 1, start),
         )
         .unwrap();
         let mut position = start;
         while let Some(batch) = loader.next_batch().unwrap() {
-            assert_eq!(batch.position(), position);
+            assert_eq!((batch.epoch(), batch.position()), (1, position));
             assert_eq!(batch.row_tokens(), ROW);
             let bytes = ROW * 2;
             for r in 0..batch.rows() {
@@ -78,14 +96,8 @@ fn records_of_different_lengths_are_refused() {
     let ds = Arc::new(Dataset::open(t.dir.path()).unwrap());
     let err = Loader::new(
         ds,
-        Sampler::new(2, 0, 0, 0, 1),
         Arc::new(HostBackend),
-        LoaderConfig {
-            batch_rows: 1,
-            depth: 1,
-            start: 0,
-            threads: 2,
-        },
+        config(1, 1, Order::single(0), 0, 0),
     )
     .err()
     .unwrap();
@@ -115,31 +127,65 @@ impl Flag {
 
 type Fence = Arc<Flag>;
 
+/// What the test backend saw that breaks a rule of the ring.
+#[derive(Default)]
+struct Counters {
+    /// A copy into a target the consumer's work was still reading.
+    target_overwritten: AtomicUsize,
+    /// A staging buffer handed out for writing while a copy read it.
+    staging_overwritten: AtomicUsize,
+    /// A target freed while the consumer's work was still reading it.
+    freed_in_use: AtomicUsize,
+    /// Targets freed.
+    freed: AtomicUsize,
+    /// Targets allocated.
+    allocated: AtomicUsize,
+}
+
 struct Staging {
     bytes: Arc<Mutex<Vec<u8>>>,
-    /// The copy out of this buffer, if one was queued.
-    pending: Option<Fence>,
+    /// Set while a queued copy has yet to read the buffer.
+    in_flight: Arc<AtomicBool>,
 }
 
 struct Target {
     bytes: Arc<Mutex<Vec<u8>>>,
     /// Set while the simulated consumer's work reads the target.
     in_use: Arc<AtomicBool>,
+    counters: Arc<Counters>,
 }
 
-/// Copies on a worker thread in queue order, like a GPU stream, each after
-/// a random delay, checking the rules of the ring as it goes.
+impl Drop for Target {
+    /// Freeing the memory: the consumer's work must be done with it.
+    fn drop(&mut self) {
+        if self.in_use.load(Ordering::SeqCst) {
+            self.counters.freed_in_use.fetch_add(1, Ordering::SeqCst);
+        }
+        self.counters.freed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Copies and frees on a worker thread in queue order, like a GPU stream,
+/// each copy after a random delay, checking the rules of the ring as it
+/// goes. Like a GPU backend with cudarc's event tracking off, it does no
+/// waiting of its own: the ring must.
 struct AsyncBackend {
     queue: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     copies: AtomicUsize,
     recycled: AtomicUsize,
     fail_at: Option<usize>,
-    violations: Arc<AtomicUsize>,
+    /// Copies take up to this long.
+    max_delay_us: u64,
+    counters: Arc<Counters>,
 }
 
 impl AsyncBackend {
     fn new(fail_at: Option<usize>) -> AsyncBackend {
+        AsyncBackend::with_delay(fail_at, 400)
+    }
+
+    fn with_delay(fail_at: Option<usize>, max_delay_us: u64) -> AsyncBackend {
         let (tx, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
         let worker = std::thread::spawn(move || {
             for job in rx {
@@ -152,12 +198,22 @@ impl AsyncBackend {
             copies: AtomicUsize::new(0),
             recycled: AtomicUsize::new(0),
             fail_at,
-            violations: Arc::new(AtomicUsize::new(0)),
+            max_delay_us,
+            counters: Arc::default(),
         }
+    }
+
+    fn enqueue(&self, job: impl FnOnce() + Send + 'static) {
+        self.queue.lock().unwrap().send(Box::new(job)).unwrap();
+    }
+
+    fn count(&self, which: fn(&Counters) -> &AtomicUsize) -> usize {
+        which(&self.counters).load(Ordering::SeqCst)
     }
 }
 
 impl Drop for AsyncBackend {
+    /// Runs what is queued (the frees among it), then stops the worker.
     fn drop(&mut self) {
         let (tx, _) = mpsc::channel();
         *self.queue.lock().unwrap() = tx;
@@ -175,25 +231,37 @@ impl Backend for AsyncBackend {
     fn alloc_staging(&self, bytes: usize) -> Result<Staging, LoaderError> {
         Ok(Staging {
             bytes: Arc::new(Mutex::new(vec![0; bytes])),
-            pending: None,
+            in_flight: Arc::default(),
         })
     }
 
     fn alloc_target(&self, bytes: usize) -> Result<Target, LoaderError> {
+        self.counters.allocated.fetch_add(1, Ordering::SeqCst);
         Ok(Target {
             bytes: Arc::new(Mutex::new(vec![0; bytes])),
-            in_use: Arc::new(AtomicBool::new(false)),
+            in_use: Arc::default(),
+            counters: self.counters.clone(),
         })
     }
 
-    fn fill<'a>(&self, staging: &'a mut Staging) -> Result<&'a mut [u8], LoaderError> {
-        if let Some(p) = staging.pending.take() {
-            p.wait();
+    fn fence(&self) -> Result<Fence, LoaderError> {
+        let fence = Fence::default();
+        fence.complete();
+        Ok(fence)
+    }
+
+    fn staging_mut<'a>(&self, staging: &'a mut Staging) -> Result<&'a mut [u8], LoaderError> {
+        if staging.in_flight.load(Ordering::SeqCst) {
+            self.counters
+                .staging_overwritten
+                .fetch_add(1, Ordering::SeqCst);
+            // Counted; now wait, so the test itself stays memory-safe.
+            while Arc::strong_count(&staging.bytes) > 1 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
-        // The copy is done with the buffer: the producer may write it. The
-        // test hands out the vector itself through a raw view of the Arc.
         let bytes = Arc::get_mut(&mut staging.bytes)
-            .expect("no copy holds the staging buffer once its fence is complete")
+            .expect("no copy holds the staging buffer once it has read it")
             .get_mut()
             .unwrap();
         Ok(bytes.as_mut_slice())
@@ -205,6 +273,7 @@ impl Backend for AsyncBackend {
         target: &mut Target,
         bytes: usize,
         after: Option<Fence>,
+        staged: &mut Fence,
     ) -> Result<Fence, LoaderError> {
         let n = self.copies.fetch_add(1, Ordering::SeqCst);
         if Some(n) == self.fail_at {
@@ -212,32 +281,46 @@ impl Backend for AsyncBackend {
                 "injected failure at copy {n}"
             )));
         }
-        let fence: Fence = Arc::default();
+        let (read, ready): (Fence, Fence) = (Arc::default(), Arc::default());
+        *staged = read.clone();
         let (src, dst, in_use) = (
             staging.bytes.clone(),
             target.bytes.clone(),
             target.in_use.clone(),
         );
-        let (done, violations) = (fence.clone(), self.violations.clone());
-        let delay = Duration::from_micros((n as u64 * 7919) % 400);
-        self.queue
-            .lock()
-            .unwrap()
-            .send(Box::new(move || {
-                if let Some(after) = after {
-                    after.wait(); // the stream waits for the consumer
-                }
-                if in_use.load(Ordering::SeqCst) {
-                    violations.fetch_add(1, Ordering::SeqCst);
-                }
-                std::thread::sleep(delay);
-                dst.lock().unwrap()[..bytes].copy_from_slice(&src.lock().unwrap()[..bytes]);
-                drop(src); // the staging buffer is free again
-                done.complete();
-            }))
-            .unwrap();
-        staging.pending = Some(fence.clone());
-        Ok(fence)
+        let in_flight = staging.in_flight.clone();
+        in_flight.store(true, Ordering::SeqCst);
+        let (done, counters) = (ready.clone(), self.counters.clone());
+        let delay = Duration::from_micros((n as u64 * 7919) % self.max_delay_us.max(1));
+        self.enqueue(move || {
+            if let Some(after) = after {
+                after.wait(); // the stream waits for the consumer
+            }
+            if in_use.load(Ordering::SeqCst) {
+                counters.target_overwritten.fetch_add(1, Ordering::SeqCst);
+            }
+            std::thread::sleep(delay);
+            dst.lock().unwrap()[..bytes].copy_from_slice(&src.lock().unwrap()[..bytes]);
+            drop(src); // the staging buffer is free again
+            in_flight.store(false, Ordering::SeqCst);
+            read.complete();
+            done.complete();
+        });
+        Ok(ready)
+    }
+
+    fn wait(&self, fence: &Fence) -> Result<(), LoaderError> {
+        fence.wait();
+        Ok(())
+    }
+
+    fn retire(&self, target: Target, done: Option<Fence>) {
+        self.enqueue(move || {
+            if let Some(done) = done {
+                done.wait(); // the stream waits for the consumer
+            }
+            drop(target);
+        });
     }
 
     fn recycle(&self, fence: Fence) {
@@ -249,112 +332,292 @@ impl Backend for AsyncBackend {
     }
 }
 
-/// Consumes an epoch like a training loop on a GPU: waits for each batch,
-/// checks its rows, then "computes" on it asynchronously for `work` and
-/// releases it with the fence of that work. Returns the positions seen.
+/// Starts work "on the device" that reads the batch's target for `work`,
+/// and returns the fence of that work.
+fn start_work(batch: &Batch<AsyncBackend>, work: Duration) -> Fence {
+    let in_use = batch.target().in_use.clone();
+    in_use.store(true, Ordering::SeqCst);
+    let done: Fence = Arc::default();
+    let finished = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(work);
+        in_use.store(false, Ordering::SeqCst);
+        finished.complete();
+    });
+    done
+}
+
+/// Checks that the batch's target holds the rows the sampler of its epoch
+/// names at its positions.
+fn check_rows(batch: &Batch<AsyncBackend>, ds: &Dataset, sampler: &Sampler) {
+    let bytes = batch.target().bytes.lock().unwrap();
+    for r in 0..batch.rows() {
+        let index = sampler.get(batch.position() + r as u64).unwrap();
+        assert_eq!(
+            &bytes[r * ROW * 2..(r + 1) * ROW * 2],
+            expected_row(ds, index).as_slice()
+        );
+    }
+}
+
+/// Consumes like a training loop on a GPU: waits for each batch, checks
+/// its rows, then "computes" on it asynchronously for `work` and releases
+/// it with the fence of that work. Returns the (epoch, position) seen.
 fn consume(
     loader: &mut Loader<AsyncBackend>,
     ds: &Dataset,
-    sampler: &Sampler,
+    order: Order,
     depth: usize,
     work: Duration,
     copies: &AtomicUsize,
-) -> Result<Vec<u64>, LoaderError> {
-    let mut positions = Vec::new();
+) -> Result<Vec<(u64, u64)>, LoaderError> {
+    let mut seen = Vec::new();
     let mut consumed = 0usize;
     while let Some(batch) = loader.next_batch()? {
-        let batch: Batch<AsyncBackend> = batch;
         batch.ready().wait();
         consumed += 1;
         assert!(
             copies.load(Ordering::SeqCst) <= consumed + depth,
             "more than depth batches ahead"
         );
-        {
-            let bytes = batch.target().bytes.lock().unwrap();
-            for r in 0..batch.rows() {
-                let index = sampler.get(batch.position() + r as u64).unwrap();
-                assert_eq!(
-                    &bytes[r * ROW * 2..(r + 1) * ROW * 2],
-                    expected_row(ds, index).as_slice()
-                );
-            }
-        }
-        positions.push(batch.position());
-        let in_use = batch.target().in_use.clone();
-        in_use.store(true, Ordering::SeqCst);
-        let done: Fence = Arc::default();
-        let finished = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(work);
-            in_use.store(false, Ordering::SeqCst);
-            finished.complete();
-        });
+        check_rows(&batch, ds, &order.sampler(ds.len(), batch.epoch()));
+        seen.push((batch.epoch(), batch.position()));
+        let done = start_work(&batch, work);
         batch.release(Some(done));
     }
-    Ok(positions)
+    Ok(seen)
+}
+
+fn async_config(batch_rows: usize, depth: usize, order: Order) -> LoaderConfig {
+    config(batch_rows, depth, order, 0, 0)
 }
 
 #[test]
 fn async_copies_respect_the_ring_with_slow_and_fast_consumers() {
     let t = TestDir::new();
     let ds = rows_dataset(&t, 257);
+    let order = Order {
+        seed: 9,
+        rank: 1,
+        world_size: 2,
+    };
     for depth in [1usize, 2, 4] {
         for work in [
             Duration::ZERO,
             Duration::from_micros(300),
             Duration::from_millis(2),
         ] {
-            let sampler = Sampler::new(ds.len(), 9, 0, 1, 2);
             let backend = Arc::new(AsyncBackend::new(None));
-            let mut loader = Loader::new(
-                ds.clone(),
-                sampler.clone(),
-                backend.clone(),
-                LoaderConfig {
-                    batch_rows: 5,
-                    depth,
-                    start: 0,
-                    threads: 2,
-                },
-            )
-            .unwrap();
-            let positions =
-                consume(&mut loader, &ds, &sampler, depth, work, &backend.copies).unwrap();
-            let expected: Vec<u64> = (0..sampler.len()).step_by(5).collect();
-            assert_eq!(positions, expected, "depth {depth}, work {work:?}");
+            let mut loader =
+                Loader::new(ds.clone(), backend.clone(), async_config(5, depth, order)).unwrap();
+            let seen = consume(&mut loader, &ds, order, depth, work, &backend.copies).unwrap();
+            let len = order.sampler(ds.len(), 0).len();
+            let expected: Vec<(u64, u64)> = (0..len).step_by(5).map(|p| (0, p)).collect();
+            assert_eq!(seen, expected, "depth {depth}, work {work:?}");
             assert_eq!(
-                backend.violations.load(Ordering::SeqCst),
+                backend.count(|c| &c.target_overwritten),
                 0,
                 "a copy overwrote a target the consumer was using"
             );
             // Every fence but those of the last batch in each slot comes back.
             let recycled = backend.recycled.load(Ordering::SeqCst);
             assert!(
-                recycled + depth >= positions.len(),
+                recycled + depth >= seen.len(),
                 "{recycled} fences recycled of {}",
-                positions.len()
+                seen.len()
             );
         }
     }
 }
 
 #[test]
+fn staging_is_not_refilled_while_its_copy_runs_though_the_backend_tracks_nothing() {
+    // The backend hands out a staging buffer without waiting (as cudarc's
+    // pinned slices do once event tracking is off): the ring alone must
+    // wait for the copy out of it. Slow copies, a fast gather.
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 300);
+    let order = Order::single(3);
+    for depth in [1usize, 2, 3] {
+        let backend = Arc::new(AsyncBackend::with_delay(None, 3000));
+        let mut loader =
+            Loader::new(ds.clone(), backend.clone(), async_config(7, depth, order)).unwrap();
+        let seen = consume(
+            &mut loader,
+            &ds,
+            order,
+            depth,
+            Duration::ZERO,
+            &backend.copies,
+        )
+        .unwrap();
+        assert_eq!(seen.len(), 300usize.div_ceil(7));
+        assert_eq!(
+            backend.count(|c| &c.staging_overwritten),
+            0,
+            "depth {depth}: a staging buffer was written while its copy ran"
+        );
+    }
+}
+
+#[test]
+fn one_loader_spans_epochs_on_the_buffers_it_allocated_once() {
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 103);
+    let order = Order::single(5);
+    let depth = 3;
+    let backend = Arc::new(AsyncBackend::new(None));
+    let mut loader = Loader::new(
+        ds.clone(),
+        backend.clone(),
+        LoaderConfig {
+            end_epoch: Some(4),
+            ..async_config(10, depth, order)
+        },
+    )
+    .unwrap();
+    let seen = consume(
+        &mut loader,
+        &ds,
+        order,
+        depth,
+        Duration::from_micros(200),
+        &backend.copies,
+    )
+    .unwrap();
+    // Every epoch in order, each from 0 in steps of 10 (the last batch of
+    // an epoch partial), no batch spanning two.
+    let expected: Vec<(u64, u64)> = (0..4)
+        .flat_map(|e| (0..103).step_by(10).map(move |p| (e, p)))
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        backend.count(|c| &c.allocated),
+        depth,
+        "the targets are allocated once, for every epoch"
+    );
+    assert_eq!(backend.count(|c| &c.target_overwritten), 0);
+    // The epochs differ: a fresh permutation each.
+    assert_ne!(
+        order.sampler(ds.len(), 0).iter().collect::<Vec<_>>(),
+        order.sampler(ds.len(), 1).iter().collect::<Vec<_>>()
+    );
+}
+
+/// The record indices a host loader delivers from `start` up to `end_epoch`.
+fn host_rows(ds: &Arc<Dataset>, order: Order, start: Position, end_epoch: u64) -> Vec<(u64, u64)> {
+    let mut loader = Loader::new(
+        ds.clone(),
+        Arc::new(HostBackend),
+        LoaderConfig {
+            batch_rows: 8,
+            depth: 2,
+            order,
+            start,
+            end_epoch: Some(end_epoch),
+            threads: 1,
+        },
+    )
+    .unwrap();
+    let mut rows = Vec::new();
+    while let Some(batch) = loader.next_batch().unwrap() {
+        let sampler = order.sampler(ds.len(), batch.epoch());
+        for r in 0..batch.rows() as u64 {
+            let index = sampler.get(batch.position() + r).unwrap();
+            let bytes = &batch.target()[r as usize * ROW * 2..(r as usize + 1) * ROW * 2];
+            assert_eq!(bytes, expected_row(ds, index).as_slice());
+            rows.push((batch.epoch(), index));
+        }
+        batch.release(None);
+    }
+    rows
+}
+
+#[test]
+fn a_run_resumed_at_epoch_and_position_reads_what_the_uninterrupted_run_read() {
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 61);
+    let order = Order {
+        seed: 2,
+        rank: 2,
+        world_size: 3,
+    };
+    let len = order.sampler(ds.len(), 0).len(); // 20 rows per epoch
+    let whole = host_rows(&ds, order, Position::default(), 3);
+    assert_eq!(whole.len() as u64, 3 * len);
+    for (epoch, position) in [(0u64, 0u64), (0, 5), (1, 0), (1, 13), (1, len), (2, 19)] {
+        let resumed = host_rows(&ds, order, Position { epoch, position }, 3);
+        let skipped = (epoch * len + position) as usize;
+        assert_eq!(
+            resumed,
+            whole[skipped..],
+            "resumed at ({epoch}, {position})"
+        );
+    }
+}
+
+#[test]
+fn batches_say_where_to_resume() {
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 20);
+    let mut loader = Loader::new(
+        ds.clone(),
+        Arc::new(HostBackend),
+        LoaderConfig {
+            end_epoch: Some(2),
+            ..config(8, 2, Order::single(0), 0, 0)
+        },
+    )
+    .unwrap();
+    let mut resume = Vec::new();
+    while let Some(batch) = loader.next_batch().unwrap() {
+        resume.push(batch.resume_at());
+    }
+    let at = |epoch, position| Position { epoch, position };
+    assert_eq!(
+        resume,
+        [
+            at(0, 8),
+            at(0, 16),
+            at(0, 20),
+            at(1, 8),
+            at(1, 16),
+            at(1, 20)
+        ]
+    );
+}
+
+#[test]
+fn a_rank_with_no_rows_is_refused_rather_than_looping_forever() {
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 3);
+    let order = Order {
+        seed: 0,
+        rank: 3,
+        world_size: 4,
+    };
+    let err = Loader::new(
+        ds,
+        Arc::new(HostBackend),
+        LoaderConfig {
+            end_epoch: None,
+            ..config(1, 1, order, 0, 0)
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("no row to read"), "{err}");
+}
+
+#[test]
 fn an_error_mid_epoch_reaches_the_consumer_after_the_good_batches() {
     let t = TestDir::new();
     let ds = rows_dataset(&t, 100);
-    let sampler = Sampler::new(ds.len(), 1, 0, 0, 1);
     let backend = Arc::new(AsyncBackend::new(Some(6)));
     let mut loader = Loader::new(
         ds.clone(),
-        sampler.clone(),
         backend.clone(),
-        LoaderConfig {
-            batch_rows: 10,
-            depth: 3,
-            start: 0,
-            threads: 2,
-        },
+        async_config(10, 3, Order::single(1)),
     )
     .unwrap();
     let mut good = 0;
@@ -382,17 +645,13 @@ fn dropping_the_loader_mid_epoch_stops_the_producer() {
     let t = TestDir::new();
     let ds = rows_dataset(&t, 500);
     for hold in [false, true] {
-        let sampler = Sampler::new(ds.len(), 1, 0, 0, 1);
         let backend = Arc::new(AsyncBackend::new(None));
         let mut loader = Loader::new(
             ds.clone(),
-            sampler,
             backend.clone(),
             LoaderConfig {
-                batch_rows: 4,
-                depth: 2,
-                start: 0,
-                threads: 2,
+                end_epoch: None,
+                ..async_config(4, 2, Order::single(1))
             },
         )
         .unwrap();
@@ -411,5 +670,55 @@ fn dropping_the_loader_mid_epoch_stops_the_producer() {
             .expect("the loader's drop returned");
         drop(kept);
         assert!(backend.copies.load(Ordering::SeqCst) < 125);
+    }
+}
+
+#[test]
+fn dropping_the_loader_frees_no_target_before_the_consumers_fence() {
+    // The end of a run: the consumer released batches with fences of work
+    // still running (waiting in the ring), holds one more whose work is
+    // running too, drops the loader, and releases the held batch last. No
+    // target may be freed while that work still reads it.
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 200);
+    for (depth, released) in [(2usize, 1usize), (3, 2), (4, 2)] {
+        let backend = Arc::new(AsyncBackend::new(None));
+        let mut loader = Loader::new(
+            ds.clone(),
+            backend.clone(),
+            LoaderConfig {
+                end_epoch: None,
+                ..async_config(4, depth, Order::single(7))
+            },
+        )
+        .unwrap();
+        let slow = Duration::from_millis(60);
+        for _ in 0..released {
+            let batch = loader.next_batch().unwrap().unwrap();
+            batch.ready().wait();
+            let done = start_work(&batch, slow);
+            batch.release(Some(done));
+        }
+        let held = loader.next_batch().unwrap().unwrap();
+        held.ready().wait();
+        let done = start_work(&held, slow);
+        drop(loader);
+        held.release(Some(done));
+        // The last owner of the backend: dropping it runs every queued free.
+        let backend = Arc::try_unwrap(backend)
+            .ok()
+            .expect("nothing holds the backend once the loader and its batches are gone");
+        let counters = backend.counters.clone();
+        drop(backend);
+        assert_eq!(
+            counters.freed_in_use.load(Ordering::SeqCst),
+            0,
+            "depth {depth}: a target was freed while the consumer's work read it"
+        );
+        assert_eq!(
+            counters.freed.load(Ordering::SeqCst),
+            depth,
+            "every target is freed, once"
+        );
     }
 }

@@ -13,29 +13,29 @@
 //! loader only ever writes each staging buffer once per batch (the row
 //! gather) and never reads it back, which is the access it suits.
 //!
+//! The backend does its own synchronisation with events it owns, and never
+//! relies on cudarc's event tracking (which a consumer may turn off on the
+//! shared context): each staging buffer's copy records the ring's staging
+//! event, each batch's copy a ready event, and a target is freed only after
+//! a stream wait on the consumer's last event. Every event is created with
+//! `CU_EVENT_BLOCKING_SYNC`, so a host waiting on one sleeps instead of
+//! spinning on a core the gather threads need.
+//!
 //! This is the crate's second place with `unsafe` (the first is
 //! `format::mmap`): calls into the CUDA driver that the compiler cannot check.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use cudarc::driver::sys::{CUevent_flags, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
-    PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
-use super::{Backend, LoaderError};
-use crate::format::Dtype;
-
-/// The ids as the consumer receives them on the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Widen {
-    /// As stored: 2 or 4 bytes per token.
-    None,
-    /// Widened on the device to int32.
-    I32,
-    /// Widened on the device to int64 (what `torch.nn.Embedding` takes).
-    I64,
-}
+pub use super::Widen;
+use super::{check_widen, Backend, Batch, LoaderError};
+use crate::format::{Dataset, Dtype};
 
 /// Copies batches into the memory of one GPU.
 pub struct CudaBackend {
@@ -69,7 +69,7 @@ impl Target {
     }
 }
 
-fn driver_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> LoaderError + '_ {
+fn driver_error(what: &str) -> impl Fn(DriverError) -> LoaderError + '_ {
     move |e| LoaderError::Backend(format!("CUDA: {what}: {e}"))
 }
 
@@ -78,6 +78,50 @@ pub fn driver_present() -> bool {
     // SAFETY: only tries to open the shared library (dlopen) and reports
     // whether it could; no driver function is called.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// The GPUs this machine has: 0 when there is no driver library or the
+/// driver reports no device (`CUDA_ERROR_NO_DEVICE`), the only two cases
+/// in which GPU work may be skipped. Any other failure (a driver that
+/// cannot initialise, say) is an error: a machine with a GPU whose driver
+/// is broken must not pass for one without a GPU.
+pub fn device_count() -> Result<usize, LoaderError> {
+    if !driver_present() {
+        return Ok(0);
+    }
+    match CudaContext::device_count() {
+        Ok(n) => Ok(n.max(0) as usize),
+        Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
+        Err(e) => Err(driver_error("counting devices")(e)),
+    }
+}
+
+/// The flags of every event the backend makes: a host wait sleeps instead
+/// of spinning (timing stays on: the reference copy is timed with them).
+const EVENT_FLAGS: CUevent_flags = CUevent_flags::CU_EVENT_BLOCKING_SYNC;
+
+/// Tokens per block of the widening kernel.
+const WIDEN_BLOCK: u32 = 256;
+
+/// The launch of the widening kernel over `n` tokens: one thread per token,
+/// in blocks of 256, with a 64-bit thread index in the kernel. An error,
+/// never a truncated grid, for more tokens than one launch covers
+/// (2^31 - 1 blocks: 2^39 tokens, far beyond any device's memory).
+pub fn widen_launch(n: u64) -> Result<LaunchConfig, LoaderError> {
+    let blocks = n.div_ceil(u64::from(WIDEN_BLOCK));
+    let grid = u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| {
+            LoaderError::Usage(format!(
+                "a batch of {n} tokens is more than one widening launch covers"
+            ))
+        })?;
+    Ok(LaunchConfig {
+        grid_dim: (grid.max(1), 1, 1),
+        block_dim: (WIDEN_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    })
 }
 
 impl CudaBackend {
@@ -91,8 +135,8 @@ impl CudaBackend {
                     .into(),
             ));
         }
-        let count = CudaContext::device_count().map_err(driver_error("counting devices"))?;
-        if ordinal >= count.max(0) as usize {
+        let count = device_count()?;
+        if ordinal >= count {
             return Err(LoaderError::Backend(format!(
                 "no GPU cuda:{ordinal}: this machine has {count}"
             )));
@@ -135,13 +179,72 @@ impl CudaBackend {
         &self.stream
     }
 
-    fn wide_bytes(&self) -> usize {
-        match self.widen {
-            Widen::None => 0,
-            Widen::I32 => 4,
-            Widen::I64 => 8,
-        }
+    /// How the ids arrive on the device.
+    pub fn widen(&self) -> Widen {
+        self.widen
     }
+
+    fn new_event(&self) -> Result<CudaEvent, LoaderError> {
+        self.ctx
+            .new_event(Some(EVENT_FLAGS))
+            .map_err(driver_error("creating an event"))
+    }
+
+    /// The time the GPU takes for `n` back-to-back copies of `bytes` bytes
+    /// from pinned host memory to device memory on a stream of their own,
+    /// timed with events on the device (not by the host issuing them): the
+    /// ceiling the loader's copies are measured against. Each copy is one
+    /// driver call (`cuMemcpyHtoDAsync`), queued while the previous runs.
+    pub fn pinned_copy_time(&self, bytes: usize, n: usize) -> Result<Duration, LoaderError> {
+        let stream = self
+            .ctx
+            .new_stream()
+            .map_err(driver_error("creating a stream"))?;
+        // SAFETY: the memory is written right below, before any read.
+        let mut host = unsafe { self.ctx.alloc_pinned::<u8>(bytes.max(1)) }
+            .map_err(driver_error("allocating pinned memory"))?;
+        host.as_mut_slice()
+            .map_err(driver_error("writing pinned memory"))?
+            .fill(1);
+        let mut dev = stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(driver_error("allocating device memory"))?;
+        let (start, end) = (self.new_event()?, self.new_event()?);
+        {
+            let src = host
+                .as_slice()
+                .map_err(driver_error("reading pinned memory"))?;
+            let (dst, _record) = dev.device_ptr_mut(&stream);
+            // One copy first, so the timed ones find the stream warm.
+            copy_htod(dst, src, &stream)?;
+            start
+                .record(&stream)
+                .map_err(driver_error("recording an event"))?;
+            for _ in 0..n {
+                copy_htod(dst, src, &stream)?;
+            }
+            end.record(&stream)
+                .map_err(driver_error("recording an event"))?;
+        }
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(driver_error("timing the copies"))?;
+        Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
+    }
+}
+
+/// Queues a copy of `src` (pinned host memory) to device address `dst`.
+fn copy_htod(
+    dst: cudarc::driver::sys::CUdeviceptr,
+    src: &[u8],
+    stream: &CudaStream,
+) -> Result<(), LoaderError> {
+    // SAFETY: `dst` is a device allocation of at least `src.len()` bytes
+    // on `stream`'s context, and `src` is pinned memory that the caller
+    // keeps alive, unwritten, until the stream has run the copy (it waits
+    // on an event recorded after it before dropping either).
+    unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, stream.cu_stream()) }
+        .map_err(driver_error("copying to the device"))
 }
 
 impl Backend for CudaBackend {
@@ -150,11 +253,9 @@ impl Backend for CudaBackend {
     type Fence = CudaEvent;
 
     fn alloc_staging(&self, bytes: usize) -> Result<Staging, LoaderError> {
-        // SAFETY: the memory is uninitialised until the first batch is
-        // gathered into it; it is never read before then (the copy of a
-        // partial last batch reads stale bytes past the rows, which the
-        // consumer does not look at, but never uninitialised ones: `fill`
-        // zeroes the buffer once, below).
+        // SAFETY: the memory is uninitialised until zeroed right below; a
+        // partial last batch copies stale bytes past its rows, which the
+        // consumer does not look at, but never uninitialised ones.
         let mut host = unsafe { self.ctx.alloc_pinned::<u8>(bytes) }
             .map_err(driver_error("allocating pinned memory"))?;
         host.as_mut_slice()
@@ -170,22 +271,27 @@ impl Backend for CudaBackend {
             .map_err(driver_error("allocating device memory"))?;
         let wide = match self.widen {
             Widen::None => None,
-            _ => Some(
+            w => Some(
                 self.stream
-                    .alloc_zeros::<u8>(bytes / self.dtype.size() * self.wide_bytes())
+                    .alloc_zeros::<u8>(bytes / self.dtype.size() * w.bytes(self.dtype))
                     .map_err(driver_error("allocating device memory"))?,
             ),
         };
         Ok(Target { raw, wide })
     }
 
-    fn fill<'a>(&self, staging: &'a mut Staging) -> Result<&'a mut [u8], LoaderError> {
-        // Waits for the last copy out of this buffer (cudarc records an
-        // event on the pinned slice at every copy).
+    fn fence(&self) -> Result<CudaEvent, LoaderError> {
+        self.new_event()
+    }
+
+    fn staging_mut<'a>(&self, staging: &'a mut Staging) -> Result<&'a mut [u8], LoaderError> {
+        // The ring has waited on this buffer's staging event; cudarc's own
+        // event on the slice (recorded only with event tracking) is
+        // complete too, so this returns at once.
         staging
             .host
             .as_mut_slice()
-            .map_err(driver_error("waiting for a staging buffer"))
+            .map_err(driver_error("writing a staging buffer"))
     }
 
     fn copy(
@@ -194,6 +300,7 @@ impl Backend for CudaBackend {
         target: &mut Target,
         _bytes: usize,
         after: Option<CudaEvent>,
+        staged: &mut CudaEvent,
     ) -> Result<CudaEvent, LoaderError> {
         if let Some(done) = after {
             // The consumer's last work on this target, ordered on the
@@ -203,43 +310,204 @@ impl Backend for CudaBackend {
                 .map_err(driver_error("ordering after the consumer"))?;
         }
         // The whole buffer, always: a partial last batch copies stale bytes
-        // past its rows, and the pinned slice's own event then covers it.
+        // past its rows, which the consumer does not read.
         self.stream
             .memcpy_htod(&staging.host, &mut target.raw)
             .map_err(driver_error("copying a batch to the device"))?;
+        // The staging buffer is free again once this point is reached: the
+        // ring waits on it before the next gather into the buffer.
+        staged
+            .record(&self.stream)
+            .map_err(driver_error("recording the staging event"))?;
         if let (Some(kernel), Some(wide)) = (&self.kernel, target.wide.as_mut()) {
             let n = (target.raw.len() / self.dtype.size()) as u64;
-            let config = LaunchConfig::for_num_elems(n as u32);
+            let config = widen_launch(n)?;
             let mut launch = self.stream.launch_builder(kernel);
             launch.arg(&target.raw).arg(wide).arg(&n);
             // SAFETY: the kernel reads `n` tokens of the dtype it was built
             // for from `raw` (exactly its length) and writes `n` ids of the
             // widened size into `wide` (allocated for that many), and does
-            // nothing for threads at or past `n`.
+            // nothing for threads at or past `n`; the grid covers `n`.
             unsafe { launch.launch(config) }.map_err(driver_error("widening the ids"))?;
         }
         // A spent event can be recorded again: a stream that waited on it
         // waited on the work recorded then, not on what is recorded now.
         let spent = self.events.lock().ok().and_then(|mut e| e.pop());
-        match spent {
-            Some(event) => {
-                event
-                    .record(&self.stream)
-                    .map_err(driver_error("recording the copy's event"))?;
-                Ok(event)
+        let event = match spent {
+            Some(event) => event,
+            None => self.new_event()?,
+        };
+        event
+            .record(&self.stream)
+            .map_err(driver_error("recording the copy's event"))?;
+        Ok(event)
+    }
+
+    fn wait(&self, fence: &CudaEvent) -> Result<(), LoaderError> {
+        fence
+            .synchronize()
+            .map_err(driver_error("waiting for an event"))
+    }
+
+    fn retire(&self, target: Target, done: Option<CudaEvent>) {
+        if let Some(done) = done {
+            // The free below is queued on the loader's stream (where the
+            // target was allocated): after this wait, whatever cudarc
+            // tracks. If the wait cannot be queued, wait on the host.
+            if self.stream.wait(&done).is_err() {
+                let _ = done.synchronize();
             }
-            None => self
-                .stream
-                .record_event(Some(
-                    cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-                ))
-                .map_err(driver_error("recording the copy's event")),
         }
+        drop(target);
     }
 
     fn recycle(&self, fence: CudaEvent) {
         if let Ok(mut events) = self.events.lock() {
             events.push(fence);
+        }
+    }
+
+    fn check(&self, dataset: &Dataset) -> Result<(), LoaderError> {
+        if dataset.dtype() != self.dtype {
+            return Err(LoaderError::Usage(format!(
+                "{}: tokens are {:?}, the backend was made for {:?}",
+                dataset.dir().display(),
+                dataset.dtype(),
+                self.dtype
+            )));
+        }
+        check_widen(self.dtype, self.widen, dataset.manifest().vocab_size)
+    }
+}
+
+/// A batch's ids in device memory, described for a zero-copy hand-off to
+/// another framework: the fields of DLPack's `DLTensor` and of
+/// `__cuda_array_interface__` (version 3).
+///
+/// # Stream ordering
+///
+/// The memory holds the batch once the batch's ready event is complete;
+/// nothing orders the consumer's stream after it but the consumer:
+///
+/// 1. Before any work reads the tensor, make the stream it runs on wait on
+///    the ready event: [`DeviceView::order_stream`] (what DLPack's
+///    `__dlpack__(stream=s)` asks of a producer) or, from Rust,
+///    `stream.wait(batch.ready())`. It is a device-side wait; the host goes on.
+/// 2. The memory is the batch's until it is released: do not keep the
+///    tensor (or a view of it) past [`Batch::release`].
+/// 3. Release it with an event recorded on that stream after the last work
+///    that reads the tensor: `batch.release(Some(stream.record_event(..)?))`.
+///    The next copy into the buffer, or its free when the loader is gone,
+///    waits on that event on the device. Work on other streams must be
+///    joined into that stream before the event is recorded.
+///
+/// `__cuda_array_interface__`'s `stream` field names the stream the data
+/// is valid on *after* its last queued work; handing out the loader's
+/// stream there would make a consumer wait for copies of later batches
+/// too, so a binding should pass `stream: None` and call `order_stream`
+/// on the consumer's stream instead.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceView {
+    /// The device address of the first id.
+    pub ptr: u64,
+    /// The CUDA device ordinal (DLPack's `device_id`, device type `kDLCUDA`).
+    pub device: usize,
+    /// Rows and tokens per row; contiguous, row after row (no strides).
+    pub shape: [i64; 2],
+    /// The ids' type.
+    pub dtype: IdType,
+    /// The batch's ready event (`CUevent`), for [`DeviceView::order_stream`].
+    ready: cudarc::driver::sys::CUevent,
+}
+
+/// The type of the ids on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdType {
+    /// Stored uint16 ids.
+    U16,
+    /// Stored uint32 ids.
+    U32,
+    /// Widened to int32.
+    I32,
+    /// Widened to int64.
+    I64,
+}
+
+impl IdType {
+    /// DLPack's `DLDataType` as (code, bits, lanes): code 0 is `kDLInt`,
+    /// 1 is `kDLUInt`.
+    pub fn dlpack(self) -> (u8, u8, u16) {
+        match self {
+            IdType::U16 => (1, 16, 1),
+            IdType::U32 => (1, 32, 1),
+            IdType::I32 => (0, 32, 1),
+            IdType::I64 => (0, 64, 1),
+        }
+    }
+
+    /// `__cuda_array_interface__`'s `typestr`.
+    pub fn typestr(self) -> &'static str {
+        match self {
+            IdType::U16 => "<u2",
+            IdType::U32 => "<u4",
+            IdType::I32 => "<i4",
+            IdType::I64 => "<i8",
+        }
+    }
+
+    /// Bytes per id.
+    pub fn size(self) -> usize {
+        match self {
+            IdType::U16 => 2,
+            IdType::U32 | IdType::I32 => 4,
+            IdType::I64 => 8,
+        }
+    }
+
+    fn of(dtype: Dtype, widen: Widen) -> IdType {
+        match (widen, dtype) {
+            (Widen::I64, _) => IdType::I64,
+            (Widen::I32, _) => IdType::I32,
+            (Widen::None, Dtype::U16) => IdType::U16,
+            (Widen::None, Dtype::U32) => IdType::U32,
+        }
+    }
+}
+
+impl DeviceView {
+    /// Makes `stream` wait, on the device, until the batch is in memory.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream (or 0, the legacy default stream) of
+    /// the loader's context, and the batch this view came from must not
+    /// have been released yet (its event may be recorded again after).
+    pub unsafe fn order_stream(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), LoaderError> {
+        cudarc::driver::result::stream::wait_event(
+            stream,
+            self.ready,
+            cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        )
+        .map_err(driver_error("ordering a stream after a batch"))
+    }
+}
+
+impl Batch<CudaBackend> {
+    /// The batch's ids as a tensor description for DLPack or
+    /// `__cuda_array_interface__`; see [`DeviceView`] for the stream
+    /// ordering a consumer must keep. Valid until the batch is released.
+    pub fn device_view(&self) -> DeviceView {
+        let backend = self.backend();
+        let ids = self.target().ids();
+        let (ptr, _record) = ids.device_ptr(backend.stream());
+        DeviceView {
+            ptr,
+            device: backend.ctx.ordinal(),
+            shape: [self.rows() as i64, self.row_tokens() as i64],
+            dtype: IdType::of(backend.dtype, backend.widen),
+            ready: self.ready().cu_event(),
         }
     }
 }
@@ -325,11 +593,52 @@ mod tests {
     }
 
     #[test]
+    fn widen_launch_covers_2_pow_32_tokens_without_truncating() {
+        for n in [
+            0u64,
+            1,
+            255,
+            256,
+            257,
+            (1 << 32) - 1,
+            1 << 32,
+            (1 << 32) + 1,
+            (1 << 39) - 256,
+        ] {
+            let c = widen_launch(n).unwrap();
+            let (grid, block) = (u64::from(c.grid_dim.0), u64::from(c.block_dim.0));
+            assert!(grid * block >= n, "{n} tokens: the grid covers them all");
+            assert!(n == 0 || (grid - 1) * block < n, "{n}: no idle block");
+        }
+        assert!(widen_launch(1 << 40).is_err(), "too many for one launch");
+    }
+
+    #[test]
+    fn id_types_describe_themselves_for_dlpack_and_the_array_interface() {
+        assert_eq!(IdType::of(Dtype::U16, Widen::I64), IdType::I64);
+        assert_eq!(IdType::of(Dtype::U32, Widen::I32), IdType::I32);
+        assert_eq!(IdType::of(Dtype::U16, Widen::None), IdType::U16);
+        for t in [IdType::U16, IdType::U32, IdType::I32, IdType::I64] {
+            let (code, bits, lanes) = t.dlpack();
+            assert_eq!(usize::from(bits) / 8, t.size());
+            assert_eq!(lanes, 1);
+            let signed = t.typestr().starts_with("<i");
+            assert_eq!(code == 0, signed, "{t:?}");
+            assert!(t.typestr().ends_with(&t.size().to_string()));
+        }
+    }
+
+    #[test]
     fn no_driver_is_an_error_not_a_panic() {
         if driver_present() {
             return; // a machine with a GPU: tests/gpu.rs covers it
         }
         let err = CudaBackend::new(0, Dtype::U16, Widen::I64).err().unwrap();
         assert!(err.to_string().contains("no CUDA driver"), "{err}");
+        assert_eq!(
+            device_count().unwrap(),
+            0,
+            "no driver: no device, not an error"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Batches of rows delivered ahead of the consumer: a background thread
 //! gathers each batch from the mapped shards into a staging buffer, starts
 //! its copy into a target buffer, and hands the target to the consumer with
-//! a fence that says when the copy is complete.
+//! a fence that says when the copy is complete. One loader runs across
+//! epochs, allocating its buffers once.
 //!
 //! # The ring
 //!
@@ -9,38 +10,49 @@
 //! the CPU) and a target buffer (the consumer's: device memory on a GPU).
 //! Targets move between the two threads by channel, so a target is owned by
 //! exactly one side at a time and the type system rules out writing a
-//! buffer the consumer is reading:
+//! buffer the consumer is reading. The rules, all kept here in the ring
+//! rather than left to a backend:
 //!
-//! 1. the producer gathers batch `k` into staging buffer `k % depth`, once
-//!    the copy out of it for batch `k - depth` is complete
-//!    ([`Backend::fill`] waits for that);
-//! 2. it takes a free target (waiting while the consumer holds all of them:
-//!    at most `depth` batches are in flight) and starts the copy, ordered
-//!    after the fence the consumer released that target with
-//!    ([`Backend::copy`]; on a GPU a stream wait, not a host sync);
-//! 3. it sends the target, the copy's fence, the sampler position and the
-//!    row count to the consumer, in batch order.
+//! 1. **Staging reuse.** The producer gathers batch `k` into staging buffer
+//!    `k % depth` only after the staging fence of that buffer (recorded by
+//!    [`Backend::copy`] once the copy of batch `k - depth` has read it) is
+//!    complete: [`Backend::wait`], a host wait.
+//! 2. **Target reuse.** It takes a free target (waiting while the consumer
+//!    holds all of them: at most `depth` batches are in flight) and starts
+//!    the copy, ordered after the fence the consumer released that target
+//!    with ([`Backend::copy`]; on a GPU a stream wait, not a host sync).
+//! 3. **Order.** It sends the target, the copy's fence, the epoch, the
+//!    sampler position and the row count to the consumer, in order: epoch
+//!    after epoch, each in sampler order. An epoch ends with its partial
+//!    batch, if any; no batch spans two epochs.
+//! 4. **Freeing.** A target is freed only through [`Backend::retire`], with
+//!    the consumer's last fence on it: whether it was waiting in the ring
+//!    when the loader was dropped, or released by the consumer after the
+//!    loader was gone. Staging buffers are freed after their last copy is
+//!    complete.
 //!
-//! The consumer takes batches with [`Loader::next`], orders its work after
-//! [`Batch::ready`] and gives the target back with [`Batch::release`],
+//! The consumer takes batches with [`Loader::next_batch`], orders its work
+//! after [`Batch::ready`] and gives the target back with [`Batch::release`],
 //! passing a fence for its own work on it. Nothing is allocated per step:
-//! buffers are allocated once, when the loader starts.
+//! buffers are allocated once, when the loader starts, and serve every epoch.
 //!
 //! The scheduling is written against [`Backend`]: [`HostBackend`] copies
 //! between host buffers and runs everywhere (and is what `prep bench-read
 //! --device cpu` measures); the CUDA backend (feature `cuda`) copies into
 //! device memory through pinned staging buffers.
 
+pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::format::{Dataset, FormatError};
+use crate::format::{Dataset, Dtype, FormatError};
 use crate::sampler::Sampler;
 
 /// Every way a loader can fail.
@@ -49,7 +61,8 @@ pub enum LoaderError {
     /// Reading the dataset failed.
     #[error(transparent)]
     Format(#[from] FormatError),
-    /// The dataset's records are not rows of one length.
+    /// The dataset or the configuration does not suit the loader (records
+    /// of different lengths, a rank with no rows, ids that do not fit).
     #[error("{0}")]
     Usage(String),
     /// The backend (the GPU driver, or a test's) failed.
@@ -60,8 +73,64 @@ pub enum LoaderError {
     Stopped,
 }
 
+/// The ids as the consumer receives them on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Widen {
+    /// As stored: 2 or 4 bytes per token.
+    None,
+    /// Widened on the device to int32 (only for ids below 2^31).
+    I32,
+    /// Widened on the device to int64 (what `torch.nn.Embedding` takes).
+    I64,
+}
+
+impl Widen {
+    /// Bytes per id as the consumer receives them, for stored `dtype`.
+    pub fn bytes(self, dtype: Dtype) -> usize {
+        match self {
+            Widen::None => dtype.size(),
+            Widen::I32 => 4,
+            Widen::I64 => 8,
+        }
+    }
+}
+
+impl FromStr for Widen {
+    type Err = LoaderError;
+
+    /// `none`, `i32` or `i64`.
+    fn from_str(s: &str) -> Result<Widen, LoaderError> {
+        match s {
+            "none" => Ok(Widen::None),
+            "i32" => Ok(Widen::I32),
+            "i64" => Ok(Widen::I64),
+            other => Err(LoaderError::Usage(format!(
+                "widen {other:?}: expected none, i32 or i64"
+            ))),
+        }
+    }
+}
+
+/// Refuses a widening that could change an id: uint32 ids of a vocabulary
+/// over 2^31 do not all fit an int32 (the widening is a bit copy, so an id
+/// of 2^31 or more would arrive negative). Every id is below `vocab_size`
+/// (`prep validate` checks it), so the vocabulary decides.
+pub fn check_widen(dtype: Dtype, widen: Widen, vocab_size: u64) -> Result<(), LoaderError> {
+    if dtype == Dtype::U32 && widen == Widen::I32 && vocab_size > 1 << 31 {
+        return Err(LoaderError::Usage(format!(
+            "a vocabulary of {vocab_size} ids does not fit int32 (ids of 2^31 and more would turn negative): widen to i64"
+        )));
+    }
+    Ok(())
+}
+
 /// Where batches are copied: buffers, a copy that may run asynchronously,
-/// and fences that say when it is complete.
+/// and fences that say when work is complete.
+///
+/// A backend's work runs in one queue (a GPU stream): a copy starts after
+/// everything queued before it, and so does a free queued by
+/// [`Backend::retire`]. The ring keeps the rules of reuse (see the module
+/// documentation); a backend only has to do what each method says.
 pub trait Backend: Send + Sync + 'static {
     /// A buffer the CPU fills with a batch's rows (pinned host memory).
     type Staging: Send + 'static;
@@ -74,56 +143,160 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc_staging(&self, bytes: usize) -> Result<Self::Staging, LoaderError>;
     /// A target buffer for a batch of `bytes` staged bytes.
     fn alloc_target(&self, bytes: usize) -> Result<Self::Target, LoaderError>;
-    /// The staging buffer's bytes, to be written, once every copy out of it
-    /// is complete.
-    fn fill<'a>(&self, staging: &'a mut Self::Staging) -> Result<&'a mut [u8], LoaderError>;
+    /// A fence with nothing recorded in it: complete.
+    fn fence(&self) -> Result<Self::Fence, LoaderError>;
+    /// The staging buffer's bytes, to be written. The ring calls this only
+    /// once the buffer's staging fence is complete; the backend need not
+    /// wait for anything.
+    fn staging_mut<'a>(&self, staging: &'a mut Self::Staging) -> Result<&'a mut [u8], LoaderError>;
     /// Starts copying the first `bytes` bytes of `staging` into `target`,
     /// after `after` (the consumer's fence for its last use of `target`)
-    /// is complete; returns the fence of the copy.
+    /// is complete. Records into `staged` the point at which the copy has
+    /// read all of `staging`, and returns the fence of the batch being
+    /// ready in `target` (the copy and any work after it, such as widening).
     fn copy(
         &self,
         staging: &mut Self::Staging,
         target: &mut Self::Target,
         bytes: usize,
         after: Option<Self::Fence>,
+        staged: &mut Self::Fence,
     ) -> Result<Self::Fence, LoaderError>;
+    /// Blocks the calling thread until `fence` is complete (yielding the
+    /// core, where the backend can, rather than spinning).
+    fn wait(&self, fence: &Self::Fence) -> Result<(), LoaderError>;
+
+    /// Frees `target` once `done` (the consumer's fence for its last use)
+    /// and every copy queued before are complete. The ring calls it for
+    /// every target it allocated, exactly once. The default waits for
+    /// `done` on the host; a GPU backend queues the wait instead.
+    fn retire(&self, target: Self::Target, done: Option<Self::Fence>) {
+        if let Some(done) = done {
+            // Nothing better to do on failure than free after the wait
+            // that failed: the queue is broken either way.
+            let _ = self.wait(&done);
+        }
+        drop(target);
+    }
 
     /// Takes back a copy's fence once the consumer is done with its batch,
     /// so that [`Backend::copy`] can use it again instead of making a new
     /// one each step. Fences the backend keeps no pool of are dropped.
     fn recycle(&self, _fence: Self::Fence) {}
+
+    /// Refuses a dataset this backend cannot deliver faithfully (a dtype it
+    /// was not built for, ids its widening would change).
+    fn check(&self, _dataset: &Dataset) -> Result<(), LoaderError> {
+        Ok(())
+    }
+}
+
+/// A target and the fences of its last uses. Whoever drops it (the ring,
+/// a channel of a loader that is gone, a batch released too late) has the
+/// backend free the target after `done`: a consumer reading through a raw
+/// pointer is never left reading freed memory.
+struct Held<B: Backend> {
+    backend: Arc<B>,
+    slot: usize,
+    target: Option<B::Target>,
+    /// The consumer's fence for its last work on the target.
+    done: Option<B::Fence>,
+    /// The fence of the copy that filled the target.
+    ready: Option<B::Fence>,
+}
+
+impl<B: Backend> Drop for Held<B> {
+    fn drop(&mut self) {
+        if let Some(target) = self.target.take() {
+            self.backend.retire(target, self.done.take());
+        }
+    }
+}
+
+/// Where a run is in its data: the epoch, and the sampler position within
+/// it. A run that consumed a batch resumes at [`Batch::resume_at`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    /// The epoch.
+    pub epoch: u64,
+    /// The sampler position within the epoch: rows this rank consumed.
+    pub position: u64,
+}
+
+/// The order rows are read in: one rank's share of a seeded permutation,
+/// a fresh permutation each epoch (see [`Sampler`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Order {
+    /// The seed of every epoch's permutation.
+    pub seed: u64,
+    /// This rank.
+    pub rank: u64,
+    /// Ranks reading the dataset together (at least 1).
+    pub world_size: u64,
+}
+
+impl Order {
+    /// One rank reading everything, under `seed`.
+    pub fn single(seed: u64) -> Order {
+        Order {
+            seed,
+            rank: 0,
+            world_size: 1,
+        }
+    }
+
+    /// The sampler of `epoch` for a dataset of `n` records.
+    pub fn sampler(&self, n: u64, epoch: u64) -> Sampler {
+        Sampler::new(n, self.seed, epoch, self.rank, self.world_size)
+    }
 }
 
 /// A batch ready for the consumer (or being copied into its target: see
 /// [`Batch::ready`]).
 pub struct Batch<B: Backend> {
-    target: Option<B::Target>,
-    ready: Option<B::Fence>,
+    held: Option<Held<B>>,
+    epoch: u64,
     position: u64,
     rows: usize,
     row_tokens: usize,
-    slot: usize,
-    free: Sender<Free<B>>,
+    free: Sender<Held<B>>,
 }
 
 impl<B: Backend> Batch<B> {
+    fn held(&self) -> &Held<B> {
+        self.held.as_ref().expect("held until released")
+    }
+
     /// The target buffer: `rows() * row_tokens()` tokens, row after row.
     pub fn target(&self) -> &B::Target {
-        self.target.as_ref().expect("held until released")
+        self.held().target.as_ref().expect("held until released")
     }
 
     /// The fence of the copy into the target: order work on the target after it.
     pub fn ready(&self) -> &B::Fence {
-        self.ready.as_ref().expect("held until released")
+        self.held().ready.as_ref().expect("held until released")
     }
 
-    /// The sampler position of the batch's first row: a run resumes at
-    /// `position() + rows()` once this batch is consumed.
+    /// The epoch the batch's rows belong to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The sampler position of the batch's first row within its epoch.
     pub fn position(&self) -> u64 {
         self.position
     }
 
-    /// Rows in the batch: the batch size, or fewer for the last batch of the epoch.
+    /// Where a run resumes once this batch is consumed: its epoch, at
+    /// `position() + rows()` (the end of an epoch resumes at the next).
+    pub fn resume_at(&self) -> Position {
+        Position {
+            epoch: self.epoch,
+            position: self.position + self.rows as u64,
+        }
+    }
+
+    /// Rows in the batch: the batch size, or fewer for the last batch of an epoch.
     pub fn rows(&self) -> usize {
         self.rows
     }
@@ -135,25 +308,28 @@ impl<B: Backend> Batch<B> {
 
     /// The ring slot the batch occupies (for diagnostics).
     pub fn slot(&self) -> usize {
-        self.slot
+        self.held().slot
+    }
+
+    /// The backend the batch was copied by.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.held().backend
     }
 
     /// Gives the target back for the next batches; the producer copies into
     /// it only after `done` (the fence of the consumer's last work on it)
-    /// is complete. `None` says that work is already complete.
+    /// is complete, and if the loader is gone the target is freed only
+    /// after it. `None` says that work is already complete.
     pub fn release(mut self, done: Option<B::Fence>) {
         self.give_back(done);
     }
 
     fn give_back(&mut self, done: Option<B::Fence>) {
-        if let Some(target) = self.target.take() {
-            // The producer may have stopped; then the target is simply freed.
-            let _ = self.free.send(Free {
-                slot: self.slot,
-                target,
-                done,
-                ready: self.ready.take(),
-            });
+        if let Some(mut held) = self.held.take() {
+            held.done = done;
+            // If the producer has stopped, the send fails and drops `held`,
+            // which retires the target after `done`.
+            let _ = self.free.send(held);
         }
     }
 }
@@ -166,21 +342,11 @@ impl<B: Backend> Drop for Batch<B> {
     }
 }
 
-/// A target on its way back to the producer, with the consumer's fence and
-/// the spent fence of the copy that filled it.
-struct Free<B: Backend> {
-    slot: usize,
-    target: B::Target,
-    done: Option<B::Fence>,
-    ready: Option<B::Fence>,
-}
-
-/// What the producer sends: a batch, an error, or the end of the epoch.
+/// What the producer sends: a batch, or an error.
 enum Message<B: Backend> {
     Batch {
-        slot: usize,
-        target: B::Target,
-        ready: B::Fence,
+        held: Held<B>,
+        epoch: u64,
         position: u64,
         rows: usize,
     },
@@ -194,8 +360,13 @@ pub struct LoaderConfig {
     pub batch_rows: usize,
     /// Slots in the ring: batches prepared ahead of the consumer, at most.
     pub depth: usize,
-    /// The sampler position to start from (a resumed run's position).
-    pub start: u64,
+    /// The order of the rows: seed, rank, world size.
+    pub order: Order,
+    /// Where to start: epoch and sampler position (a resumed run's).
+    pub start: Position,
+    /// The epoch to stop before; `None` runs epoch after epoch until the
+    /// loader is dropped.
+    pub end_epoch: Option<u64>,
     /// Threads that gather rows into staging buffers (0: one per core).
     /// The gather is a random read of the page cache at a few GB/s per
     /// thread, while a PCIe 5 copy runs at tens: feeding a GPU at full
@@ -203,11 +374,27 @@ pub struct LoaderConfig {
     pub threads: usize,
 }
 
-/// Delivers the batches of one epoch of one rank, in sampler order, from a
-/// background thread. Dropping it stops the thread.
+impl LoaderConfig {
+    /// Batches of `batch_rows` rows, `depth` ahead, one rank in the order
+    /// of `seed`, epoch 0 only, from its start, one gather thread per core.
+    pub fn new(batch_rows: usize, depth: usize, seed: u64) -> LoaderConfig {
+        LoaderConfig {
+            batch_rows,
+            depth,
+            order: Order::single(seed),
+            start: Position::default(),
+            end_epoch: Some(1),
+            threads: 0,
+        }
+    }
+}
+
+/// Delivers the batches of one rank, epoch after epoch, in sampler order,
+/// from a background thread. Dropping it stops the thread; batches the
+/// consumer still holds stay valid until released.
 pub struct Loader<B: Backend> {
     ready: Receiver<Message<B>>,
-    free: Option<Sender<Free<B>>>,
+    free: Option<Sender<Held<B>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     row_tokens: usize,
@@ -216,28 +403,54 @@ pub struct Loader<B: Backend> {
 
 impl<B: Backend> Loader<B> {
     /// Starts the producer: `depth` staging and target buffers of
-    /// `batch_rows` rows each are allocated now, once.
+    /// `batch_rows` rows each are allocated now, once, for every epoch.
     ///
     /// The dataset's records must all be one length (a packed dataset, or
-    /// any dataset of equal records).
+    /// any dataset of equal records), and the rank must read at least one
+    /// row per epoch.
     pub fn new(
         dataset: Arc<Dataset>,
-        sampler: Sampler,
         backend: Arc<B>,
         config: LoaderConfig,
     ) -> Result<Loader<B>, LoaderError> {
         let row_tokens = row_length(&dataset)?;
+        backend.check(&dataset)?;
+        let Order {
+            rank, world_size, ..
+        } = config.order;
+        if world_size == 0 || rank >= world_size {
+            return Err(LoaderError::Usage(format!(
+                "rank {rank} of a world of {world_size}: the rank must be below the world size"
+            )));
+        }
+        if config.order.sampler(dataset.len(), 0).is_empty() {
+            return Err(LoaderError::Usage(format!(
+                "{}: {} records for {world_size} ranks leave rank {rank} no row to read",
+                dataset.dir().display(),
+                dataset.len()
+            )));
+        }
         let depth = config.depth.max(1);
         let batch_rows = config.batch_rows.max(1);
-        let bytes = batch_rows * row_tokens * dataset.dtype().size();
+        let row_bytes = row_tokens
+            .checked_mul(dataset.dtype().size())
+            .ok_or_else(|| LoaderError::Usage(format!("rows of {row_tokens} tokens")))?;
+        let bytes = batch_rows.checked_mul(row_bytes).ok_or_else(|| {
+            LoaderError::Usage(format!(
+                "a batch of {batch_rows} rows of {row_bytes} bytes does not fit in memory"
+            ))
+        })?;
         let mut staging = Vec::with_capacity(depth);
+        let mut staged = Vec::with_capacity(depth);
         let (free_tx, free_rx) = mpsc::channel();
         for slot in 0..depth {
             staging.push(backend.alloc_staging(bytes)?);
+            staged.push(backend.fence()?);
             free_tx
-                .send(Free {
+                .send(Held {
+                    backend: backend.clone(),
                     slot,
-                    target: backend.alloc_target(bytes)?,
+                    target: Some(backend.alloc_target(bytes)?),
                     done: None,
                     ready: None,
                 })
@@ -262,16 +475,18 @@ impl<B: Backend> Loader<B> {
         let producer = Producer {
             pool,
             indices: vec![0; batch_rows],
-            row_bytes: row_tokens * dataset.dtype().size(),
+            row_bytes,
             dataset,
-            sampler,
             backend,
             staging,
+            staged,
             free: free_rx,
             ready: ready_tx,
             stop: stop.clone(),
             batch_rows,
+            order: config.order,
             start: config.start,
+            end_epoch: config.end_epoch,
         };
         let thread = std::thread::Builder::new()
             .name("prep-loader".into())
@@ -292,27 +507,25 @@ impl<B: Backend> Loader<B> {
         self.row_tokens
     }
 
-    /// The next batch, in sampler order; `None` at the end of the epoch.
-    /// Waits while the producer has none ready. After an error, every later
-    /// call returns `None`.
+    /// The next batch: epoch after epoch, each in sampler order; `None`
+    /// once the end epoch is reached. Waits while the producer has none
+    /// ready. After an error, every later call returns `None`.
     pub fn next_batch(&mut self) -> Result<Option<Batch<B>>, LoaderError> {
         if self.finished {
             return Ok(None);
         }
         match self.ready.recv() {
             Ok(Message::Batch {
-                slot,
-                target,
-                ready,
+                held,
+                epoch,
                 position,
                 rows,
             }) => Ok(Some(Batch {
-                target: Some(target),
-                ready: Some(ready),
+                held: Some(held),
+                epoch,
                 position,
                 rows,
                 row_tokens: self.row_tokens,
-                slot,
                 free: self.free.clone().expect("alive until dropped"),
             })),
             Ok(Message::Failed(e)) => {
@@ -320,7 +533,7 @@ impl<B: Backend> Loader<B> {
                 Err(e)
             }
             Err(_) => {
-                // The producer is gone: the end of the epoch, or a panic.
+                // The producer is gone: the end epoch, or a panic.
                 self.finished = true;
                 let panicked = self
                     .thread
@@ -338,6 +551,9 @@ impl<B: Backend> Loader<B> {
 }
 
 impl<B: Backend> Drop for Loader<B> {
+    /// Stops the producer. Targets waiting in the ring are retired after
+    /// the consumer's fences on them; those the consumer still holds are
+    /// retired when released.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.free.take();
@@ -372,14 +588,17 @@ struct Producer<B: Backend> {
     indices: Vec<u64>,
     row_bytes: usize,
     dataset: Arc<Dataset>,
-    sampler: Sampler,
     backend: Arc<B>,
     staging: Vec<B::Staging>,
-    free: Receiver<Free<B>>,
+    /// Per staging buffer: complete once the last copy out of it has read it.
+    staged: Vec<B::Fence>,
+    free: Receiver<Held<B>>,
     ready: Sender<Message<B>>,
     stop: Arc<AtomicBool>,
     batch_rows: usize,
-    start: u64,
+    order: Order,
+    start: Position,
+    end_epoch: Option<u64>,
 }
 
 /// How often a waiting producer looks at the stop flag.
@@ -390,54 +609,77 @@ impl<B: Backend> Producer<B> {
         if let Err(e) = self.produce() {
             let _ = self.ready.send(Message::Failed(e));
         }
+        // The staging buffers are freed when `self` drops: not while a copy
+        // still reads them.
+        for fence in &self.staged {
+            let _ = self.backend.wait(fence);
+        }
     }
 
     fn produce(&mut self) -> Result<(), LoaderError> {
-        let end = self.sampler.len();
-        let mut position = self.start.min(end);
+        let Position {
+            mut epoch,
+            mut position,
+        } = self.start;
         let mut k = 0usize;
-        while position < end {
-            let rows = (end - position).min(self.batch_rows as u64) as usize;
-            let s = k % self.staging.len();
-            let bytes = self.gather(s, position, rows)?;
-            let Some(mut free) = self.take_free()? else {
-                return Ok(()); // stopped
-            };
-            if let Some(spent) = free.ready.take() {
-                self.backend.recycle(spent);
+        while !matches!(self.end_epoch, Some(end) if epoch >= end) {
+            let sampler = self.order.sampler(self.dataset.len(), epoch);
+            let end = sampler.len();
+            while position < end {
+                let rows = (end - position).min(self.batch_rows as u64) as usize;
+                let s = k % self.staging.len();
+                let bytes = self.gather(&sampler, s, position, rows)?;
+                let Some(mut held) = self.take_free()? else {
+                    return Ok(()); // stopped
+                };
+                if let Some(spent) = held.ready.take() {
+                    self.backend.recycle(spent);
+                }
+                let target = held.target.as_mut().expect("a free slot holds its target");
+                let ready = self.backend.copy(
+                    &mut self.staging[s],
+                    target,
+                    bytes,
+                    held.done.take(),
+                    &mut self.staged[s],
+                )?;
+                held.ready = Some(ready);
+                let sent = self.ready.send(Message::Batch {
+                    held,
+                    epoch,
+                    position,
+                    rows,
+                });
+                if sent.is_err() {
+                    return Ok(()); // the consumer is gone
+                }
+                position += rows as u64;
+                k += 1;
             }
-            let ready = self.backend.copy(
-                &mut self.staging[s],
-                &mut free.target,
-                bytes,
-                free.done.take(),
-            )?;
-            let sent = self.ready.send(Message::Batch {
-                slot: free.slot,
-                target: free.target,
-                ready,
-                position,
-                rows,
-            });
-            if sent.is_err() {
-                return Ok(()); // the consumer is gone
-            }
-            position += rows as u64;
-            k += 1;
+            epoch += 1;
+            position = 0;
         }
         Ok(())
     }
 
     /// Copies the rows at sampler positions `position..position + rows`
-    /// into staging buffer `s`; returns the bytes written.
-    fn gather(&mut self, s: usize, position: u64, rows: usize) -> Result<usize, LoaderError> {
+    /// into staging buffer `s`, once the last copy out of it has read it;
+    /// returns the bytes written.
+    fn gather(
+        &mut self,
+        sampler: &Sampler,
+        s: usize,
+        position: u64,
+        rows: usize,
+    ) -> Result<usize, LoaderError> {
         for (k, slot) in self.indices[..rows].iter_mut().enumerate() {
-            *slot = self
-                .sampler
+            *slot = sampler
                 .get(position + k as u64)
                 .expect("positions below len()");
         }
-        let buffer = self.backend.fill(&mut self.staging[s])?;
+        // The staging reuse rule: whatever the backend tracks itself.
+        self.backend.wait(&self.staged[s])?;
+        let buffer = self.backend.staging_mut(&mut self.staging[s])?;
         let bytes = rows * self.row_bytes;
         let ds = &self.dataset;
         let copy = |(slot, &index): (&mut [u8], &u64)| -> Result<(), LoaderError> {
@@ -471,13 +713,13 @@ impl<B: Backend> Producer<B> {
 
     /// A free target, waiting for one while the consumer holds them all;
     /// `None` once the loader is dropped.
-    fn take_free(&self) -> Result<Option<Free<B>>, LoaderError> {
+    fn take_free(&self) -> Result<Option<Held<B>>, LoaderError> {
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return Ok(None);
             }
             match self.free.recv_timeout(POLL) {
-                Ok(free) => return Ok(Some(free)),
+                Ok(held) => return Ok(Some(held)),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return Ok(None),
             }
@@ -508,7 +750,11 @@ impl Backend for HostBackend {
         Ok(vec![0; bytes])
     }
 
-    fn fill<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8], LoaderError> {
+    fn fence(&self) -> Result<Done, LoaderError> {
+        Ok(Done)
+    }
+
+    fn staging_mut<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8], LoaderError> {
         Ok(staging)
     }
 
@@ -518,8 +764,39 @@ impl Backend for HostBackend {
         target: &mut Vec<u8>,
         bytes: usize,
         _after: Option<Done>,
+        _staged: &mut Done,
     ) -> Result<Done, LoaderError> {
         target[..bytes].copy_from_slice(&staging[..bytes]);
         Ok(Done)
+    }
+
+    fn wait(&self, _: &Done) -> Result<(), LoaderError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn u32_to_i32_widening_is_refused_when_ids_can_reach_2_pow_31() {
+        assert!(check_widen(Dtype::U32, Widen::I32, (1 << 31) + 1).is_err());
+        assert!(check_widen(Dtype::U32, Widen::I32, 1 << 32).is_err());
+        // Every id below 2^31 fits: allowed, as is every other widening.
+        assert!(check_widen(Dtype::U32, Widen::I32, 1 << 31).is_ok());
+        assert!(check_widen(Dtype::U32, Widen::I64, 1 << 32).is_ok());
+        assert!(check_widen(Dtype::U32, Widen::None, 1 << 32).is_ok());
+        assert!(check_widen(Dtype::U16, Widen::I32, 1 << 32).is_ok());
+    }
+
+    #[test]
+    fn widen_parses_its_three_names_and_refuses_others() {
+        assert_eq!("none".parse::<Widen>().unwrap(), Widen::None);
+        assert_eq!("i32".parse::<Widen>().unwrap(), Widen::I32);
+        assert_eq!("i64".parse::<Widen>().unwrap(), Widen::I64);
+        assert!("int64".parse::<Widen>().is_err());
+        assert_eq!(Widen::None.bytes(Dtype::U16), 2);
+        assert_eq!(Widen::I64.bytes(Dtype::U16), 8);
     }
 }
