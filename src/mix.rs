@@ -472,14 +472,16 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     }
     let shards = writer.finish()?;
     output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
-    let options = json!({
+    let mut options = json!({
         "seed": config.seed,
         "tokens": config.tokens,
         "max_epochs": config.max_epochs,
         "shard_size": config.shard_size,
-        "part": config.part.map(|p| p.to_string()),
         "recipe": plan.sources,
     });
+    if let Some(p) = config.part {
+        options["part"] = json!(p.to_string());
+    }
     let manifest = base
         .derived(
             shards,
