@@ -12,14 +12,19 @@
 //!
 //! Source `i` is read in passes (epochs). Pass `e` visits its documents in
 //! the order of [`Permutation::new`]`(n_i, seed, stream(i, e))`, each once,
-//! so documents are drawn without replacement within a pass. Documents are
-//! taken while the running total stays at or below `C_i`; at the first that
-//! would pass it, that document is taken too if that leaves the total
-//! closer to `C_i`, and the source stops. The running total is therefore
-//! within half a document of `C_i` after every source: the mixture holds
-//! `N` tokens to within half a document, and source `i` its target to
-//! within one document. A source that would need more than `--max-epochs`
-//! passes is refused with the number it needs.
+//! so documents are drawn without replacement within a pass. A document is
+//! taken when the running total stays at or below `C_i` with it, and passed
+//! over otherwise (the gap only shrinks, so it would not fit later either);
+//! the pass goes on until the total is `C_i` or the pass ends. If documents
+//! were passed over, the shortest of them is taken too when that leaves the
+//! total closer to `C_i`, and the source stops; a pass that took every
+//! document is followed by the next. The running total is therefore within
+//! half a document of `C_i` after every source: the mixture holds `N`
+//! tokens to within half a document, and source `i` its target to within
+//! one document. Only the last few documents of a source's draw are chosen
+//! by length (those that fit the last gap), so the draw is otherwise
+//! uniform. A source that would need more than `--max-epochs` passes is
+//! refused with the number it needs.
 //!
 //! # The order
 //!
@@ -268,28 +273,40 @@ pub fn plan(
         }
         let (mut taken, mut documents) = (0u64, 0u64);
         let mut epoch = 0;
-        'passes: while taken < need && epoch < max_epochs {
+        while taken < need && epoch < max_epochs {
             let order = Permutation::new(lens.len() as u64, seed, stream(i, epoch));
             let mut pass = Vec::new();
+            // The shortest document that did not fit: the gap only shrinks,
+            // so no document passed over would fit later.
+            let mut over: Option<u64> = None;
             for j in 0..order.len() {
+                if taken == need {
+                    break;
+                }
                 let d = order.get(j);
                 let len = lens[d as usize];
-                let stop = taken + len > need;
-                // Past the goal: take it only if that ends closer to it.
-                if !stop || taken + len - need < need - taken {
+                if taken + len <= need {
                     pass.push(d);
                     taken += len;
+                } else if over.is_none_or(|o| len < lens[o as usize]) {
+                    over = Some(d);
                 }
-                if stop || taken == need {
-                    pass.sort_unstable();
-                    documents += pass.len() as u64;
-                    drawn.extend(pass.into_iter().map(|d| (i as u32, d)));
-                    break 'passes;
+            }
+            // Past the goal: take it only if that ends closer to it.
+            let done = taken == need || over.is_some();
+            if let Some(d) = over {
+                let len = lens[d as usize];
+                if taken + len - need < need - taken {
+                    pass.push(d);
+                    taken += len;
                 }
             }
             pass.sort_unstable();
             documents += pass.len() as u64;
             drawn.extend(pass.into_iter().map(|d| (i as u32, d)));
+            if done {
+                break;
+            }
             epoch += 1;
         }
         so_far += taken;
@@ -424,8 +441,8 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         }
         Start::Fresh(journal) => journal,
     };
-    let pool = crate::util::thread_pool(config.threads)
-        .map_err(|e| FormatError::io(&config.output, e))?;
+    let pool =
+        crate::util::thread_pool(config.threads).map_err(|e| FormatError::io(&config.output, e))?;
     let n = plan.drawn.len() as u64;
     let order = order(n, config.seed, &pool);
     let range = config.part.unwrap_or(Part::WHOLE).range(n);

@@ -242,11 +242,10 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         ));
         let dir = config.output.join(side.name());
         let mut output = Output::lock(&dir)?;
-        let (journal, complete) =
-            match output.start::<(), u64>(&fingerprint, config.overwrite)? {
-                Start::Complete(m) => (crate::output::Journal::new(&fingerprint), Some(*m)),
-                Start::Resume(j) | Start::Fresh(j) => (j, None),
-            };
+        let (journal, complete) = match output.start::<(), u64>(&fingerprint, config.overwrite)? {
+            Start::Complete(m) => (crate::output::Journal::new(&fingerprint), Some(*m)),
+            Start::Resume(j) | Start::Fresh(j) => (j, None),
+        };
         let from = match &complete {
             Some(_) => u64::MAX,
             None => journal.shards.last().map_or(0, |d| d.at),
@@ -289,7 +288,10 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         if g < w.from {
             continue;
         }
-        let writer = w.writer.as_mut().expect("only complete sides have no writer");
+        let writer = w
+            .writer
+            .as_mut()
+            .expect("only complete sides have no writer");
         if let Some(sealed) = writer.push_raw(record)? {
             w.journal.shards.push(Done {
                 shard: sealed.clone(),

@@ -49,7 +49,9 @@ fn mix_seed(
     seed: &str,
 ) -> std::process::Command {
     let mut cmd = t.prep();
-    cmd.arg("mix").arg(out).args(["--tokens", tokens, "--seed", seed, "--quiet"]);
+    cmd.arg("mix")
+        .arg(out)
+        .args(["--tokens", tokens, "--seed", seed, "--quiet"]);
     for (dir, weight) in sources {
         cmd.arg("--source")
             .arg(format!("{}:{weight}", dir.display()));
@@ -68,7 +70,12 @@ fn two_sources_at_07_and_03_hold_their_shares_within_one_document() {
     let b = source(&t, "b", 2, 400, Dtype::U32);
     let out = t.path("mix");
     let n = 40_000u64;
-    ok(&mut mix(&t, &out, &[(&a, "0.7"), (&b, "0.3")], &n.to_string()));
+    ok(&mut mix(
+        &t,
+        &out,
+        &[(&a, "0.7"), (&b, "0.3")],
+        &n.to_string(),
+    ));
 
     // Tokens and documents of each source, counted from the records.
     let mut tokens = [0u64; 3];
@@ -81,7 +88,10 @@ fn two_sources_at_07_and_03_hold_their_shares_within_one_document() {
     let doc = longest(&a).max(longest(&b));
     assert!(tokens[1].abs_diff(n * 7 / 10) <= doc, "{tokens:?}");
     assert!(tokens[2].abs_diff(n * 3 / 10) <= doc, "{tokens:?}");
-    assert!((tokens[1] + tokens[2]).abs_diff(n) <= doc / 2 + 1, "{tokens:?}");
+    assert!(
+        (tokens[1] + tokens[2]).abs_diff(n) <= doc / 2 + 1,
+        "{tokens:?}"
+    );
 
     // The manifest's recipe says the same and adds up.
     let m = manifest_json(&out);
@@ -117,8 +127,12 @@ fn reruns_write_the_same_bytes_for_one_and_two_threads() {
     let b = source(&t, "b", 2, 400, Dtype::U32);
     let run = |out: &str, threads: &str| {
         let out = t.path(out);
-        ok(mix(&t, &out, &[(&a, "0.7"), (&b, "0.3")], "30000")
-            .args(["--threads", threads, "--shard-size", "8KiB"]));
+        ok(mix(&t, &out, &[(&a, "0.7"), (&b, "0.3")], "30000").args([
+            "--threads",
+            threads,
+            "--shard-size",
+            "8KiB",
+        ]));
         snapshot(&out)
     };
     let one = run("one", "1");
@@ -129,8 +143,10 @@ fn reruns_write_the_same_bytes_for_one_and_two_threads() {
     assert_eq!(one, run("one", "2"));
     // Another seed draws and orders otherwise.
     let other = t.path("other");
-    ok(mix_seed(&t, &other, &[(&a, "0.7"), (&b, "0.3")], "30000", "12")
-        .args(["--shard-size", "8KiB"]));
+    ok(
+        mix_seed(&t, &other, &[(&a, "0.7"), (&b, "0.3")], "30000", "12")
+            .args(["--shard-size", "8KiB"]),
+    );
     assert_ne!(records(&t.path("one")), records(&other));
 }
 
@@ -138,17 +154,21 @@ fn reruns_write_the_same_bytes_for_one_and_two_threads() {
 fn a_one_source_mixture_of_every_token_is_prep_shuffle() {
     let t = TestDir::new();
     let input = t.path("in");
-    ok(tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &input)
-        .args(["--shard-size", "256KiB"]));
+    ok(
+        tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &input)
+            .args(["--shard-size", "256KiB"]),
+    );
     let n_tokens = prep::Dataset::open(&input).unwrap().n_tokens();
     let mixed = t.path("mixed");
     ok(mix(&t, &mixed, &[(&input, "1")], &n_tokens.to_string()).args(["--shard-size", "64KiB"]));
     let shuffled = t.path("shuffled");
-    ok(t.prep()
-        .arg("shuffle")
-        .arg(&input)
-        .arg(&shuffled)
-        .args(["--seed", "11", "--shard-size", "64KiB", "--quiet"]));
+    ok(t.prep().arg("shuffle").arg(&input).arg(&shuffled).args([
+        "--seed",
+        "11",
+        "--shard-size",
+        "64KiB",
+        "--quiet",
+    ]));
     let files = |dir: &Path| -> Vec<(String, Vec<u8>)> {
         snapshot(dir)
             .into_iter()
@@ -170,7 +190,10 @@ fn a_source_short_of_its_share_names_the_epochs_it_needs() {
     let out = t.path("mix");
     let want = (has * 5 / 2).to_string(); // two and a half passes
     let err = fails(&mut mix(&t, &out, &[(&a, "1")], &want), 2);
-    assert!(err.contains("takes 3 epochs") && err.contains("--max-epochs 3"), "{err}");
+    assert!(
+        err.contains("takes 3 epochs") && err.contains("--max-epochs 3"),
+        "{err}"
+    );
     assert!(!out.exists(), "nothing is written");
 
     ok(mix(&t, &out, &[(&a, "1")], &want).args(["--max-epochs", "3"]));
@@ -230,8 +253,13 @@ fn parts_merged_are_the_whole_mixture() {
     ok(mix(&t, &whole, &[(&a, "0.7"), (&b, "0.3")], "30000").args(["--shard-size", "8KiB"]));
     let out = t.path("merged");
     for i in 0..3 {
-        ok(mix(&t, &out.join(format!("part-{i}")), &[(&a, "0.7"), (&b, "0.3")], "30000")
-            .args(["--shard-size", "8KiB", "--part", &format!("{i}/3")]));
+        ok(mix(
+            &t,
+            &out.join(format!("part-{i}")),
+            &[(&a, "0.7"), (&b, "0.3")],
+            "30000",
+        )
+        .args(["--shard-size", "8KiB", "--part", &format!("{i}/3")]));
     }
     let mut merge = t.prep();
     merge.arg("merge").arg("--quiet");

@@ -71,7 +71,10 @@ fn a_val_split_of_01_is_disjoint_complete_and_within_001() {
     for r in &val {
         *copies.entry(r).or_default() += 1;
     }
-    assert!(copies.values().all(|&c| c == 5), "a text split across sides");
+    assert!(
+        copies.values().all(|&c| c == 5),
+        "a text split across sides"
+    );
     // Each side keeps the input's order.
     assert!(subsequence(&train, &all) && subsequence(&val, &all));
     let share = val.len() as f64 / all.len() as f64;
@@ -100,7 +103,10 @@ fn a_test_side_takes_its_share_and_the_three_cover_the_input() {
         .map(|s| records(&out.join(s)).len())
         .collect();
     assert_eq!(sizes.iter().sum::<usize>(), n);
-    assert!((sizes[2] as f64 / n as f64 - 0.05).abs() < 0.01, "{sizes:?}");
+    assert!(
+        (sizes[2] as f64 / n as f64 - 0.05).abs() < 0.01,
+        "{sizes:?}"
+    );
     // The val side is the one of a split without --test: the hash decides.
     let plain = t.path("plain");
     ok(&mut split(&t, &input, &plain));
@@ -174,7 +180,11 @@ fn bad_shares_and_an_output_inside_the_input_are_refused_with_nothing_written() 
 fn export_of_each_side_gives_nanogpt_train_and_val_bin() {
     let t = TestDir::new();
     let input = t.path("in");
-    ok(&mut tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &input));
+    ok(&mut tokenize_cmd(
+        &t,
+        &[fixture("corpus/debian-sample.jsonl.zst")],
+        &input,
+    ));
     let out = t.path("out");
     ok(&mut split(&t, &input, &out));
     for (side, file) in [("train", "train.bin"), ("val", "val.bin")] {
