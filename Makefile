@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python test-ray test-compat lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python test-ray test-compat lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -104,6 +104,10 @@ bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-shuffle: build $(VENV)/.installed
 	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE))
+
+# Mix and split throughput beside cp of the same bytes, in the same run.
+bench-mix: build $(VENV)/.installed
+	$(VPY) tools/bench_mix.py --prep $(abspath $(RELEASE))
 
 # Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
 # padding on the real corpus (../shared/corpora, tokenized once into target/bench).

@@ -17,6 +17,17 @@
 //! additions, multiplications, shifts and xors only: easy to reproduce bit
 //! for bit in any language. The outputs of prep depend on it; changing any
 //! constant here changes them.
+//!
+//! [`shuffle_key`] is the other seeded order of prep: the key that sorts
+//! documents in a global shuffle.
+
+/// The sort key of document `g` in prep's global shuffle: the documents of
+/// a shuffled dataset are in increasing `(shuffle_key(seed, g), g)` order.
+/// `prep shuffle` and `prep mix` both order by it, so a mixture is shuffled
+/// exactly as `prep shuffle` would shuffle the same documents.
+pub fn shuffle_key(seed: u64, g: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(&g.to_le_bytes(), seed)
+}
 
 /// Feistel rounds; four make a pseudo-random permutation from a random
 /// round function, two more give a margin.

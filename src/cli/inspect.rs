@@ -95,6 +95,7 @@ fn human(i: &Inspection) -> String {
             );
         }
     }
+    s += &recipe(m);
     if let Some(l) = &i.lengths {
         s += &format!(
             "\nRecord length in tokens: min {}, mean {:.1}, max {}\n  ",
@@ -207,6 +208,34 @@ fn human(i: &Inspection) -> String {
                 s += &format!("    row[{used}..{}]  padding\n", r.ids.len());
             }
         }
+    }
+    s
+}
+
+/// A mixture's recipe (`prep mix` records it in the provenance's options),
+/// one line per source; nothing for other datasets.
+fn recipe(m: &crate::format::Manifest) -> String {
+    let options = &m.provenance.options;
+    let Some(sources) = options["recipe"].as_array() else {
+        return String::new();
+    };
+    let mut s = format!(
+        "\nMixed from {} sources, {} tokens asked, seed {}, at most {} epochs each:\n",
+        sources.len(),
+        options["tokens"],
+        options["seed"],
+        options["max_epochs"]
+    );
+    for source in sources {
+        s += &format!(
+            "  {}  weight {} ({:.2}%): {} tokens, {} documents, {:.3} epochs\n",
+            source["source"].as_str().unwrap_or("?"),
+            source["weight"],
+            100.0 * source["share"].as_f64().unwrap_or(0.0),
+            source["tokens"],
+            source["documents"],
+            source["epochs"].as_f64().unwrap_or(0.0)
+        );
     }
     s
 }

@@ -13,10 +13,12 @@ mod export;
 mod import;
 mod inspect;
 mod merge;
+mod mix;
 mod pack;
 mod progress;
 mod sample;
 mod shuffle;
+mod split;
 mod tokenize;
 mod validate;
 
@@ -37,6 +39,10 @@ enum Command {
     Shuffle(shuffle::Args),
     /// Pack documents into rows of exactly --seq-len tokens (bestfit or concat).
     Pack(pack::Args),
+    /// Mix datasets by weight into one shuffled dataset of an exact number of tokens.
+    Mix(mix::Args),
+    /// Split a dataset's documents into train, val (and test) by a hash of their ids.
+    Split(split::Args),
     /// Join the partial datasets of a --part run (or shuffle buckets) into one dataset, without copying tokens.
     Merge(merge::Args),
     /// Write a dataset as Megatron-LM, nanoGPT, llm.c or datatrove token files.
@@ -70,6 +76,8 @@ pub fn run() -> ExitCode {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Shuffle(args) => shuffle::run(args),
         Command::Pack(args) => pack::run(args),
+        Command::Mix(args) => mix::run(args),
+        Command::Split(args) => split::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Export(args) => export::run(args),

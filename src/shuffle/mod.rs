@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
@@ -225,9 +224,10 @@ pub struct ShuffleReport {
     pub elapsed: Duration,
 }
 
-/// The key of document `g`.
+/// The key of document `g` (see [`crate::permute::shuffle_key`], which
+/// `prep mix` shares).
 pub fn key(seed: u64, g: u64) -> u64 {
-    xxh3_64_with_seed(&g.to_le_bytes(), seed)
+    crate::permute::shuffle_key(seed, g)
 }
 
 /// The order of `n` documents under `seed`: element `i` is the input index of

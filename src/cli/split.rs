@@ -1,0 +1,93 @@
+//! `prep split`: flags to a [`SplitConfig`], then the summary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::size::{format_bytes, parse_size};
+use crate::split::{self, SplitConfig};
+
+/// Split a documents dataset into OUT/train, OUT/val (and OUT/test).
+///
+/// Each document's side is decided by a keyed hash (XXH3 with --seed) of its
+/// token ids, so identical documents always land on the same side and
+/// nothing leaks between them; the shares come within a small tolerance of
+/// --val and --test. Every side keeps the input's order, and together they
+/// are exactly the input. prep export of OUT/train and OUT/val gives
+/// nanoGPT's train.bin and val.bin.
+#[derive(Debug, Parser)]
+#[command(
+    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
+Exit codes: 0 success, 2 usage, input or I/O error."
+)]
+pub(crate) struct Args {
+    /// The documents dataset to split.
+    #[arg(value_name = "IN")]
+    input: PathBuf,
+
+    /// The directory to write train, val and test into.
+    #[arg(value_name = "OUT")]
+    output: PathBuf,
+
+    /// The share of documents for validation, e.g. 0.01.
+    #[arg(long, value_name = "F")]
+    val: f64,
+
+    /// The share of documents for a test side (none when not given).
+    #[arg(long, value_name = "F")]
+    test: Option<f64>,
+
+    /// The key of the hash that assigns the sides.
+    #[arg(long, value_name = "S")]
+    seed: u64,
+
+    /// Largest .bin per output shard.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    shard_size: u64,
+
+    /// Replace what is in the sides' directories (only prep's own files are removed).
+    #[arg(long)]
+    overwrite: bool,
+
+    /// No progress bar or summary; errors are still printed.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = SplitConfig::new(args.input, args.output, args.val, args.seed);
+    if let Some(test) = args.test {
+        if test <= 0.0 {
+            anyhow::bail!("--test {test}: give a share above 0, or leave --test out");
+        }
+        config.test = test;
+    }
+    config.shard_size = args.shard_size;
+    config.overwrite = args.overwrite;
+    let bar = super::progress::Bar::new(args.quiet);
+    let r = split::run(&config, &bar)?;
+    if !args.quiet && !r.already_complete {
+        let secs = r.elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "Split {} documents with seed {} in {:.1}s: {} at {:.0} MB/s.",
+            r.documents,
+            config.seed,
+            secs,
+            format_bytes(r.bytes),
+            r.bytes as f64 / 1e6 / secs,
+        );
+        for s in &r.sides {
+            let m = &s.manifest;
+            eprintln!(
+                "  {}: {} documents ({:.2}%), {} tokens, {} shards",
+                config.output.join(s.side.name()).display(),
+                m.n_records,
+                100.0 * m.n_records as f64 / r.documents.max(1) as f64,
+                m.n_tokens,
+                m.shards.len()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,386 @@
+//! `prep split`: a documents dataset into train, validation (and test)
+//! datasets, document by document, with nothing leaking between them.
+//!
+//! # The rule
+//!
+//! A document's side is a function of its token ids and the seed alone:
+//! `u = (XXH3-64(bytes, seed) >> 11) / 2^53`, the keyed hash of the record's
+//! bytes (its ids, little-endian, in the dataset's dtype) mapped to
+//! `[0, 1)`; the document goes to `val` when `u < F_val`, to `test` when
+//! `F_val <= u < F_val + F_test`, and to `train` otherwise. Identical
+//! documents therefore always land on the same side, however often they
+//! repeat and wherever they sit; the shares are those of independent coin
+//! flips, within a few standard deviations (`sqrt(F (1 - F) / n)`) of `F`.
+//!
+//! Each side keeps the input's order. Every input record is in exactly one
+//! side, so the parts together are the input as a multiset of documents.
+//!
+//! # Output
+//!
+//! `OUT/train`, `OUT/val` and, with `--test`, `OUT/test`, each an ordinary
+//! documents dataset with its own lock, journal and manifest. A run stopped
+//! part-way resumes every side from its last completed shard: the journal
+//! of each records, with every shard, how many input records had been read
+//! when it was completed.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::format::{
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
+    Provenance, MANIFEST_FILE,
+};
+use crate::output::{Done, Output, OutputError, Start};
+use crate::progress::{Progress, ProgressSnapshot};
+
+/// The sides of a split, in the order they are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Training documents.
+    Train,
+    /// Validation documents.
+    Val,
+    /// Test documents.
+    Test,
+}
+
+impl Side {
+    /// The side's folder name inside the output directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Train => "train",
+            Side::Val => "val",
+            Side::Test => "test",
+        }
+    }
+}
+
+/// The side of the document whose record bytes are `record` (see the
+/// [module docs](self)).
+pub fn side(record: &[u8], seed: u64, val: f64, test: f64) -> Side {
+    let u = (xxh3_64_with_seed(record, seed) >> 11) as f64 / (1u64 << 53) as f64;
+    if u < val {
+        Side::Val
+    } else if u < val + test {
+        Side::Test
+    } else {
+        Side::Train
+    }
+}
+
+/// What `prep split` is asked to do.
+#[derive(Debug, Clone)]
+pub struct SplitConfig {
+    /// The documents dataset to split.
+    pub input: PathBuf,
+    /// The directory that receives `train`, `val` and `test`.
+    pub output: PathBuf,
+    /// The validation share, in `[0, 1)`.
+    pub val: f64,
+    /// The test share (0: no test side); `val + test < 1`.
+    pub test: f64,
+    /// The seed of the hash.
+    pub seed: u64,
+    /// Largest `.bin` of an output shard.
+    pub shard_size: u64,
+    /// Replace existing datasets in the sides' directories.
+    pub overwrite: bool,
+}
+
+impl SplitConfig {
+    /// A config with the CLI's defaults: no test side, 1 GiB shards.
+    pub fn new(
+        input: impl Into<PathBuf>,
+        output: impl Into<PathBuf>,
+        val: f64,
+        seed: u64,
+    ) -> SplitConfig {
+        SplitConfig {
+            input: input.into(),
+            output: output.into(),
+            val,
+            test: 0.0,
+            seed,
+            shard_size: 1 << 30,
+            overwrite: false,
+        }
+    }
+
+    /// The sides this split writes.
+    pub fn sides(&self) -> Vec<Side> {
+        let mut sides = vec![Side::Train, Side::Val];
+        if self.test > 0.0 {
+            sides.push(Side::Test);
+        }
+        sides
+    }
+}
+
+/// Every way `prep split` can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum SplitError {
+    /// The input or an output could not be read or written.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// An output directory was refused or is held by another run.
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    /// Shares outside `[0, 1)` or adding up to 1 or more.
+    #[error("--val {val} and --test {test}: each share must be at least 0 and together below 1")]
+    BadShares {
+        /// The validation share.
+        val: f64,
+        /// The test share.
+        test: f64,
+    },
+    /// The input is not a documents dataset.
+    #[error("{}: is a {kind} dataset; split takes documents datasets (split before pack)", input.display())]
+    NotDocuments {
+        /// The input.
+        input: PathBuf,
+        /// Its kind.
+        kind: String,
+    },
+    /// The output is the input, or one holds the other.
+    #[error("output directory {}: is the input {} or inside it, or holds it; choose another directory", output.display(), input.display())]
+    OutputIsInput {
+        /// The output.
+        output: PathBuf,
+        /// The input.
+        input: PathBuf,
+    },
+}
+
+/// One side as written.
+#[derive(Debug, Clone)]
+pub struct SideReport {
+    /// Which side.
+    pub side: Side,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct SplitReport {
+    /// Every side, in [`SplitConfig::sides`] order.
+    pub sides: Vec<SideReport>,
+    /// Records in the input.
+    pub documents: u64,
+    /// True when every side was already complete.
+    pub already_complete: bool,
+    /// Bytes of token data written by this run.
+    pub bytes: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// One side being written.
+struct Writing {
+    side: Side,
+    output: Output,
+    fingerprint: String,
+    /// `None` when the side was already complete.
+    writer: Option<DatasetWriter>,
+    /// The journal; each shard's checkpoint is the number of input records
+    /// read when it was completed.
+    journal: crate::output::Journal<(), u64>,
+    /// Input records before this one are in the kept shards.
+    from: u64,
+    complete: Option<Manifest>,
+}
+
+/// Runs `prep split`.
+pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport, SplitError> {
+    let started = Instant::now();
+    let (val, test) = (config.val, config.test);
+    let share = |f: f64| f.is_finite() && (0.0..1.0).contains(&f);
+    if !(share(val) && share(test) && val + test < 1.0) {
+        return Err(SplitError::BadShares { val, test });
+    }
+    if crate::util::same_or_inside(&config.output, &config.input)
+        || crate::util::same_or_inside(&config.input, &config.output)
+    {
+        return Err(SplitError::OutputIsInput {
+            output: config.output.clone(),
+            input: config.input.clone(),
+        });
+    }
+    let input = Dataset::open(&config.input)?;
+    let base = input.manifest().clone();
+    if base.kind != "documents" {
+        return Err(SplitError::NotDocuments {
+            input: config.input.clone(),
+            kind: base.kind,
+        });
+    }
+    let manifest_path = config.input.join(MANIFEST_FILE);
+    let manifest_bytes =
+        std::fs::read(&manifest_path).map_err(|e| FormatError::io(&manifest_path, e))?;
+    let inputs = vec![InputInfo {
+        path: config.input.display().to_string(),
+        bytes: base.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum(),
+        xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest_bytes))),
+    }];
+    let options = json!({
+        "seed": config.seed,
+        "val": val,
+        "test": test,
+        "shard_size": config.shard_size,
+    });
+    let job = json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "split", "options": options, "inputs": inputs });
+
+    let mut sides = Vec::new();
+    for side in config.sides() {
+        let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
+            json!({ "job": job, "side": side.name() })
+                .to_string()
+                .as_bytes(),
+        ));
+        let dir = config.output.join(side.name());
+        let mut output = Output::lock(&dir)?;
+        let (journal, complete) = match output.start::<(), u64>(&fingerprint, config.overwrite)? {
+            Start::Complete(m) => (crate::output::Journal::new(&fingerprint), Some(*m)),
+            Start::Resume(j) | Start::Fresh(j) => (j, None),
+        };
+        let from = match &complete {
+            Some(_) => u64::MAX,
+            None => journal.shards.last().map_or(0, |d| d.at),
+        };
+        let writer = complete.is_none().then(|| {
+            DatasetWriter::new(&dir, base.dtype, config.shard_size, journal.shard_infos())
+        });
+        sides.push(Writing {
+            side,
+            output,
+            fingerprint,
+            writer,
+            journal,
+            from,
+            complete,
+        });
+    }
+    let already_complete = sides.iter().all(|w| w.complete.is_some());
+    let resume_at = sides.iter().map(|w| w.from).min().unwrap_or(0);
+    if resume_at > 0 && !already_complete {
+        progress.note(&format!(
+            "resuming: {resume_at} input records are already in complete shards"
+        ));
+    }
+
+    let n = input.len();
+    let size = base.dtype.size() as u64;
+    let total_bytes = input.n_tokens() * size;
+    let mut bytes = 0u64;
+    let mut counts = vec![0u64; sides.len()];
+    for g in 0..n {
+        let record = input.record_bytes(g)?;
+        let s = side(record, config.seed, val, test);
+        let i = sides
+            .iter()
+            .position(|w| w.side == s)
+            .expect("a side with a share is written");
+        counts[i] += 1;
+        let w = &mut sides[i];
+        if g < w.from {
+            continue;
+        }
+        let writer = w
+            .writer
+            .as_mut()
+            .expect("only complete sides have no writer");
+        if let Some(sealed) = writer.push_raw(record)? {
+            w.journal.shards.push(Done {
+                shard: sealed.clone(),
+                at: g,
+            });
+            w.output.save(&w.journal)?;
+        }
+        bytes += record.len() as u64;
+        if g.is_multiple_of(4096) {
+            progress.update(&ProgressSnapshot {
+                input_bytes: bytes,
+                input_total: total_bytes,
+                documents: g,
+                text_bytes: 0,
+                tokens: 0,
+            });
+        }
+    }
+
+    let mut reports = Vec::new();
+    for (w, count) in sides.into_iter().zip(counts) {
+        let Writing {
+            side,
+            output,
+            fingerprint,
+            writer,
+            complete,
+            ..
+        } = w;
+        let manifest = match (complete, writer) {
+            (Some(m), _) => m,
+            (None, writer) => {
+                let shards = writer.expect("an incomplete side has a writer").finish()?;
+                output.copy_tokenizer(base.tokenizer.file.as_deref(), &config.input)?;
+                let mut options = options.clone();
+                options["side"] = json!(side.name());
+                let manifest = base.derived(
+                    shards,
+                    Provenance::new(
+                        "split",
+                        inputs.clone(),
+                        options,
+                        DocumentCounts {
+                            read: n,
+                            written: count,
+                            ..DocumentCounts::default()
+                        },
+                        fingerprint,
+                    ),
+                );
+                output.commit(&manifest)?;
+                manifest
+            }
+        };
+        reports.push(SideReport { side, manifest });
+    }
+    progress.finish();
+    Ok(SplitReport {
+        sides: reports,
+        documents: n,
+        already_complete,
+        bytes,
+        elapsed: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_follow_the_fractions_and_the_seed_keys_the_hash() {
+        let (mut val, mut test) = (0, 0);
+        let n = 100_000u32;
+        for i in 0..n {
+            match side(&i.to_le_bytes(), 7, 0.1, 0.05) {
+                Side::Val => val += 1,
+                Side::Test => test += 1,
+                Side::Train => {}
+            }
+        }
+        // Three standard deviations of a binomial share.
+        let within = |count: u32, f: f64| {
+            let sd = (f * (1.0 - f) / n as f64).sqrt();
+            (count as f64 / n as f64 - f).abs() < 3.0 * sd
+        };
+        assert!(within(val, 0.1), "{val}");
+        assert!(within(test, 0.05), "{test}");
+        let sides = |seed| (0..1000u32).map(move |i| side(&i.to_le_bytes(), seed, 0.1, 0.05));
+        assert!(sides(7).zip(sides(8)).any(|(a, b)| a != b));
+    }
+}
