@@ -386,7 +386,7 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
     }
     let tokenizer = match &config.tokenizer {
         Some(path) => Some(
-            crate::tokenize::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?,
+            crate::engine::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?,
         ),
         None => None,
     };
