@@ -127,11 +127,7 @@ fn missing_text_field_lists_the_fields_the_line_has() {
     refused(
         tokenize_one(&t, &input, &out).args(["--text-key", "meta.body"]),
         &out,
-        &[
-            "in.jsonl",
-            "line 1",
-            r#"no field "meta.body""#,
-        ],
+        &["in.jsonl", "line 1", r#"no field "meta.body""#],
     );
 }
 
@@ -393,12 +389,28 @@ fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
     let input = t.write("in.jsonl", jsonl(&["hello"]));
     let out = t.path("out");
     let cases: [(&str, &str, &[&str]); 5] = [
-        ("array.json", "[]", &["the file holds an array, not a JSON object"]),
-        ("number.json", r#"{"model": 3}"#, &[r#""model" is a number, not an object"#]),
-        ("list.json", r#"{"model": [1, 2]}"#, &[r#""model" is an array, not an object"#]),
+        (
+            "array.json",
+            "[]",
+            &["the file holds an array, not a JSON object"],
+        ),
+        (
+            "number.json",
+            r#"{"model": 3}"#,
+            &[r#""model" is a number, not an object"#],
+        ),
+        (
+            "list.json",
+            r#"{"model": [1, 2]}"#,
+            &[r#""model" is an array, not an object"#],
+        ),
         // The shape is right at the top: HF tokenizers' own reason.
         ("bpe.json", r#"{"model": {"type": "NoSuchModel"}}"#, &[]),
-        ("syntax.json", "{\"model\": {\n\"type\": ,}}", &["not valid JSON", "line 2 column"]),
+        (
+            "syntax.json",
+            "{\"model\": {\n\"type\": ,}}",
+            &["not valid JSON", "line 2 column"],
+        ),
     ];
     for (name, json, parts) in cases {
         let tokenizer = t.write(name, json);
@@ -413,7 +425,11 @@ fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
             shape,
             "{name}: {stderr}"
         );
-        assert_eq!(stderr.contains("not valid JSON"), !shape, "{name}: {stderr}");
+        assert_eq!(
+            stderr.contains("not valid JSON"),
+            !shape,
+            "{name}: {stderr}"
+        );
     }
 }
 
@@ -425,7 +441,11 @@ fn unknown_eos_token() {
     refused(
         tokenize_one(&t, &input, &out).args(["--eos", "<|no-such-token|>"]),
         &out,
-        &["--eos", r#""<|no-such-token|>""#, "neither an id nor a token"],
+        &[
+            "--eos",
+            r#""<|no-such-token|>""#,
+            "neither an id nor a token",
+        ],
     );
 }
 
@@ -443,7 +463,11 @@ fn unknown_bos_token() {
     refused(
         tokenize_one(&t, &input, &out).args(["--bos", "50257"]),
         &out,
-        &["--bos", r#""50257""#, "id 50257 is not below the vocabulary size 50257"],
+        &[
+            "--bos",
+            r#""50257""#,
+            "id 50257 is not below the vocabulary size 50257",
+        ],
     );
     // A negative number is an id too, and no id is negative.
     refused(

@@ -132,7 +132,11 @@ fn utf8_bom_at_the_start_of_a_jsonl_file_is_skipped() {
     let lines = jsonl(&texts);
     let with_bom = [b"\xEF\xBB\xBF".as_slice(), lines.as_bytes()].concat();
     let reference = t.path("ref");
-    ok(&mut tokenize_cmd(&t, &[t.write("plain.jsonl", &lines)], &reference));
+    ok(&mut tokenize_cmd(
+        &t,
+        &[t.write("plain.jsonl", &lines)],
+        &reference,
+    ));
     let expected = records(&reference);
     assert_eq!(expected.len(), 2);
     for (name, bytes) in [
@@ -145,7 +149,10 @@ fn utf8_bom_at_the_start_of_a_jsonl_file_is_skipped() {
         assert_eq!(records(&out), expected, "{name}");
     }
     // A BOM alone on the first line is a blank line, not a document.
-    let blank = t.write("blank.jsonl", [b"\xEF\xBB\xBF\n".as_slice(), lines.as_bytes()].concat());
+    let blank = t.write(
+        "blank.jsonl",
+        [b"\xEF\xBB\xBF\n".as_slice(), lines.as_bytes()].concat(),
+    );
     let out = t.path("out-blank");
     ok(&mut tokenize_cmd(&t, &[blank], &out));
     assert_eq!(records(&out), expected);

@@ -41,8 +41,8 @@ use serde_json::Value;
 use bpe::{Bpe, BpeState, Merge};
 pub use scan::Pattern;
 pub use tokenizer::{
-    read_tokenizer_bytes, token_arg, DefaultEos, LoadedTokenizer, EOS_NAMES, PostProcessorTokens,
-    TokenArgError, TokenizerError, TOKEN_PREFIX,
+    read_tokenizer_bytes, token_arg, DefaultEos, LoadedTokenizer, PostProcessorTokens,
+    TokenArgError, TokenizerError, EOS_NAMES, TOKEN_PREFIX,
 };
 
 /// Why the fast engine does not take a tokenizer.

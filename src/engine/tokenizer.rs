@@ -95,7 +95,9 @@ pub fn token_arg(
         // A digit token is named with the prefix; say so when one exists,
         // since that may be what was meant.
         let hint = match tokenizer.and_then(|t| t.token_to_id(value)) {
-            Some(id) => format!(" (the token {value:?}, id {id}, is written {TOKEN_PREFIX}{value})"),
+            Some(id) => {
+                format!(" (the token {value:?}, id {id}, is written {TOKEN_PREFIX}{value})")
+            }
             None => String::new(),
         };
         let id = match value.parse::<u32>() {
@@ -212,7 +214,6 @@ impl LoadedTokenizer {
     /// [`LoadedTokenizer::load`], and with `fast` the fast engine's reading
     /// of the same file, built at the same time on a second thread (the
     /// two readings of a large vocabulary take about as long each).
-    #[allow(clippy::type_complexity)]
     pub fn load_with_fast(
         path: &Path,
         fast: bool,
@@ -324,8 +325,22 @@ impl LoadedTokenizer {
         let added = self.post_processor_tokens();
         let mut notes = Vec::new();
         let sides = [
-            (&added.before, bos, "adds", "at the start", "--bos", "prepend"),
-            (&added.after, eos, "appends", "at the end", "--eos", "append"),
+            (
+                &added.before,
+                bos,
+                "adds",
+                "at the start",
+                "--bos",
+                "prepend",
+            ),
+            (
+                &added.after,
+                eos,
+                "appends",
+                "at the end",
+                "--eos",
+                "append",
+            ),
         ];
         for (ids, ours, adds, place, flag, verb) in sides {
             if ids.is_empty() || (ids.len() == 1 && Some(ids[0]) == ours) {
@@ -336,10 +351,14 @@ impl LoadedTokenizer {
                 .map(|&id| format!("{:?}", self.token(id)))
                 .collect::<Vec<_>>()
                 .join(" ");
-            let what = format!("the tokenizer's post-processor {adds} {tokens} {place} of a sequence");
+            let what =
+                format!("the tokenizer's post-processor {adds} {tokens} {place} of a sequence");
             notes.push(match (ours, ids.as_slice()) {
                 (Some(ours), _) => {
-                    format!("{what}; prep {verb}s {:?} ({flag}) instead", self.token(ours))
+                    format!(
+                        "{what}; prep {verb}s {:?} ({flag}) instead",
+                        self.token(ours)
+                    )
                 }
                 (None, &[id]) => format!(
                     "{what}; prep does not: pass {flag} '{}' to {verb} it",

@@ -664,7 +664,10 @@ mod tests {
             }
         );
         let err = text(r#"{}"#, "text").unwrap_err();
-        assert_eq!(err.to_string(), r#"no field "text"; the line has no fields"#);
+        assert_eq!(
+            err.to_string(),
+            r#"no field "text"; the line has no fields"#
+        );
     }
 
     #[test]

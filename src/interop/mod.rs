@@ -385,9 +385,9 @@ fn import_into(config: &ImportConfig) -> Result<Manifest, InteropError> {
         crate::format::remove_prep_files(out)?;
     }
     let tokenizer = match &config.tokenizer {
-        Some(path) => Some(
-            crate::engine::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?,
-        ),
+        Some(path) => {
+            Some(crate::engine::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?)
+        }
         None => None,
     };
     let source_size = source_token_size(config)?;
