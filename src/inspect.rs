@@ -306,7 +306,7 @@ fn decode(path: &Path, ids: &[u32]) -> Result<String, InspectError> {
         path: path.into(),
         message,
     };
-    let json = crate::tokenize::read_tokenizer_bytes(path).map_err(|e| bad(e.to_string()))?;
+    let json = crate::engine::read_tokenizer_bytes(path).map_err(|e| bad(e.to_string()))?;
     let tokenizer = tokenizers::Tokenizer::from_bytes(&json).map_err(|e| bad(e.to_string()))?;
     tokenizer.decode(ids, false).map_err(|e| bad(e.to_string()))
 }

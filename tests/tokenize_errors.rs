@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, StringArray};
+use arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
+use arrow::datatypes::{DataType, Field};
 use common::*;
 
 /// Runs `cmd`, which must fail with exit 2; checks that stderr is a
@@ -103,18 +104,30 @@ fn malformed_json_on_line_3_of_5() {
     );
 }
 
+/// A wrong `--text-key` is the usual cause: the error lists the fields the
+/// line does have, so the right key can be read off it.
 #[test]
-fn missing_text_field() {
+fn missing_text_field_lists_the_fields_the_line_has() {
     let t = TestDir::new();
     let input = t.write(
         "in.jsonl",
-        five_lines_with_third(br#"{"body": "no text here"}"#),
+        five_lines_with_third(br#"{"id": 3, "body": "no text here", "meta": {"lang": "en"}}"#),
     );
     let out = t.path("out");
     refused(
         &mut tokenize_one(&t, &input, &out),
         &out,
-        &["in.jsonl", "line 3", r#"no field "text""#],
+        &[
+            "in.jsonl",
+            "line 3",
+            r#"no field "text"; the line has fields "id", "body", "meta""#,
+        ],
+    );
+    // Nested: the fields of the object where the key was not found.
+    refused(
+        tokenize_one(&t, &input, &out).args(["--text-key", "meta.body"]),
+        &out,
+        &["in.jsonl", "line 1", r#"no field "meta.body""#],
     );
 }
 
@@ -179,8 +192,10 @@ fn parquet_text_column_of_another_type() {
     );
 }
 
+/// As for JSONL, a wrong `--text-key` on Parquet names the columns there
+/// are, at the level where the lookup failed.
 #[test]
-fn parquet_file_without_the_column() {
+fn parquet_without_the_column_lists_the_columns_it_has() {
     let t = TestDir::new();
     let input = t.path("body.parquet");
     let body: ArrayRef = Arc::new(StringArray::from_iter_values(["a", "b"]));
@@ -193,6 +208,27 @@ fn parquet_file_without_the_column() {
             "body.parquet",
             r#"no column "text""#,
             "available columns: body",
+        ],
+    );
+    let nested = t.path("nested.parquet");
+    let inner = StructArray::from(vec![
+        (
+            Arc::new(Field::new("lang", DataType::Utf8, false)),
+            Arc::new(StringArray::from_iter_values(["en", "de"])) as ArrayRef,
+        ),
+        (
+            Arc::new(Field::new("body", DataType::Utf8, false)),
+            Arc::new(StringArray::from_iter_values(["a", "b"])) as ArrayRef,
+        ),
+    ]);
+    write_parquet(&nested, vec![("meta", Arc::new(inner) as ArrayRef)], 1000);
+    refused(
+        tokenize_one(&t, &nested, &out).args(["--text-key", "meta.text"]),
+        &out,
+        &[
+            "nested.parquet",
+            r#"no column "meta.text""#,
+            "available columns: meta.lang, meta.body",
         ],
     );
 }
@@ -327,7 +363,7 @@ fn tokenizer_file_that_does_not_exist() {
 }
 
 #[test]
-fn tokenizer_file_that_is_not_a_tokenizer() {
+fn tokenizer_file_that_is_not_a_tokenizer_names_what_it_lacks() {
     let t = TestDir::new();
     let input = t.write("in.jsonl", jsonl(&["hello"]));
     let tokenizer = t.write("fake.tokenizer.json", r#"{"hello": "world"}"#);
@@ -339,8 +375,62 @@ fn tokenizer_file_that_is_not_a_tokenizer() {
             "tokenizer",
             "fake.tokenizer.json",
             "not a HuggingFace tokenizer.json",
+            r#"no "model" field (its fields: "hello")"#,
         ],
     );
+}
+
+/// Valid JSON of the wrong shape is not a tokenizer.json, and the message
+/// says what is wrong with it; it is no JSON syntax error. A file that is
+/// not JSON at all says that, with the line and column.
+#[test]
+fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
+    let t = TestDir::new();
+    let input = t.write("in.jsonl", jsonl(&["hello"]));
+    let out = t.path("out");
+    let cases: [(&str, &str, &[&str]); 5] = [
+        (
+            "array.json",
+            "[]",
+            &["the file holds an array, not a JSON object"],
+        ),
+        (
+            "number.json",
+            r#"{"model": 3}"#,
+            &[r#""model" is a number, not an object"#],
+        ),
+        (
+            "list.json",
+            r#"{"model": [1, 2]}"#,
+            &[r#""model" is an array, not an object"#],
+        ),
+        // The shape is right at the top: HF tokenizers' own reason.
+        ("bpe.json", r#"{"model": {"type": "NoSuchModel"}}"#, &[]),
+        (
+            "syntax.json",
+            "{\"model\": {\n\"type\": ,}}",
+            &["not valid JSON", "line 2 column"],
+        ),
+    ];
+    for (name, json, parts) in cases {
+        let tokenizer = t.write(name, json);
+        let stderr = refused(
+            &mut tokenize_with(&t, &tokenizer, &[&input], &out),
+            &out,
+            &[&["tokenizer", name][..], parts].concat(),
+        );
+        let shape = name != "syntax.json";
+        assert_eq!(
+            stderr.contains("not a HuggingFace tokenizer.json"),
+            shape,
+            "{name}: {stderr}"
+        );
+        assert_eq!(
+            stderr.contains("not valid JSON"),
+            !shape,
+            "{name}: {stderr}"
+        );
+    }
 }
 
 #[test]
@@ -351,7 +441,11 @@ fn unknown_eos_token() {
     refused(
         tokenize_one(&t, &input, &out).args(["--eos", "<|no-such-token|>"]),
         &out,
-        &["--eos", r#""<|no-such-token|>""#, "neither a token"],
+        &[
+            "--eos",
+            r#""<|no-such-token|>""#,
+            "neither an id nor a token",
+        ],
     );
 }
 
@@ -363,13 +457,23 @@ fn unknown_bos_token() {
     refused(
         tokenize_one(&t, &input, &out).args(["--bos", "<s>"]),
         &out,
-        &["--bos", r#""<s>""#, "neither a token"],
+        &["--bos", r#""<s>""#, "neither an id nor a token"],
     );
     // An id past the vocabulary is unknown too.
     refused(
         tokenize_one(&t, &input, &out).args(["--bos", "50257"]),
         &out,
-        &["--bos", r#""50257""#, "50257"],
+        &[
+            "--bos",
+            r#""50257""#,
+            "id 50257 is not below the vocabulary size 50257",
+        ],
+    );
+    // A negative number is an id too, and no id is negative.
+    refused(
+        tokenize_one(&t, &input, &out).arg("--bos=-1"),
+        &out,
+        &["--bos", r#""-1""#, "an id is a whole number"],
     );
 }
 

@@ -121,6 +121,43 @@ fn jsonl_gz_zst_and_parquet_give_identical_records() {
     }
 }
 
+/// A UTF-8 byte-order mark before the first line (Notepad and other
+/// Windows tools write one) is skipped, as Python's `utf-8-sig` and most
+/// JSON readers skip it, plain or compressed: the records equal those of
+/// the file without it. A BOM-like sequence anywhere else is text.
+#[test]
+fn utf8_bom_at_the_start_of_a_jsonl_file_is_skipped() {
+    let t = TestDir::new();
+    let texts = ["\u{feff}inner marks are text", "second"];
+    let lines = jsonl(&texts);
+    let with_bom = [b"\xEF\xBB\xBF".as_slice(), lines.as_bytes()].concat();
+    let reference = t.path("ref");
+    ok(&mut tokenize_cmd(
+        &t,
+        &[t.write("plain.jsonl", &lines)],
+        &reference,
+    ));
+    let expected = records(&reference);
+    assert_eq!(expected.len(), 2);
+    for (name, bytes) in [
+        ("bom.jsonl", with_bom.clone()),
+        ("bom.jsonl.gz", gzip_bytes(&with_bom)),
+        ("bom.jsonl.zst", zstd_bytes(&with_bom)),
+    ] {
+        let out = t.path(&format!("out-{name}"));
+        ok(&mut tokenize_cmd(&t, &[t.write(name, bytes)], &out));
+        assert_eq!(records(&out), expected, "{name}");
+    }
+    // A BOM alone on the first line is a blank line, not a document.
+    let blank = t.write(
+        "blank.jsonl",
+        [b"\xEF\xBB\xBF\n".as_slice(), lines.as_bytes()].concat(),
+    );
+    let out = t.path("out-blank");
+    ok(&mut tokenize_cmd(&t, &[blank], &out));
+    assert_eq!(records(&out), expected);
+}
+
 #[test]
 fn nested_text_key_in_jsonl_and_in_a_parquet_struct_column() {
     let t = TestDir::new();

@@ -7,6 +7,7 @@ use std::time::Instant;
 use clap::Parser;
 
 use super::export::FormatArg;
+use crate::engine::{token_arg, LoadedTokenizer};
 use crate::interop::{self, ImportConfig};
 use crate::size::parse_size;
 
@@ -39,7 +40,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
 
-    /// The end-of-text token: an id, or a token string of --tokenizer.
+    /// The end-of-text token: an id (a whole number is always an id), or a
+    /// token string of --tokenizer (token:TEXT for a token whose text is digits).
     /// nanogpt, llmc: a record ends after each (before each with
     /// --eot-first); every format: the manifest records it.
     #[arg(long, value_name = "TOKEN")]
@@ -69,12 +71,10 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let output = args.paths.pop().expect("two paths");
     let eos = match (&args.eos, &args.tokenizer) {
         (None, _) => None,
-        (Some(value), Some(path)) => {
-            let tokenizer = crate::tokenize::LoadedTokenizer::load(path)?;
-            Some(tokenizer.resolve("eos", value)?)
-        }
-        (Some(value), None) => Some(value.parse::<u32>().map_err(|_| {
-            anyhow::anyhow!("--eos {value:?}: not an id (pass --tokenizer to give a token string)")
+        (Some(value), Some(path)) => Some(LoadedTokenizer::load(path)?.resolve("--eos", value)?),
+        (Some(value), None) => Some(token_arg("--eos", value, None, None).map_err(|mut e| {
+            e.why += " (pass --tokenizer to give a token string)";
+            e
         })?),
     };
     let config = ImportConfig {

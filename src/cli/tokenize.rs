@@ -41,8 +41,11 @@ pub(crate) struct Args {
     #[arg(long, short = 'o', value_name = "DIR")]
     output: PathBuf,
 
-    /// Token appended to every document: a token string or an id.
-    /// [default: the tokenizer's end-of-text token, such as <|endoftext|> or </s>, if it has one]
+    /// Token appended to every document: an id (a whole number is always an
+    /// id), a token string, or token:TEXT for a token whose text is digits.
+    /// [default: the tokenizer's special end-of-document token, such as
+    /// <|endoftext|>, </s> or <eos>, else the special token its
+    /// post-processor appends, if any]
     #[arg(long, value_name = "TOKEN", conflicts_with = "no_eos")]
     eos: Option<String>,
 
@@ -50,7 +53,9 @@ pub(crate) struct Args {
     #[arg(long)]
     no_eos: bool,
 
-    /// Token prepended to every document: a token string or an id. [default: none]
+    /// Token prepended to every document: an id, a token string, or
+    /// token:TEXT. [default: none; the run notes a bos the tokenizer's
+    /// post-processor would add]
     #[arg(long, value_name = "TOKEN")]
     bos: Option<String>,
 

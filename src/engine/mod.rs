@@ -21,9 +21,15 @@
 //!
 //! The post-processor and decoder do not touch the ids of
 //! `encode(text, add_special_tokens=false)`, which is what prep asks for.
+//!
+//! [`LoadedTokenizer`] loads a `tokenizer.json` for every stage that needs
+//! one (HF tokenizers' reading of it, and this engine's beside it), chooses
+//! the default end-of-document token, and [`token_arg`] is the one rule by
+//! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 
 mod bpe;
 pub mod scan;
+mod tokenizer;
 mod unicode;
 
 use std::collections::HashMap;
@@ -34,6 +40,10 @@ use serde_json::Value;
 
 use bpe::{Bpe, BpeState, Merge};
 pub use scan::Pattern;
+pub use tokenizer::{
+    read_tokenizer_bytes, token_arg, DefaultEos, LoadedTokenizer, PostProcessorTokens,
+    TokenArgError, TokenizerError, EOS_NAMES, TOKEN_PREFIX,
+};
 
 /// Why the fast engine does not take a tokenizer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

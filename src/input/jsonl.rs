@@ -19,6 +19,9 @@ use serde_json::value::RawValue;
 
 use super::{Compression, DocError, InputError, Location, Payload, TextKey};
 
+/// The UTF-8 encoding of U+FEFF, the byte-order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Read buffer size: large reads keep the decompressors and syscalls cheap.
 const BUF_SIZE: usize = 1 << 20;
 
@@ -132,6 +135,14 @@ impl JsonlSource {
             if let Some(rest) = line.strip_suffix(b"\r") {
                 line = rest;
             }
+            // A UTF-8 byte-order mark (Windows tools write one) is not part
+            // of the first document, as Python's utf-8-sig and most JSON
+            // readers agree; only the file's first line can start with one.
+            if self.line == 1 && self.first_line_at.is_none() {
+                if let Some(rest) = line.strip_prefix(UTF8_BOM) {
+                    line = rest;
+                }
+            }
             if line.iter().all(|&b| is_json_whitespace(b)) {
                 continue;
             }
@@ -225,6 +236,7 @@ fn extract_from_str<'a>(text: &'a str, key: &TextKey) -> Result<Cow<'a, str>, Do
         let (Some(head), Some(value)) = (head, found.head) else {
             return Err(DocError::MissingField {
                 key: dotted.to_owned(),
+                fields: field_names(object, &dotted[..rest_start]),
             });
         };
         let field_end = rest_start + head.len();
@@ -243,7 +255,38 @@ fn extract_from_str<'a>(text: &'a str, key: &TextKey) -> Result<Cow<'a, str>, Do
     // The last part is always looked up as `whole`, so the loop returns.
     Err(DocError::MissingField {
         key: dotted.to_owned(),
+        fields: Vec::new(),
     })
+}
+
+/// The field names of `object` (already parsed once, so valid), each
+/// dotted from the top with `prefix`, in the line's order without
+/// repeats: what a missing text field's error lists. Runs only on that
+/// error, so the search itself never collects names.
+fn field_names(object: &str, prefix: &str) -> Vec<String> {
+    struct Names;
+    impl<'de> Visitor<'de> for Names {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+            let mut names: Vec<String> = Vec::new();
+            while let Some(name) = map.next_key::<StrCow<'de>>()? {
+                map.next_value::<IgnoredAny>()?;
+                if !names.iter().any(|n| *n == name.0) {
+                    names.push(name.0.into_owned());
+                }
+            }
+            Ok(names)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(object);
+    de.deserialize_map(Names)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| format!("{prefix}{name}"))
+        .collect()
 }
 
 /// The line with each bare `NaN`, `Infinity` and `-Infinity` value (outside
@@ -597,22 +640,33 @@ mod tests {
     }
 
     #[test]
-    fn missing_field() {
-        let err = text(r#"{"id": 1}"#, "text").unwrap_err();
-        assert_eq!(err.to_string(), r#"no field "text""#);
-        let err = text(r#"{"meta": {"id": 1}}"#, "meta.text").unwrap_err();
+    fn missing_field_lists_the_fields_the_line_has() {
+        let err = text(r#"{"id": 1, "body": "x", "id": 2}"#, "text").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"no field "text"; the line has fields "id", "body""#
+        );
+        // Nested: the fields of the object where the lookup failed.
+        let err = text(r#"{"meta": {"id": 1, "b": {}}}"#, "meta.text").unwrap_err();
         assert_eq!(
             err,
             DocError::MissingField {
-                key: "meta.text".into()
+                key: "meta.text".into(),
+                fields: vec!["meta.id".into(), "meta.b".into()],
             }
         );
         let err = text(r#"{"text": "a"}"#, "meta.text").unwrap_err();
         assert_eq!(
             err,
             DocError::MissingField {
-                key: "meta.text".into()
+                key: "meta.text".into(),
+                fields: vec!["text".into()],
             }
+        );
+        let err = text(r#"{}"#, "text").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"no field "text"; the line has no fields"#
         );
     }
 

@@ -163,6 +163,25 @@ pub enum InputError {
     },
 }
 
+/// The fields of a line for an error message: the first ones quoted, then
+/// how many more.
+fn field_list(fields: &[String]) -> String {
+    const SHOWN: usize = 20;
+    if fields.is_empty() {
+        return "no fields".to_owned();
+    }
+    let mut list = fields
+        .iter()
+        .take(SHOWN)
+        .map(|f| format!("{f:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if fields.len() > SHOWN {
+        list += &format!(" and {} more", fields.len() - SHOWN);
+    }
+    format!("fields {list}")
+}
+
 /// Joins column names for an error message, saying so when there are none.
 fn list_names(names: &[String]) -> String {
     if names.is_empty() {
@@ -209,10 +228,13 @@ pub enum DocError {
         found: &'static str,
     },
     /// The text field is absent.
-    #[error("no field {key:?}")]
+    #[error("no field {key:?}; the line has {}", field_list(fields))]
     MissingField {
         /// The whole text key.
         key: String,
+        /// The fields of the object where the lookup failed, dotted from
+        /// the top, in the line's order: what `--text-key` could have been.
+        fields: Vec<String>,
     },
     /// The text field is present but null (a JSON `null`, or a null in a
     /// Parquet column).

@@ -616,9 +616,9 @@ fn import_into(
 ) -> Result<Manifest, InteropError> {
     let out = output.dir();
     let tokenizer = match &config.tokenizer {
-        Some(path) => Some(
-            crate::tokenize::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?,
-        ),
+        Some(path) => {
+            Some(crate::engine::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?)
+        }
         None => None,
     };
     let source_size = source_token_size(config)?;

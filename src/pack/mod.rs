@@ -582,30 +582,13 @@ fn specials(config: &PackConfig, base: &Manifest) -> Result<Specials, PackError>
         .filter(|p| p.is_file())
         .and_then(|p| tokenizers::Tokenizer::from_file(p).ok());
     let resolve = |flag: &'static str, value: &str| -> Result<u32, PackError> {
-        let id = tokenizer
-            .as_ref()
-            .and_then(|t| t.token_to_id(value))
-            .or_else(|| value.parse::<u32>().ok());
-        match id {
-            Some(id) if u64::from(id) < base.vocab_size => Ok(id),
-            Some(id) => Err(PackError::Token {
+        crate::engine::token_arg(flag, value, tokenizer.as_ref(), Some(base.vocab_size)).map_err(
+            |e| PackError::Token {
                 flag,
                 value: value.into(),
-                why: format!(
-                    "id {id} is not below the vocabulary size {}",
-                    base.vocab_size
-                ),
-            }),
-            None => Err(PackError::Token {
-                flag,
-                value: value.into(),
-                why: if tokenizer.is_some() {
-                    "neither a token of the dataset's tokenizer nor an id".into()
-                } else {
-                    "not an id (the dataset has no tokenizer.json to look tokens up in)".into()
-                },
-            }),
-        }
+                why: e.why,
+            },
+        )
     };
     let sep = match (&config.sep, config.no_sep) {
         (Some(_), true) => {

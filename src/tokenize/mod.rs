@@ -20,21 +20,18 @@ use crate::partition::Part;
 mod journal;
 mod pipeline;
 pub(crate) use pipeline::plan;
-mod tokenizer;
 
 pub use crate::progress::{NoProgress, Progress, ProgressSnapshot};
-use tokenizer::display_path;
-pub(crate) use tokenizer::read_maybe_compressed as read_tokenizer_bytes;
-pub(crate) use tokenizer::LoadedTokenizer;
 
 /// How the end-of-document token is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Eos {
-    /// The tokenizer's usual end-of-text token if it has one, else none.
+    /// The tokenizer's own special end-of-document token if it has one
+    /// (see [`crate::engine::LoadedTokenizer::default_eos`]), else none.
     Auto,
     /// No end-of-document token.
     Off,
-    /// This token string, or this id.
+    /// An id, or a token string (see [`crate::engine::token_arg`]).
     Token(String),
 }
 
@@ -126,7 +123,10 @@ pub enum TokenizeError {
     /// Writing or reading the dataset failed.
     #[error(transparent)]
     Format(#[from] FormatError),
-    /// The tokenizer file cannot be used.
+    /// The tokenizer file cannot be read or is not a tokenizer.json.
+    #[error(transparent)]
+    Load(#[from] crate::engine::TokenizerError),
+    /// The tokenizer cannot be used as asked.
     #[error("tokenizer {}: {message}", path.display())]
     Tokenizer {
         /// The tokenizer file.
@@ -135,15 +135,8 @@ pub enum TokenizeError {
         message: String,
     },
     /// `--eos` or `--bos` names no token of the vocabulary.
-    #[error("{flag} {value:?} is neither a token of the tokenizer nor an id it has (ids run below {vocab_size})")]
-    UnknownToken {
-        /// The flag.
-        flag: &'static str,
-        /// The value given.
-        value: String,
-        /// The tokenizer's vocabulary size.
-        vocab_size: u64,
-    },
+    #[error(transparent)]
+    UnknownToken(#[from] crate::engine::TokenArgError),
     /// A document is bad and `--skip-bad` was not given.
     #[error("{}: {loc}: {error} (pass --skip-bad to skip bad documents)", path.display())]
     BadDocument {
@@ -275,6 +268,11 @@ fn part_fingerprint(job: &str, part: Part) -> String {
             .to_string()
             .as_bytes(),
     ))
+}
+
+/// The path as given, for the manifest and messages.
+fn display_path(path: &std::path::Path) -> String {
+    path.to_string_lossy().into_owned()
 }
 
 fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {

@@ -10,12 +10,11 @@ use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::journal::Checkpoint;
-use super::tokenizer::LoadedTokenizer;
 use super::{
     fingerprint, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
     TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
-use crate::engine::{EncodeState, EngineChoice, FastTokenizer, Unsupported};
+use crate::engine::{EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Unsupported};
 use crate::format::{
     checksum_hex, DatasetWriter, DocumentCounts, FileInfo, InputInfo, Manifest, Partition,
     Provenance, SpecialTokens, TokenizerInfo,
@@ -119,6 +118,49 @@ struct BatchOut {
 
 type Message = (u64, Result<BatchOut, InputError>);
 
+/// The eos and bos ids a run adds, and a note that says which and why, and
+/// what the tokenizer's post-processor would add that the run does not.
+fn special_tokens(
+    config: &TokenizeConfig,
+    tok: &LoadedTokenizer,
+) -> Result<(Option<u32>, Option<u32>, String), TokenizeError> {
+    let (eos, mut note) = match &config.eos {
+        Eos::Off => (None, "no eos (--no-eos)".to_owned()),
+        Eos::Token(value) => {
+            let id = tok.resolve("--eos", value)?;
+            (Some(id), format!("eos {:?} (id {id})", tok.token(id)))
+        }
+        Eos::Auto => match tok.default_eos() {
+            Some(default) => (
+                Some(default.id),
+                format!(
+                    "eos {:?} (id {}): {}, since --eos was not given",
+                    default.token,
+                    default.id,
+                    default.why()
+                ),
+            ),
+            None => (
+                None,
+                "no eos: the tokenizer has no special end-of-document token (such as \
+                 <|endoftext|>, </s> or <eos>) and its post-processor appends none; pass --eos \
+                 TOKEN to add one"
+                    .to_owned(),
+            ),
+        },
+    };
+    let bos = config
+        .bos
+        .as_deref()
+        .map(|b| tok.resolve("--bos", b))
+        .transpose()?;
+    for extra in tok.post_processor_notes(bos, eos) {
+        note += "; ";
+        note += &extra;
+    }
+    Ok((eos, bos, note))
+}
+
 /// What a run will do and record, decided before the output directory is
 /// touched: the tokenizer and engine, the special tokens, the inputs and
 /// the options and fingerprint the manifest records.
@@ -151,28 +193,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     tokenizers::utils::parallelism::set_parallelism(false);
     let (tok, fast) =
         LoadedTokenizer::load_with_fast(&config.tokenizer, config.engine != EngineChoice::Hf)?;
-    let (eos, eos_note) = match &config.eos {
-        Eos::Off => (None, "no eos (--no-eos)".to_owned()),
-        Eos::Token(value) => {
-            let id = tok.resolve("--eos", value)?;
-            (Some(id), format!("eos {:?} (id {id})", tok.token(id)))
-        }
-        Eos::Auto => match tok.default_eos() {
-            Some((token, id)) => (
-                Some(id),
-                format!("eos {token:?} (id {id}), the tokenizer's end-of-text token, since --eos was not given"),
-            ),
-            None => (
-                None,
-                "no eos: the tokenizer has no usual end-of-text token and --eos was not given".to_owned(),
-            ),
-        },
-    };
-    let bos = config
-        .bos
-        .as_deref()
-        .map(|b| tok.resolve("--bos", b))
-        .transpose()?;
+    let (eos, bos, eos_note) = special_tokens(config, &tok)?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);

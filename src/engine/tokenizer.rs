@@ -1,0 +1,461 @@
+//! Loading a HuggingFace `tokenizer.json` as the reference would use it, and
+//! the special tokens a run adds: the default end-of-document token, what
+//! the tokenizer's post-processor would add, and how a flag names a token.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tokenizers::Tokenizer;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{FastTokenizer, Unsupported};
+use crate::format::Dtype;
+
+/// Why a `tokenizer.json` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// The file cannot be read or decompressed.
+    #[error("tokenizer {}: {source}", path.display())]
+    Read {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not JSON at all.
+    #[error("tokenizer {}: not valid JSON: {message} at line {line} column {column}", path.display())]
+    Json {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What the JSON parser found.
+        message: String,
+        /// 1-based line of the (decompressed) file.
+        line: usize,
+        /// 1-based column in that line.
+        column: usize,
+    },
+    /// Valid JSON, but not shaped like a HuggingFace `tokenizer.json`.
+    #[error("tokenizer {}: not a HuggingFace tokenizer.json: {why}", path.display())]
+    NotATokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong with its shape.
+        why: String,
+    },
+    /// A tokenizer HF tokenizers reads but prep cannot use.
+    #[error("tokenizer {}: {why}", path.display())]
+    Unusable {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+}
+
+/// A `--eos`, `--bos`, `--pad` or `--sep` value that names no token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {value:?}: {why}")]
+pub struct TokenArgError {
+    /// The flag, as the caller names it (`--eos`).
+    pub flag: String,
+    /// The value given.
+    pub value: String,
+    /// Why it names no token.
+    pub why: String,
+}
+
+/// Written before a token's text, names the token even when that text is
+/// digits: `--eos token:0` is the token "0", `--eos 0` is id 0.
+pub const TOKEN_PREFIX: &str = "token:";
+
+/// Resolves a flag's value to a token id, the one rule for `--eos`,
+/// `--bos`, `--pad` and `--sep` everywhere:
+///
+/// - a whole number (`0`, `50256`) is an id, never looked up as text: it
+///   must be below `vocab_size` and, with a tokenizer, one of its ids;
+/// - `token:TEXT` is the token whose text is `TEXT`, whatever `TEXT` is;
+/// - anything else is a token's text, looked up in `tokenizer`.
+///
+/// Without a tokenizer only ids can be resolved.
+pub fn token_arg(
+    flag: &str,
+    value: &str,
+    tokenizer: Option<&Tokenizer>,
+    vocab_size: Option<u64>,
+) -> Result<u32, TokenArgError> {
+    let refuse = |why: String| TokenArgError {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+        why,
+    };
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // A digit token is named with the prefix; say so when one exists,
+        // since that may be what was meant.
+        let hint = match tokenizer.and_then(|t| t.token_to_id(value)) {
+            Some(id) => {
+                format!(" (the token {value:?}, id {id}, is written {TOKEN_PREFIX}{value})")
+            }
+            None => String::new(),
+        };
+        let id = match value.parse::<u32>() {
+            Ok(id) => id,
+            Err(_) => {
+                return Err(refuse(format!(
+                    "an id is a whole number from 0 to {}{hint}",
+                    u32::MAX
+                )))
+            }
+        };
+        if let Some(size) = vocab_size.filter(|&size| u64::from(id) >= size) {
+            return Err(refuse(format!(
+                "id {id} is not below the vocabulary size {size}{hint}"
+            )));
+        }
+        if tokenizer.is_some_and(|t| t.id_to_token(id).is_none()) {
+            return Err(refuse(format!("the tokenizer has no token with id {id}")));
+        }
+        return Ok(id);
+    }
+    let (text, prefixed) = match value.strip_prefix(TOKEN_PREFIX) {
+        Some(text) => (text, true),
+        None => (value, false),
+    };
+    let Some(tokenizer) = tokenizer else {
+        return Err(refuse(if prefixed {
+            "there is no tokenizer to look the token up in".into()
+        } else {
+            "not an id, and there is no tokenizer to look a token up in".into()
+        }));
+    };
+    let Some(id) = tokenizer.token_to_id(text) else {
+        return Err(refuse(if prefixed {
+            format!("the tokenizer has no token {text:?}")
+        } else {
+            "neither an id nor a token of the tokenizer".into()
+        }));
+    };
+    if let Some(size) = vocab_size.filter(|&size| u64::from(id) >= size) {
+        return Err(refuse(format!(
+            "its id {id} is not below the vocabulary size {size}"
+        )));
+    }
+    Ok(id)
+}
+
+/// Special tokens that end a document, in order of preference: the first
+/// one a tokenizer has as a *special* added token is its default eos.
+/// End-of-turn tokens of chat formats (`<|im_end|>`, `<|eot_id|>`,
+/// `<|end|>`, `<end_of_turn>`) are left out on purpose: they end a message,
+/// not a document.
+pub const EOS_NAMES: &[&str] = &[
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<｜end▁of▁sentence｜>",
+    "</s>",
+    "<eos>",
+];
+
+/// The end-of-document token a run uses when `--eos` is not given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultEos {
+    /// The token's text.
+    pub token: String,
+    /// Its id.
+    pub id: u32,
+    /// Found as the token the post-processor appends, not by its name.
+    pub from_post_processor: bool,
+}
+
+impl DefaultEos {
+    /// Why this token was chosen, for the run's notes.
+    pub fn why(&self) -> &'static str {
+        if self.from_post_processor {
+            "the special token the tokenizer's post-processor appends (the tokenizer has no \
+             special end-of-document token such as <|endoftext|>, </s> or <eos>)"
+        } else {
+            "the tokenizer's special end-of-document token"
+        }
+    }
+}
+
+/// The special tokens the tokenizer's post-processor puts around a single
+/// sequence when asked to (`add_special_tokens=true`), which prep does not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PostProcessorTokens {
+    /// Ids added before the text (a bos or `[CLS]`).
+    pub before: Vec<u32>,
+    /// Ids added after it (an eos or `[SEP]`).
+    pub after: Vec<u32>,
+}
+
+/// A tokenizer ready for dataset preparation.
+pub struct LoadedTokenizer {
+    /// Truncation and padding off, whatever the file says.
+    pub tokenizer: Tokenizer,
+    /// The JSON as read (decompressed), copied into the dataset.
+    pub json: Vec<u8>,
+    /// XXH3-64 of `json`.
+    pub xxh3: u64,
+    /// One more than the largest id, added tokens included.
+    pub vocab_size: u64,
+    /// The narrowest dtype that holds every id.
+    pub dtype: Dtype,
+}
+
+impl LoadedTokenizer {
+    /// Reads `path` (`.json`, or `.json.zst` / `.json.gz`).
+    pub fn load(path: &Path) -> Result<LoadedTokenizer, TokenizerError> {
+        Ok(Self::load_with_fast(path, false)?.0)
+    }
+
+    /// [`LoadedTokenizer::load`], and with `fast` the fast engine's reading
+    /// of the same file, built at the same time on a second thread (the
+    /// two readings of a large vocabulary take about as long each).
+    pub fn load_with_fast(
+        path: &Path,
+        fast: bool,
+    ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizerError> {
+        let json = read_tokenizer_bytes(path).map_err(|source| TokenizerError::Read {
+            path: path.into(),
+            source,
+        })?;
+        std::thread::scope(|scope| {
+            let fast = fast.then(|| scope.spawn(|| FastTokenizer::from_json(&json)));
+            let tok = Self::from_json(path, &json)?;
+            let fast = fast.map(|f| f.join().expect("reading a tokenizer.json does not panic"));
+            Ok((tok, fast))
+        })
+    }
+
+    fn from_json(path: &Path, json: &[u8]) -> Result<LoadedTokenizer, TokenizerError> {
+        let unusable = |why: String| TokenizerError::Unusable {
+            path: path.into(),
+            why,
+        };
+        let mut tokenizer =
+            Tokenizer::from_bytes(json).map_err(|e| diagnose(path, json, &e.to_string()))?;
+        // Dataset preparation keeps every token of every document: a file
+        // that switches on truncation or padding for inference must not cut
+        // or pad here.
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| unusable(format!("cannot switch truncation off: {e}")))?;
+        tokenizer.with_padding(None);
+        let max_id = tokenizer
+            .get_vocab(true)
+            .into_values()
+            .max()
+            .ok_or_else(|| unusable("the vocabulary is empty".into()))?;
+        let xxh3 = xxh3_64(json);
+        Ok(LoadedTokenizer {
+            tokenizer,
+            json: json.to_vec(),
+            xxh3,
+            vocab_size: u64::from(max_id) + 1,
+            dtype: Dtype::for_max_id(max_id),
+        })
+    }
+
+    /// Resolves a `--eos`/`--bos` value by [`token_arg`]'s rule.
+    pub fn resolve(&self, flag: &str, value: &str) -> Result<u32, TokenArgError> {
+        token_arg(flag, value, Some(&self.tokenizer), Some(self.vocab_size))
+    }
+
+    /// The tokenizer's own end-of-document token, if it has one: the first
+    /// of [`EOS_NAMES`] that it has as a special added token, else the
+    /// special token its post-processor appends to a sequence (BERT's
+    /// `[SEP]`). A plain vocabulary token is never chosen, whatever its
+    /// text (Gemma's vocabulary has an ordinary `</s>`; its eos is `<eos>`).
+    pub fn default_eos(&self) -> Option<DefaultEos> {
+        let added = self.tokenizer.get_added_tokens_decoder();
+        let is_special = |id: u32, text: &str| {
+            added
+                .get(&id)
+                .is_some_and(|t| t.special && t.content == text)
+        };
+        let named = EOS_NAMES.iter().find_map(|&name| {
+            let id = self.tokenizer.token_to_id(name)?;
+            is_special(id, name).then(|| DefaultEos {
+                token: name.to_owned(),
+                id,
+                from_post_processor: false,
+            })
+        });
+        if named.is_some() {
+            return named;
+        }
+        let id = *self.post_processor_tokens().after.last()?;
+        let token = self.tokenizer.id_to_token(id)?;
+        is_special(id, &token).then_some(DefaultEos {
+            token,
+            id,
+            from_post_processor: true,
+        })
+    }
+
+    /// What the post-processor adds around a sequence, found by asking it:
+    /// the special tokens of `encode("a", add_special_tokens=true)` before
+    /// and after the ids of `encode("a", add_special_tokens=false)`. Empty
+    /// when it adds nothing or the two encodings do not line up.
+    pub fn post_processor_tokens(&self) -> PostProcessorTokens {
+        let (Ok(plain), Ok(full)) = (
+            self.tokenizer.encode("a", false),
+            self.tokenizer.encode("a", true),
+        ) else {
+            return PostProcessorTokens::default();
+        };
+        let (ids, mask) = (full.get_ids(), full.get_special_tokens_mask());
+        let before = mask.iter().take_while(|&&m| m == 1).count();
+        let after = mask[before..].iter().rev().take_while(|&&m| m == 1).count();
+        if ids[before..ids.len() - after] != *plain.get_ids() {
+            return PostProcessorTokens::default();
+        }
+        PostProcessorTokens {
+            before: ids[..before].to_vec(),
+            after: ids[ids.len() - after..].to_vec(),
+        }
+    }
+
+    /// Notes on the special tokens the post-processor would add that a run
+    /// adding `bos` and `eos` does not, so that none is dropped silently.
+    pub fn post_processor_notes(&self, bos: Option<u32>, eos: Option<u32>) -> Vec<String> {
+        let added = self.post_processor_tokens();
+        let mut notes = Vec::new();
+        let sides = [
+            (
+                &added.before,
+                bos,
+                "adds",
+                "at the start",
+                "--bos",
+                "prepend",
+            ),
+            (
+                &added.after,
+                eos,
+                "appends",
+                "at the end",
+                "--eos",
+                "append",
+            ),
+        ];
+        for (ids, ours, adds, place, flag, verb) in sides {
+            if ids.is_empty() || (ids.len() == 1 && Some(ids[0]) == ours) {
+                continue;
+            }
+            let tokens = ids
+                .iter()
+                .map(|&id| format!("{:?}", self.token(id)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let what =
+                format!("the tokenizer's post-processor {adds} {tokens} {place} of a sequence");
+            notes.push(match (ours, ids.as_slice()) {
+                (Some(ours), _) => {
+                    format!(
+                        "{what}; prep {verb}s {:?} ({flag}) instead",
+                        self.token(ours)
+                    )
+                }
+                (None, &[id]) => format!(
+                    "{what}; prep does not: pass {flag} '{}' to {verb} it",
+                    self.token(id)
+                ),
+                (None, _) => format!("{what}; prep does not"),
+            });
+        }
+        notes
+    }
+
+    /// The token string of `id`, for messages.
+    pub fn token(&self, id: u32) -> String {
+        self.tokenizer
+            .id_to_token(id)
+            .unwrap_or_else(|| format!("#{id}"))
+    }
+}
+
+/// Says what is wrong with a file HF tokenizers refused: not JSON at all,
+/// JSON of another shape (the top level or `model` not an object), or a
+/// tokenizer.json HF tokenizers cannot read (its own message). Runs only
+/// after a failure, so a good file is parsed once.
+fn diagnose(path: &Path, json: &[u8], hf_error: &str) -> TokenizerError {
+    let shape = |why: String| TokenizerError::NotATokenizer {
+        path: path.into(),
+        why,
+    };
+    let value = match serde_json::from_slice::<Value>(json) {
+        Ok(value) => value,
+        Err(e) => {
+            let full = e.to_string();
+            let suffix = format!(" at line {} column {}", e.line(), e.column());
+            return TokenizerError::Json {
+                path: path.into(),
+                message: full.strip_suffix(&suffix).unwrap_or(&full).to_owned(),
+                line: e.line(),
+                column: e.column(),
+            };
+        }
+    };
+    let Value::Object(top) = &value else {
+        return shape(format!(
+            "the file holds {}, not a JSON object",
+            kind_of(&value)
+        ));
+    };
+    match top.get("model") {
+        None => {
+            let fields: Vec<String> = top.keys().take(12).map(|k| format!("{k:?}")).collect();
+            let more = top.len().saturating_sub(fields.len());
+            shape(format!(
+                "it has no \"model\" field (its fields: {}{})",
+                if fields.is_empty() {
+                    "none".to_owned()
+                } else {
+                    fields.join(", ")
+                },
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ))
+        }
+        // The shape is right as far as we look: HF tokenizers says what is not.
+        Some(Value::Object(_)) => shape(hf_error.to_owned()),
+        Some(model) => shape(format!("\"model\" is {}, not an object", kind_of(model))),
+    }
+}
+
+/// What a JSON value is, for messages: `an array`.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads a whole tokenizer file, decompressing `.zst` and `.gz` by extension.
+pub fn read_tokenizer_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let mut out = Vec::new();
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("zst") => {
+            zstd::Decoder::new(file)?.read_to_end(&mut out)?;
+        }
+        Some("gz") => {
+            flate2::read::MultiGzDecoder::new(file).read_to_end(&mut out)?;
+        }
+        _ => {
+            std::io::BufReader::new(file).read_to_end(&mut out)?;
+        }
+    }
+    Ok(out)
+}
