@@ -11,7 +11,6 @@
 //! library.
 #![deny(missing_docs)]
 
-pub mod cli;
 pub mod engine;
 pub mod format;
 pub mod input;

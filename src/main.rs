@@ -1,10 +1,14 @@
 use std::process::ExitCode;
 
+// The command line lives in the binary, not the library: the library's API
+// is the configs and stages it calls, without clap, anyhow or indicatif.
+mod cli;
+
 // Tokenization allocates small strings and vectors at a high rate on every
 // worker thread; see the commit that introduced this for the measurement.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    prep::cli::run()
+    cli::run()
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::format::Dataset;
-use crate::loader::bench::{self, BenchConfig, Device};
-use crate::loader::Widen;
-use crate::size::format_bytes;
+use prep::format::Dataset;
+use prep::loader::bench::{self, BenchConfig, Device};
+use prep::loader::Widen;
+use prep::size::format_bytes;
 
 /// Measure the batch loader on a packed dataset: tokens/s delivered to the
 /// device (or to host memory with --device cpu), the copy bandwidth beside
@@ -74,12 +74,12 @@ pub(crate) struct Args {
 
 fn parse_device(s: &str) -> Result<Device, String> {
     s.parse()
-        .map_err(|e: crate::loader::LoaderError| e.to_string())
+        .map_err(|e: prep::loader::LoaderError| e.to_string())
 }
 
 fn parse_widen(s: &str) -> Result<Widen, String> {
     s.parse()
-        .map_err(|e: crate::loader::LoaderError| e.to_string())
+        .map_err(|e: prep::loader::LoaderError| e.to_string())
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 
-use crate::interop::{self, ExportConfig, Format};
-use crate::size::format_bytes;
+use prep::interop::{self, ExportConfig, Format};
+use prep::size::format_bytes;
 
 /// Write a dataset in the token-file format of another trainer.
 ///

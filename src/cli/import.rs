@@ -7,9 +7,9 @@ use std::time::Instant;
 use clap::Parser;
 
 use super::export::FormatArg;
-use crate::engine::{token_arg, LoadedTokenizer};
-use crate::interop::{self, ImportConfig};
-use crate::size::parse_size;
+use prep::engine::{token_arg, LoadedTokenizer};
+use prep::interop::{self, ImportConfig};
+use prep::size::parse_size;
 
 /// Read token files of another trainer into a prep dataset (shards,
 /// checksums, manifest).

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::inspect::{self, Inspection};
-use crate::size::format_bytes;
+use prep::inspect::{self, Inspection};
+use prep::size::format_bytes;
 
 /// Show what a dataset holds: its kind, dtype, tokenizer, special tokens,
 /// counts, shards, the distribution of record lengths, and how many tokens
@@ -214,7 +214,7 @@ fn human(i: &Inspection) -> String {
 
 /// A mixture's recipe (`prep mix` records it in the provenance's options),
 /// one line per source; nothing for other datasets.
-fn recipe(m: &crate::format::Manifest) -> String {
+fn recipe(m: &prep::format::Manifest) -> String {
     let options = &m.provenance.options;
     let Some(sources) = options["recipe"].as_array() else {
         return String::new();

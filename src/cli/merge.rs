@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::merge::{self, MergeConfig};
-use crate::size::format_bytes;
+use prep::merge::{self, MergeConfig};
+use prep::size::format_bytes;
 
 /// Join the partial datasets of a partitioned run into one dataset.
 ///
@@ -81,7 +81,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         if dedup > 0 { format!("; {dedup} duplicate documents dropped in all") } else { String::new() },
         r.elapsed.as_secs_f64(),
         format_bytes(r.bytes_written),
-        crate::util::peak_rss_bytes().map_or(String::new(), |p| format!(" Peak memory {}.", format_bytes(p))),
+        prep::util::peak_rss_bytes().map_or(String::new(), |p| format!(" Peak memory {}.", format_bytes(p))),
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::mix::{self, MixConfig, Source};
-use crate::partition::Part;
-use crate::size::{format_bytes, parse_size};
+use prep::mix::{self, MixConfig, Source};
+use prep::partition::Part;
+use prep::size::{format_bytes, parse_size};
 
 /// Mix documents datasets by weight into one shuffled dataset of --tokens
 /// tokens.

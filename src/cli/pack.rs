@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
-use crate::pack::{self, PackConfig, PackMode, DEFAULT_WINDOW};
-use crate::partition::Part;
-use crate::size::{format_bytes, parse_size};
+use prep::pack::{self, PackConfig, PackMode, DEFAULT_WINDOW};
+use prep::partition::Part;
+use prep::size::{format_bytes, parse_size};
 
 /// Pack the documents of a dataset into rows of exactly --seq-len tokens.
 ///
@@ -154,7 +154,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             config.output.display(),
             m.shards.len(),
             format_bytes(m.shards.iter().map(|s| s.bin_bytes).sum()),
-            crate::util::peak_rss_bytes()
+            prep::util::peak_rss_bytes()
                 .map_or(String::new(), |b| format!(" Peak memory {}.", format_bytes(b))),
         );
     }

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::progress::{Progress, ProgressSnapshot};
+use prep::progress::{Progress, ProgressSnapshot};
 
 /// A bar over input bytes, or nothing with `--quiet`.
 pub(crate) struct Bar {

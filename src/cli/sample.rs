@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::sampler::Sampler;
+use prep::sampler::Sampler;
 
 /// Print the records one rank reads in one epoch, in order, one per line.
 ///
@@ -58,7 +58,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.world_size
         );
     }
-    let ds = crate::format::Dataset::open(&args.dir)?;
+    let ds = prep::format::Dataset::open(&args.dir)?;
     let sampler = Sampler::new(ds.len(), args.seed, args.epoch, args.rank, args.world_size);
     let mut out = BufWriter::new(std::io::stdout().lock());
     let count = args.count.unwrap_or(u64::MAX);

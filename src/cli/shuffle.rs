@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::partition::Part;
-use crate::shuffle::{self, GatherConfig, ScatterConfig, ShuffleConfig};
-use crate::size::{format_bytes, parse_size};
+use prep::partition::Part;
+use prep::shuffle::{self, GatherConfig, ScatterConfig, ShuffleConfig};
+use prep::size::{format_bytes, parse_size};
 
 /// Shuffle the documents of one or more datasets into an exact, uniformly
 /// random global order, in bounded memory.
@@ -214,7 +214,7 @@ fn gather(mut args: Args) -> anyhow::Result<ExitCode> {
 
 /// " Peak memory X." when the platform tells, else nothing.
 fn peak() -> String {
-    crate::util::peak_rss_bytes().map_or(String::new(), |p| {
+    prep::util::peak_rss_bytes().map_or(String::new(), |p| {
         format!(" Peak memory {}.", format_bytes(p))
     })
 }

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::size::{format_bytes, parse_size};
-use crate::split::{self, SplitConfig};
+use prep::size::{format_bytes, parse_size};
+use prep::split::{self, SplitConfig};
 
 /// Split a documents dataset into OUT/train, OUT/val (and OUT/test).
 ///

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::size::{format_bytes, parse_size};
-use crate::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
+use prep::size::{format_bytes, parse_size};
+use prep::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
 
 /// Tokenize raw documents into a sharded token dataset.
 ///
@@ -94,7 +94,7 @@ pub(crate) struct Args {
     /// of Parquet files) and write a partial dataset; `prep merge` joins the
     /// N parts into exactly the dataset a run without --part makes.
     #[arg(long, value_name = "I/N", conflicts_with = "shuffle_seed")]
-    part: Option<crate::partition::Part>,
+    part: Option<prep::partition::Part>,
 
     /// Encoding engine: `fast` is prep's own byte-level BPE (GPT-2, cl100k /
     /// Llama 3, o200k and DeepSeek V3 split patterns), `hf` is HF tokenizers;
@@ -132,7 +132,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.part = args.part;
     config.engine = args.engine;
     let bar = super::progress::Bar::new(args.quiet);
-    let report = crate::pipeline::tokenize(&config, &bar)?;
+    let report = prep::pipeline::tokenize(&config, &bar)?;
     if !args.quiet {
         eprintln!("{}", summary(&config, &report));
     }
@@ -200,7 +200,7 @@ fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
             docs.skipped, docs.deduplicated, docs.empty
         );
     }
-    if let Some(peak) = crate::util::peak_rss_bytes() {
+    if let Some(peak) = prep::util::peak_rss_bytes() {
         s += &format!(" Peak memory {}.", format_bytes(peak));
     }
     s

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::size::format_bytes;
-use crate::validate::{self, Report, ValidateConfig};
+use prep::size::format_bytes;
+use prep::validate::{self, Report, ValidateConfig};
 
 /// Check a dataset: everything a reader relies on.
 ///
