@@ -424,3 +424,39 @@ impl DatasetWriter {
         Ok(self.shards)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a full disk does to a copy of the tokenizer: the write fails
+    /// part-way, and the `.tmp` it wrote must not stay behind.
+    #[test]
+    fn tokenizer_tmp_is_not_left_behind_when_a_write_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The final name is taken by a folder: the rename fails.
+        let target = tmp.path().join("tokenizer.json");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("x"), b"x").unwrap();
+        assert!(atomic_write(&target, b"{}").is_err());
+        assert!(!tmp.path().join("tokenizer.json.tmp").exists());
+
+        // /dev/full fails every write with ENOSPC, as a full disk does.
+        if Path::new("/dev/full").exists() {
+            let mut file = AtomicFile::create(&tmp.path().join("big.bin")).unwrap();
+            let tmp_name = tmp.path().join("big.bin.tmp");
+            std::fs::remove_file(&tmp_name).unwrap();
+            std::os::unix::fs::symlink("/dev/full", &tmp_name).unwrap();
+            // The buffered bytes reach the (replaced) file only on close.
+            let reopened = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&tmp_name)
+                .unwrap();
+            file.out = Some(BufWriter::new(reopened));
+            file.write(&[0u8; 4096]).unwrap();
+            assert!(file.close().is_err());
+            drop(file);
+            assert!(!tmp_name.exists());
+        }
+    }
+}
