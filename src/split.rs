@@ -15,6 +15,16 @@
 //! Each side keeps the input's order. Every input record is in exactly one
 //! side, so the parts together are the input as a multiset of documents.
 //!
+//! # Partitioned runs
+//!
+//! With [`SplitConfig::part`] set to part `I` of `N` (`--part I/N`), a run
+//! splits the input records [`Part::range`]`(n)` only, and each side it
+//! writes is a partial dataset (`partition.stage` = `"split"`, and a `job`
+//! per side, equal in every part). `prep merge` of the parts' `train` (and
+//! of their `val`, `test`) gives the records of the whole run's side, in
+//! the same order: each side keeps the input's order and the ranges are
+//! contiguous. No part reads another's output.
+//!
 //! # Output
 //!
 //! `OUT/train`, `OUT/val` and, with `--test`, `OUT/test`, each an ordinary
@@ -29,11 +39,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::format::Partition;
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
     Provenance, MANIFEST_FILE,
 };
 use crate::output::{Done, Output, OutputError, Start};
+use crate::partition::Part;
 use crate::progress::{Progress, ProgressSnapshot};
 
 /// The sides of a split, in the order they are listed.
@@ -88,6 +100,9 @@ pub struct SplitConfig {
     pub shard_size: u64,
     /// Replace existing datasets in the sides' directories.
     pub overwrite: bool,
+    /// Split only this share of the input's records, for `prep merge` to
+    /// join with the other parts' (see the [module docs](self)).
+    pub part: Option<Part>,
 }
 
 impl SplitConfig {
@@ -106,6 +121,7 @@ impl SplitConfig {
             seed,
             shard_size: 1 << 30,
             overwrite: false,
+            part: None,
         }
     }
 
@@ -182,6 +198,8 @@ pub struct SplitReport {
 struct Writing {
     side: Side,
     output: Output,
+    /// The fingerprint every part of a partitioned run shares.
+    job: String,
     fingerprint: String,
     /// `None` when the side was already complete.
     writer: Option<DatasetWriter>,
@@ -233,13 +251,17 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     });
     let job = json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "split", "options": options, "inputs": inputs });
 
+    let hash =
+        |v: serde_json::Value| checksum_hex(xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes()));
     let mut sides = Vec::new();
     for side in config.sides() {
-        let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-            json!({ "job": job, "side": side.name() })
-                .to_string()
-                .as_bytes(),
-        ));
+        // A side's job is what every part shares; a part's own fingerprint
+        // also names the part, so a re-run finds it complete or resumes it.
+        let side_job = hash(json!({ "job": job, "side": side.name() }));
+        let fingerprint = match config.part {
+            None => side_job.clone(),
+            Some(p) => hash(json!({ "job": side_job, "part": p.to_string() })),
+        };
         let dir = config.output.join(side.name());
         let mut output = Output::lock(&dir)?;
         let (journal, complete) = match output.start::<(), u64>(&fingerprint, config.overwrite)? {
@@ -256,6 +278,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         sides.push(Writing {
             side,
             output,
+            job: side_job,
             fingerprint,
             writer,
             journal,
@@ -272,11 +295,12 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     }
 
     let n = input.len();
+    let range = config.part.unwrap_or(Part::WHOLE).range(n);
     let size = base.dtype.size() as u64;
     let total_bytes = input.n_tokens() * size;
     let mut bytes = 0u64;
     let mut counts = vec![0u64; sides.len()];
-    for g in 0..n {
+    for g in range.clone() {
         let record = input.record_bytes(g)?;
         let s = side(record, config.seed, val, test);
         let i = sides
@@ -316,6 +340,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         let Writing {
             side,
             output,
+            job,
             fingerprint,
             writer,
             complete,
@@ -328,20 +353,31 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
                 output.copy_tokenizer(base.tokenizer.file.as_deref(), &config.input)?;
                 let mut options = options.clone();
                 options["side"] = json!(side.name());
-                let manifest = base.derived(
-                    shards,
-                    Provenance::new(
-                        "split",
-                        inputs.clone(),
-                        options,
-                        DocumentCounts {
-                            read: n,
-                            written: count,
-                            ..DocumentCounts::default()
-                        },
-                        fingerprint,
-                    ),
-                );
+                if let Some(p) = config.part {
+                    options["part"] = json!(p.to_string());
+                }
+                let manifest = base
+                    .derived(
+                        shards,
+                        Provenance::new(
+                            "split",
+                            inputs.clone(),
+                            options,
+                            DocumentCounts {
+                                read: range.end - range.start,
+                                written: count,
+                                ..DocumentCounts::default()
+                            },
+                            fingerprint,
+                        ),
+                    )
+                    .with_partition(config.part.map(|p| Partition {
+                        stage: "split".into(),
+                        part: p.index,
+                        parts: p.count,
+                        job,
+                        hashes: None,
+                    }));
                 output.commit(&manifest)?;
                 manifest
             }
@@ -351,7 +387,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     progress.finish();
     Ok(SplitReport {
         sides: reports,
-        documents: n,
+        documents: range.end - range.start,
         already_complete,
         bytes,
         elapsed: started.elapsed(),

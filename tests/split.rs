@@ -204,3 +204,50 @@ fn export_of_each_side_gives_nanogpt_train_and_val_bin() {
         assert_eq!(tokens, want, "{side}");
     }
 }
+
+#[test]
+fn parts_merged_per_side_are_the_whole_runs_sides() {
+    let t = TestDir::new();
+    let input = input(&t);
+    let whole = t.path("whole");
+    ok(split(&t, &input, &whole).args(["--test", "0.05"]));
+    let parts = t.path("parts");
+    for i in 0..3 {
+        ok(split(&t, &input, &parts.join(format!("part-{i}"))).args([
+            "--test",
+            "0.05",
+            "--part",
+            &format!("{i}/3"),
+        ]));
+    }
+    for side in ["train", "val", "test"] {
+        let merged = t.path(&format!("merged-{side}"));
+        let mut merge = t.prep();
+        merge.arg("merge").arg("--quiet");
+        for i in [1, 2, 0] {
+            merge.arg(parts.join(format!("part-{i}")).join(side));
+        }
+        ok(merge.arg(&merged));
+        assert_eq!(records(&merged), records(&whole.join(side)), "{side}");
+        let fingerprint = |dir: &Path| {
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+            (
+                m["provenance"]["fingerprint"].clone(),
+                m["provenance"]["documents"]["read"].clone(),
+            )
+        };
+        assert_eq!(
+            fingerprint(&merged),
+            fingerprint(&whole.join(side)),
+            "{side}"
+        );
+    }
+    // A part run again finds itself complete; another part's directory is refused.
+    ok(split(&t, &input, &parts.join("part-1")).args(["--test", "0.05", "--part", "1/3"]));
+    let err = fails(
+        split(&t, &input, &parts.join("part-1")).args(["--test", "0.05", "--part", "2/3"]),
+        2,
+    );
+    assert!(err.contains("other inputs or options"), "{err}");
+}

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use prep::partition::Part;
 use prep::size::{format_bytes, parse_size};
 use prep::split::{self, SplitConfig};
 
@@ -16,6 +17,10 @@ use prep::split::{self, SplitConfig};
 /// --val and --test. Every side keeps the input's order, and together they
 /// are exactly the input. prep export of OUT/train and OUT/val gives
 /// nanoGPT's train.bin and val.bin.
+///
+/// With --part I/N, task I of N splits its share of the input's records
+/// into partial datasets; prep merge of the parts' train (and val, test)
+/// gives the whole run's sides.
 #[derive(Debug, Parser)]
 #[command(
     after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
@@ -50,6 +55,10 @@ pub(crate) struct Args {
     #[arg(long)]
     overwrite: bool,
 
+    /// Split only part I of N of the input's records (0-based), for prep merge.
+    #[arg(long, value_name = "I/N")]
+    part: Option<Part>,
+
     /// No progress bar or summary; errors are still printed.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -65,6 +74,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     config.shard_size = args.shard_size;
     config.overwrite = args.overwrite;
+    config.part = args.part;
     let bar = super::progress::Bar::new(args.quiet);
     let r = split::run(&config, &bar)?;
     if !args.quiet && !r.already_complete {
