@@ -557,3 +557,34 @@ fn shards_are_cut_between_records_as_late_as_the_size_allows() {
     assert_eq!(first, got.len());
     assert!(oversized >= 2, "no document was larger than a shard");
 }
+
+#[test]
+fn several_paths_after_one_input_flag_are_the_same_run_as_one_flag_each() {
+    let t = TestDir::new();
+    let files: Vec<_> = ["part01", "part02", "part03"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            t.write(
+                &format!("{name}.jsonl"),
+                jsonl(&[&format!("document {i} one"), &format!("document {i} two")]),
+            )
+        })
+        .collect();
+    // As the shell passes `--input part0*.jsonl`: every path after one flag.
+    let expanded = t.path("expanded");
+    let mut cmd = t.prep();
+    cmd.arg("tokenize")
+        .arg("--tokenizer")
+        .arg(gpt2())
+        .arg("--input")
+        .args(&files)
+        .arg("--output")
+        .arg(&expanded)
+        .arg("--quiet");
+    ok(&mut cmd);
+    let flags = t.path("flags");
+    ok(&mut tokenize_cmd(&t, &files, &flags));
+    assert_eq!(records(&expanded).len(), 6);
+    assert_eq!(snapshot(&expanded), snapshot(&flags));
+}

@@ -32,8 +32,9 @@ pub(crate) struct Args {
     #[arg(value_name = "OUT")]
     output: PathBuf,
 
-    /// A source dataset and its weight, DIR:WEIGHT; repeat for each source.
-    #[arg(long = "source", value_name = "DIR:WEIGHT", required = true, value_parser = parse_source)]
+    /// A source dataset and its weight, DIR:WEIGHT: several after one
+    /// --source, or --source repeated.
+    #[arg(long = "source", value_name = "DIR:WEIGHT", required = true, num_args = 1.., value_parser = parse_source)]
     sources: Vec<Source>,
 
     /// Tokens in the mixture.

@@ -27,9 +27,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE")]
     tokenizer: PathBuf,
 
-    /// Input file, directory (searched recursively) or glob; repeat for more.
+    /// Input files, directories (searched recursively) or globs: several
+    /// after one --input (a glob the shell expanded), or --input repeated.
     /// Documents are read in the sorted order of the paths.
-    #[arg(long = "input", short = 'i', value_name = "PATH", required = true)]
+    #[arg(long = "input", short = 'i', value_name = "PATH", required = true, num_args = 1..)]
     inputs: Vec<String>,
 
     /// Field holding the text; a dotted path such as `meta.body` reaches
