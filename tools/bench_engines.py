@@ -6,7 +6,9 @@
         --giga-python target/venv-giga/bin/python                    # whole corpus
     target/venv/bin/python tools/bench_engines.py --limit-mb 5 ...   # quick run on a prefix
 
-For each tokenizer (gpt2, deepseek-v3) and thread count T (1 and all cores,
+For each tokenizer (by default every byte-level BPE file in
+../shared/corpora/tokenizers: those whose pre-tokenizer has a ByteLevel step,
+which the fast engine must all run) and thread count T (1 and all cores,
 os.cpu_count()) it runs, one after the other, each as a child process:
   prep-fast   prep tokenize --engine fast --threads T --eos EOS;
   prep-hf     prep tokenize --engine hf --threads T --eos EOS (the HuggingFace
@@ -70,6 +72,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
 TOKENIZERS = ("gpt2", "deepseek-v3")
+# End-of-document tokens of the byte-level files bench_tokenize.py does not name.
+MORE_EOS = {
+    "gpt-neox-20b": "<|endoftext|>",
+    "falcon": "<|endoftext|>",
+    "roberta-base": "</s>",
+}
+
+
+def byte_level_tokenizers(tokenizer_dir: Path) -> list[str]:
+    """Names of the tokenizer files in tokenizer_dir whose pre-tokenizer has a ByteLevel step."""
+    import zstandard
+
+    def has_byte_level(pre) -> bool:
+        return isinstance(pre, dict) and (
+            pre.get("type") == "ByteLevel" or any(map(has_byte_level, pre.get("pretokenizers") or [])))
+
+    names = []
+    for path in sorted(tokenizer_dir.glob("*.tokenizer.json.zst")):
+        with path.open("rb") as f:
+            tok = json.loads(zstandard.ZstdDecompressor().stream_reader(f).read())
+        if has_byte_level(tok.get("pre_tokenizer")):
+            names.append(path.name.removesuffix(".tokenizer.json.zst"))
+    return names or list(TOKENIZERS)
 IMPLS = ("prep-fast", "prep-hf", "tokenizers", "gigatoken")
 MB = 1e6
 
@@ -177,8 +202,9 @@ def main() -> int:
     ap.add_argument("--giga-python", type=Path,
                     default=REPO / "target" / "venv-giga" / "bin" / "python",
                     help="interpreter with gigatoken (make target/venv-giga/.installed)")
-    ap.add_argument("--tokenizers", default=",".join(TOKENIZERS),
-                    help="comma-separated tokenizer names")
+    ap.add_argument("--tokenizers", default=None,
+                    help="comma-separated tokenizer names (default: every byte-level file "
+                         "in --tokenizer-dir)")
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}",
                     help="comma-separated thread counts (default: 1 and all cores)")
     ap.add_argument("--impls", default=",".join(IMPLS),
@@ -192,6 +218,9 @@ def main() -> int:
     from bench_tokenize import (EOS, prepare_corpus, run_measured, same_bytes, tool_version,
                                 write_tokenizer)
 
+    EOS = {**EOS, **MORE_EOS}
+    if args.tokenizers is None:
+        args.tokenizers = ",".join(byte_level_tokenizers(args.tokenizer_dir))
     names = [n for n in args.tokenizers.split(",") if n]
     threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t))
     impls = [i for i in args.impls.split(",") if i]

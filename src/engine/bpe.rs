@@ -21,7 +21,8 @@ pub(crate) struct Merge {
 
 /// The model: byte ids and the merges between ids.
 pub(crate) struct Bpe {
-    /// The id of each single byte.
+    /// The id of each single byte; [`NO_TOKEN`] for a byte the vocabulary
+    /// lacks, which HF drops from the piece (when there is no unknown token).
     pub byte_ids: [u32; 256],
     /// `(left << 32 | right)` to the merge.
     pub merges: HashMap<u64, Merge, FixedState>,
@@ -85,6 +86,8 @@ struct Node {
 }
 
 const NONE: u32 = u32::MAX;
+/// The id of a byte with no token.
+pub(crate) const NO_TOKEN: u32 = u32::MAX;
 
 /// A piece of at most 7 bytes as one integer: its bytes, and its length in
 /// the top byte (so `a` and `a\0` differ).
@@ -111,7 +114,10 @@ impl Bpe {
     #[inline]
     pub(crate) fn encode(&self, piece: &[u8], state: &mut BpeState, out: &mut Vec<u32>) {
         if let [byte] = piece {
-            out.push(self.byte_ids[*byte as usize]);
+            let id = self.byte_ids[*byte as usize];
+            if id != NO_TOKEN {
+                out.push(id);
+            }
             return;
         }
         // The small hot table first: a whole-token lookup (with
@@ -176,8 +182,13 @@ impl Bpe {
     fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, u32)>) {
         let rank = |left: u32, right: u32| self.merge(left, right).map_or(NONE, |m| m.rank);
         syms.clear();
-        syms.extend(piece.iter().map(|&b| (self.byte_ids[b as usize], NONE)));
-        for i in 0..syms.len() - 1 {
+        syms.extend(
+            piece
+                .iter()
+                .map(|&b| (self.byte_ids[b as usize], NONE))
+                .filter(|&(id, _)| id != NO_TOKEN),
+        );
+        for i in 0..syms.len().saturating_sub(1) {
             syms[i].1 = rank(syms[i].0, syms[i + 1].0);
         }
         loop {
@@ -213,9 +224,16 @@ impl Bpe {
         let heap = &mut state.heap;
         nodes.clear();
         heap.clear();
-        let n = piece.len() as u32;
-        nodes.extend(piece.iter().enumerate().map(|(i, &b)| Node {
-            id: self.byte_ids[b as usize],
+        let ids = piece
+            .iter()
+            .map(|&b| self.byte_ids[b as usize])
+            .filter(|&id| id != NO_TOKEN);
+        let n = ids.clone().count() as u32;
+        if n == 0 {
+            return;
+        }
+        nodes.extend(ids.enumerate().map(|(i, id)| Node {
+            id,
             prev: if i == 0 { NONE } else { i as u32 - 1 },
             next: if i as u32 + 1 == n {
                 NONE

@@ -6,18 +6,19 @@
 //! [`Unsupported`], with the reason, and prep runs HF tokenizers instead.
 //! What it accepts:
 //!
-//! - **added tokens** with `single_word`, `lstrip` and `rstrip` off, split
-//!   out of the raw text as HF does even without `add_special_tokens`: first
-//!   the tokens with `normalized: false`, then, within what is left, those
-//!   with `normalized: true`, each set by leftmost-longest match;
-//! - **normalizer**: none, or an empty `Sequence`;
-//! - **pre-tokenizer**: `ByteLevel` with its GPT-2 pattern, or a `Split`
-//!   (`Isolated`) with the cl100k / Llama 3 or o200k pattern then
-//!   `ByteLevel` without its own pattern, or DeepSeek V3's three splits; the
-//!   patterns are recognised by their text and run by [`scan`], never by a
-//!   regex; `add_prefix_space` must be off;
-//! - **model**: `BPE` with no dropout, no subword prefix or suffix, no byte
-//!   fallback, and a token for each of the 256 bytes.
+//! - **added tokens**, split out as HF does even without
+//!   `add_special_tokens`: first the tokens with `normalized: false` from the
+//!   raw text, then, within each normalized text between them, those with
+//!   `normalized: true` (as the normalizer writes them), each set by
+//!   leftmost-longest match, with `single_word`, `lstrip` and `rstrip`
+//!   applied by HF's own regex-crate tests;
+//! - **normalizer**: the ones in [`normalize`], or none;
+//! - **pre-tokenizer**: any sequence of the steps in [`pretok`] around one
+//!   `ByteLevel`; the shapes of the GPT-2, cl100k / Llama 3, o200k and
+//!   DeepSeek V3 files run on one scanner of [`scan`], never a regex;
+//! - **model**: `BPE` (or no type) with no dropout, no subword prefix or
+//!   suffix, no byte fallback; a byte without a token is dropped, as HF
+//!   drops it, unless the model names an unknown token.
 //!
 //! The post-processor and decoder do not touch the ids of
 //! `encode(text, add_special_tokens=false)`, which is what prep asks for.
@@ -28,17 +29,23 @@
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 
 mod bpe;
+mod normalize;
+mod pretok;
 pub mod scan;
 mod tokenizer;
 mod unicode;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use foldhash::fast::FixedState;
 use serde_json::Value;
 
 use bpe::{Bpe, BpeState, Merge};
+use normalize::Normalizer;
+use pretok::Steps;
 pub use scan::Pattern;
 pub use tokenizer::{
     read_tokenizer_bytes, token_arg, DefaultEos, LoadedTokenizer, PostProcessorTokens,
@@ -64,14 +71,24 @@ pub enum EngineChoice {
 
 /// A byte-level BPE tokenizer the fast engine runs.
 pub struct FastTokenizer {
-    pattern: Pattern,
+    normalizer: Option<Normalizer>,
+    pre: PreTokenizer,
     bpe: Bpe,
     /// Added tokens matched on the raw text.
     raw: Option<Added>,
-    /// Added tokens matched on the normalized text (the same text here).
+    /// Added tokens matched on the normalized text.
     normalized: Option<Added>,
     /// Tells this tokenizer's cached pieces from another's.
     serial: u64,
+}
+
+/// How the text between added tokens is cut into pieces.
+enum PreTokenizer {
+    /// One scanner does the whole pre-tokenizer (the hot path); with a
+    /// space prepended to a text that does not start with one when `true`.
+    Scan(Pattern, bool),
+    /// Any other sequence of steps.
+    Steps(Steps),
 }
 
 /// One worker's buffers and cache of encoded pieces. A state used with
@@ -85,25 +102,59 @@ pub struct EncodeState {
 /// Serial numbers of tokenizers, from 1 (a fresh state belongs to none).
 static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// An added token's options, as HF applies them around a match.
+#[derive(Debug, Clone, Copy, Default)]
+struct Strip {
+    /// Only where no word character touches either end.
+    single_word: bool,
+    /// Whitespace before it is part of it.
+    lstrip: bool,
+    /// Whitespace after it is part of it.
+    rstrip: bool,
+}
+
 /// A set of added tokens, found by leftmost-longest match.
 struct Added {
     matcher: AhoCorasick,
     ids: Vec<u32>,
+    strip: Vec<Strip>,
 }
 
 impl Added {
-    fn new(tokens: Vec<(String, u32)>) -> Result<Option<Added>, Unsupported> {
+    fn new(tokens: Vec<(String, u32, Strip)>) -> Result<Option<Added>, Unsupported> {
         if tokens.is_empty() {
             return Ok(None);
         }
-        let (patterns, ids): (Vec<String>, Vec<u32>) = tokens.into_iter().unzip();
+        let mut patterns = Vec::with_capacity(tokens.len());
+        let mut ids = Vec::with_capacity(tokens.len());
+        let mut strip = Vec::with_capacity(tokens.len());
+        for (content, id, s) in tokens {
+            patterns.push(content);
+            ids.push(id);
+            strip.push(s);
+        }
         let matcher = AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
             .build(&patterns)
             .map_err(|e| Unsupported(format!("added tokens: {e}")))?;
-        Ok(Some(Added { matcher, ids }))
+        Ok(Some(Added {
+            matcher,
+            ids,
+            strip,
+        }))
     }
 }
+
+/// The tests HF makes around an added token's match, with the regex crate
+/// as HF makes them (so `\w` and `\s` are the same sets).
+static ENDS_WITH_WORD: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"\w$").expect("a valid regex"));
+static STARTS_WITH_WORD: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"^\w").expect("a valid regex"));
+static SPACE_AT_END: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"\s*$").expect("a valid regex"));
+static SPACE_AT_START: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(r"^\s*").expect("a valid regex"));
 
 /// Appends the ids of `text`: `added`'s tokens as their ids, the text
 /// between them through `between`.
@@ -119,11 +170,34 @@ fn split_added(
     };
     let mut last = 0;
     for m in added.matcher.find_iter(text) {
-        between(&text[last..m.start()], out);
+        let (mut start, mut stop) = (m.start(), m.end());
+        let strip = added.strip[m.pattern().as_usize()];
+        if strip.single_word {
+            let alone_before = start == 0 || !ENDS_WITH_WORD.is_match(&text[..start]);
+            let alone_after = stop == text.len() || !STARTS_WITH_WORD.is_match(&text[stop..]);
+            if !(alone_before && alone_after) {
+                continue;
+            }
+        }
+        if strip.lstrip {
+            // Spaces an earlier token already took stay with it.
+            let spaces = SPACE_AT_END
+                .find(&text[..start])
+                .map_or(start, |m| m.start());
+            start = spaces.max(last);
+        }
+        if strip.rstrip {
+            stop += SPACE_AT_START.find(&text[stop..]).map_or(0, |m| m.end());
+        }
+        if last < start {
+            between(&text[last..start], out);
+        }
         out.push(added.ids[m.pattern().as_usize()]);
-        last = m.end();
+        last = stop.max(last);
     }
-    between(&text[last..], out);
+    if last < text.len() {
+        between(&text[last..], out);
+    }
 }
 
 impl FastTokenizer {
@@ -131,22 +205,18 @@ impl FastTokenizer {
     pub fn from_json(json: &[u8]) -> Result<FastTokenizer, Unsupported> {
         let root: File = serde_json::from_slice(json)
             .map_err(|e| Unsupported(format!("not a tokenizer.json: {e}")))?;
-        match &root.normalizer {
-            Value::Null => {}
-            n if n["type"] == "Sequence"
-                && n["normalizers"].as_array().is_some_and(|a| a.is_empty()) => {}
-            n => {
-                return Err(Unsupported(format!(
-                    "normalizer {} is not supported",
-                    n["type"]
-                )))
-            }
-        }
-        let pattern = pre_tokenizer(&root.pre_tokenizer)?;
+        let normalizer = Normalizer::from_json(&root.normalizer)?;
+        let steps = Steps::from_json(&root.pre_tokenizer)?;
+        let pre = match steps.scanner() {
+            Some((pattern, prefix_space)) => PreTokenizer::Scan(pattern, prefix_space),
+            None => PreTokenizer::Steps(steps),
+        };
         let bpe = model(&root.model)?;
-        let (raw, normalized) = added_tokens(&root.added_tokens, &root.model.vocab)?;
+        let (raw, normalized) =
+            added_tokens(&root.added_tokens, &root.model.vocab, normalizer.as_ref())?;
         Ok(FastTokenizer {
-            pattern,
+            normalizer,
+            pre,
             bpe,
             raw: Added::new(raw)?,
             normalized: Added::new(normalized)?,
@@ -154,9 +224,26 @@ impl FastTokenizer {
         })
     }
 
-    /// The split pattern recognised in the file.
-    pub fn pattern(&self) -> Pattern {
-        self.pattern
+    /// The one scanner that pre-tokenizes, where one does it all.
+    pub fn pattern(&self) -> Option<Pattern> {
+        match self.pre {
+            PreTokenizer::Scan(p, _) => Some(p),
+            PreTokenizer::Steps(_) => None,
+        }
+    }
+
+    /// The stages the engine runs, in words, for a run's summary.
+    pub fn describe(&self) -> String {
+        let normalizer = match &self.normalizer {
+            Some(n) => format!("{n:?} normalizer, "),
+            None => String::new(),
+        };
+        let pre = match &self.pre {
+            PreTokenizer::Scan(p, false) => format!("{p:?} split pattern"),
+            PreTokenizer::Scan(p, true) => format!("{p:?} split pattern with a prefix space"),
+            PreTokenizer::Steps(s) => format!("{} pre-tokenizer steps", s.0.len()),
+        };
+        format!("{normalizer}{pre}")
     }
 
     /// Appends the ids of `text` to `out`: exactly HF tokenizers'
@@ -169,9 +256,14 @@ impl FastTokenizer {
             };
         }
         // HF's two passes: tokens that are not normalized are split out of
-        // the raw text, then normalized ones out of what lies between.
+        // the raw text, then each text between them is normalized and
+        // normalized ones are split out of it.
         split_added(self.raw.as_ref(), text, out, &mut |text, out| {
-            split_added(self.normalized.as_ref(), text, out, &mut |text, out| {
+            let text = match &self.normalizer {
+                Some(n) => n.apply(text),
+                None => Cow::Borrowed(text),
+            };
+            split_added(self.normalized.as_ref(), &text, out, &mut |text, out| {
                 self.encode_plain(text, state, out)
             })
         });
@@ -182,8 +274,24 @@ impl FastTokenizer {
     fn encode_plain(&self, text: &str, state: &mut EncodeState, out: &mut Vec<u32>) {
         let bpe = &self.bpe;
         let cache = &mut state.bpe;
-        self.pattern
-            .split(text, &mut |piece| bpe.encode(piece.as_bytes(), cache, out));
+        match &self.pre {
+            PreTokenizer::Scan(pattern, false) => {
+                pattern.split(text, &mut |piece| bpe.encode(piece.as_bytes(), cache, out))
+            }
+            PreTokenizer::Scan(pattern, true) => {
+                let spaced;
+                let text = if text.starts_with(' ') {
+                    text
+                } else {
+                    spaced = format!(" {text}");
+                    &spaced
+                };
+                pattern.split(text, &mut |piece| bpe.encode(piece.as_bytes(), cache, out))
+            }
+            PreTokenizer::Steps(steps) => {
+                steps.run(text, &mut |piece| bpe.encode(piece, cache, out))
+            }
+        }
     }
 }
 
@@ -214,6 +322,8 @@ struct Model {
     #[serde(default)]
     byte_fallback: Value,
     #[serde(default)]
+    unk_token: Value,
+    #[serde(default)]
     ignore_merges: Value,
     #[serde(default)]
     vocab: Vocab,
@@ -222,54 +332,6 @@ struct Model {
 }
 
 type Vocab = HashMap<String, u32, FixedState>;
-
-fn pre_tokenizer(p: &Value) -> Result<Pattern, Unsupported> {
-    let unsupported = |what: &str| Err(Unsupported(format!("pre-tokenizer: {what}")));
-    let byte_level = |p: &Value, regex: bool| {
-        p["type"] == "ByteLevel"
-            && p["add_prefix_space"] == false
-            && p["use_regex"].as_bool().unwrap_or(true) == regex
-    };
-    let split = |p: &Value| -> Option<String> {
-        let isolated = p["type"] == "Split"
-            && p["behavior"] == "Isolated"
-            && p["invert"].as_bool() != Some(true);
-        isolated.then(|| p["pattern"]["Regex"].as_str().map(canonical))?
-    };
-    if byte_level(p, true) {
-        return Ok(Pattern::Gpt2);
-    }
-    if p["type"] != "Sequence" {
-        return unsupported(&format!("{} is not supported", p["type"]));
-    }
-    let steps = p["pretokenizers"].as_array().map_or(&[][..], Vec::as_slice);
-    let Some((last, splits)) = steps.split_last() else {
-        return unsupported("an empty sequence");
-    };
-    if !byte_level(last, false) {
-        return unsupported("the sequence does not end in ByteLevel without its own pattern (or adds a prefix space)");
-    }
-    let splits: Option<Vec<String>> = splits.iter().map(split).collect();
-    let splits = splits.unwrap_or_default();
-    let splits: Vec<&str> = splits.iter().map(String::as_str).collect();
-    match splits[..] {
-        [p] if p == scan::GPT2 => Ok(Pattern::Gpt2),
-        [p] if p == scan::CL100K => Ok(Pattern::Cl100k),
-        [p] if p == scan::O200K => Ok(Pattern::O200k),
-        [a, b, c]
-            if a == scan::DEEPSEEK_DIGITS && b == scan::DEEPSEEK_CJK && c == scan::DEEPSEEK =>
-        {
-            Ok(Pattern::DeepSeek)
-        }
-        _ => unsupported("the split patterns are not ones the fast engine knows"),
-    }
-}
-
-/// A pattern as the scanners' constants spell it: files write carriage
-/// return and line feed either escaped or as the characters themselves.
-fn canonical(pattern: &str) -> String {
-    pattern.replace('\r', r"\r").replace('\n', r"\n")
-}
 
 /// GPT-2's map from bytes to the characters byte-level vocabularies use.
 fn byte_chars() -> [char; 256] {
@@ -290,7 +352,8 @@ fn byte_chars() -> [char; 256] {
 
 fn model(m: &Model) -> Result<Bpe, Unsupported> {
     let unsupported = |what: String| Err(Unsupported(format!("model: {what}")));
-    if m.kind != "BPE" {
+    // HF reads a model without a type as BPE (RoBERTa's file has none).
+    if !(m.kind.is_null() || m.kind == "BPE") {
         return unsupported(format!("{} is not byte-level BPE", m.kind));
     }
     if !(m.dropout.is_null() || m.dropout.as_f64() == Some(0.0)) {
@@ -314,6 +377,9 @@ fn model(m: &Model) -> Result<Bpe, Unsupported> {
     for (b, c) in chars.iter().enumerate() {
         match id(c.encode_utf8(&mut [0; 4])) {
             Some(i) => byte_ids[b] = i,
+            // HF drops a character the vocabulary lacks (Falcon's has no
+            // token for some control bytes) unless it has an unknown token.
+            None if m.unk_token.is_null() => byte_ids[b] = bpe::NO_TOKEN,
             None => return unsupported(format!("no token for byte {b:#04x}")),
         }
     }
@@ -364,20 +430,24 @@ fn model(m: &Model) -> Result<Bpe, Unsupported> {
     })
 }
 
-type AddedLists = (Vec<(String, u32)>, Vec<(String, u32)>);
+type AddedList = Vec<(String, u32, Strip)>;
 
-fn added_tokens(list: &[Value], vocab: &Vocab) -> Result<AddedLists, Unsupported> {
+fn added_tokens(
+    list: &[Value],
+    vocab: &Vocab,
+    normalizer: Option<&Normalizer>,
+) -> Result<(AddedList, AddedList), Unsupported> {
     let (mut raw, mut normalized) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
     for t in list {
         let (Some(content), Some(id)) = (t["content"].as_str(), t["id"].as_u64()) else {
             return Err(Unsupported("an added token without content or id".into()));
         };
-        for flag in ["single_word", "lstrip", "rstrip"] {
-            if t[flag] == true {
-                return Err(Unsupported(format!("added token {content:?} sets {flag}")));
-            }
-        }
+        let strip = Strip {
+            single_word: t["single_word"] == true,
+            lstrip: t["lstrip"] == true,
+            rstrip: t["rstrip"] == true,
+        };
         if content.is_empty() {
             continue;
         }
@@ -395,12 +465,18 @@ fn added_tokens(list: &[Value], vocab: &Vocab) -> Result<AddedLists, Unsupported
         }
         // HF's default for a token that does not say is `!special`.
         let is_normalized = t["normalized"].as_bool().unwrap_or(t["special"] != true);
-        let list = if is_normalized {
-            &mut normalized
+        if is_normalized {
+            // HF looks for a normalized token as the normalizer writes it.
+            let content = match normalizer {
+                Some(n) => n.apply(content).into_owned(),
+                None => content.to_owned(),
+            };
+            if !content.is_empty() {
+                normalized.push((content, id as u32, strip));
+            }
         } else {
-            &mut raw
-        };
-        list.push((content.to_owned(), id as u32));
+            raw.push((content.to_owned(), id as u32, strip));
+        }
     }
     Ok((raw, normalized))
 }

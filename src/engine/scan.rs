@@ -56,6 +56,67 @@ impl Pattern {
     }
 }
 
+/// One split pattern the scanners run, as a step of a general pre-tokenizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Known {
+    /// [`GPT2`]
+    Gpt2,
+    /// [`CL100K`]
+    Cl100k,
+    /// [`O200K`]
+    O200k,
+    /// [`DEEPSEEK_DIGITS`]
+    Digits3,
+    /// [`DEEPSEEK_CJK`]
+    Cjk,
+    /// [`DEEPSEEK`]
+    DeepSeek,
+}
+
+impl Known {
+    /// Every known pattern with its text.
+    pub(crate) const ALL: [(Known, &'static str); 6] = [
+        (Known::Gpt2, GPT2),
+        (Known::Cl100k, CL100K),
+        (Known::O200k, O200K),
+        (Known::Digits3, DEEPSEEK_DIGITS),
+        (Known::Cjk, DEEPSEEK_CJK),
+        (Known::DeepSeek, DEEPSEEK),
+    ];
+
+    /// The end of the match onig finds starting at `i`, if one starts there.
+    #[inline]
+    pub(crate) fn match_at(self, s: &str, i: usize) -> Option<usize> {
+        match self {
+            Known::Gpt2 => Some(gpt2(s, i)),
+            Known::Cl100k => Some(cl100k(s, i)),
+            Known::O200k => Some(o200k(s, i)),
+            Known::Digits3 => (class_at(s, i) & N != 0).then(|| digits3(s, i)),
+            Known::Cjk => {
+                let end = run_cjk(s, i);
+                (end > i).then_some(end)
+            }
+            Known::DeepSeek => deepseek_match(s, i),
+        }
+    }
+
+    /// Whether a match starts at every character, so that the matches cover
+    /// the text and an `Isolated` split equals a `Removed` inverted one.
+    pub(crate) fn covers(self) -> bool {
+        matches!(self, Known::Gpt2 | Known::Cl100k | Known::O200k)
+    }
+
+    /// The scanner of the same pattern alone, where there is one.
+    pub(crate) fn pattern(self) -> Option<Pattern> {
+        match self {
+            Known::Gpt2 => Some(Pattern::Gpt2),
+            Known::Cl100k => Some(Pattern::Cl100k),
+            Known::O200k => Some(Pattern::O200k),
+            _ => None,
+        }
+    }
+}
+
 /// The character at byte `i` and its length in bytes.
 #[inline(always)]
 fn at(s: &str, i: usize) -> Option<(char, usize)> {

@@ -71,8 +71,8 @@ fn choose_engine(
     match (fast, config.engine) {
         (Ok(fast), _) => {
             let note = format!(
-                "engine fast (byte-level BPE, {:?} split pattern; ids identical to HF tokenizers)",
-                fast.pattern()
+                "engine fast (byte-level BPE, {}; ids identical to HF tokenizers)",
+                fast.describe()
             );
             let states = (0..threads).map(|_| Mutex::new(EncodeState::default())).collect();
             Ok((Encoder::Fast(Box::new(fast), states), "fast", note))

@@ -1,0 +1,555 @@
+//! Pre-tokenizers in general: any sequence of `Split`, `ByteLevel`,
+//! `Digits`, `Punctuation`, `Whitespace` and `WhitespaceSplit`, each applied
+//! to every piece the previous one made, as HF tokenizers does.
+//!
+//! Each step finds its matches the way HF's does (characters one by one for
+//! the character classes, the regex crate for the patterns HF itself runs
+//! with it, the scanners of [`super::scan`] for the split patterns they know,
+//! and the regex crate for split patterns whose meaning does not depend on
+//! the regex engine), then cuts the piece by the step's `behavior` exactly as
+//! HF's `NormalizedString::split` does. Steps after `ByteLevel` see the
+//! text in the byte-level alphabet, as they do in HF.
+
+use regex_syntax::ast::{self, Ast};
+use regex_syntax::hir::{Hir, HirKind};
+use serde_json::Value;
+
+use super::scan::{Known, Pattern};
+use super::Unsupported;
+
+/// What a split does with the matches of its pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Behavior {
+    Removed,
+    Isolated,
+    MergedWithPrevious,
+    MergedWithNext,
+    Contiguous,
+}
+
+/// How a split finds its matches.
+#[derive(Debug)]
+pub(crate) enum Matcher {
+    /// Every character `is` accepts is a match of its own.
+    Char(fn(char) -> bool),
+    /// A pattern the scanners run.
+    Known(Known),
+    /// A pattern the regex crate runs with onig's meaning (or HF's own
+    /// regex-crate pattern).
+    Regex(regex::Regex),
+}
+
+/// One pre-tokenizer step.
+#[derive(Debug)]
+pub(crate) enum Step {
+    Split {
+        matcher: Matcher,
+        behavior: Behavior,
+        invert: bool,
+    },
+    ByteLevel {
+        prefix_space: bool,
+        regex: bool,
+    },
+}
+
+/// A whole pre-tokenizer as steps; exactly one of them is `ByteLevel`.
+#[derive(Debug)]
+pub(crate) struct Steps(pub Vec<Step>);
+
+fn is_punc(c: char) -> bool {
+    use unicode_categories::UnicodeCategories;
+    c.is_ascii_punctuation() || c.is_punctuation()
+}
+
+impl Steps {
+    /// Reads a pre-tokenizer, or says which part the engine cannot run.
+    pub(crate) fn from_json(p: &Value) -> Result<Steps, Unsupported> {
+        let mut steps = Vec::new();
+        push_steps(p, &mut steps)?;
+        let byte_levels = steps
+            .iter()
+            .filter(|s| matches!(s, Step::ByteLevel { .. }))
+            .count();
+        if byte_levels != 1 {
+            return Err(Unsupported(format!(
+                "pre-tokenizer: {byte_levels} ByteLevel steps (byte-level BPE needs one)"
+            )));
+        }
+        Ok(Steps(steps))
+    }
+
+    /// The one scanner that does the work of all the steps, with whether a
+    /// space is prepended to the text first, where there is one.
+    pub(crate) fn scanner(&self) -> Option<(Pattern, bool)> {
+        let isolates = |s: &Step| match s {
+            Step::Split {
+                matcher: Matcher::Known(k),
+                behavior,
+                invert,
+            } => {
+                let isolated = *behavior == Behavior::Isolated && !*invert;
+                // Where every character starts a match there are no gaps:
+                // inverted, every part is a non-match, and `Removed` keeps
+                // them all; `Isolated` ignores what is a match.
+                let same = k.covers()
+                    && (*behavior == Behavior::Isolated
+                        || *behavior == Behavior::Removed && *invert);
+                (isolated || same).then_some(*k)
+            }
+            _ => None,
+        };
+        match &self.0[..] {
+            [Step::ByteLevel {
+                prefix_space,
+                regex: true,
+            }] => Some((Pattern::Gpt2, *prefix_space)),
+            [split, Step::ByteLevel {
+                prefix_space: false,
+                regex: false,
+            }] => Some((isolates(split)?.pattern()?, false)),
+            [a, b, c, Step::ByteLevel {
+                prefix_space: false,
+                regex: false,
+            }] => (isolates(a)? == Known::Digits3
+                && isolates(b)? == Known::Cjk
+                && isolates(c)? == Known::DeepSeek)
+                .then_some((Pattern::DeepSeek, false)),
+            _ => None,
+        }
+    }
+
+    /// Calls `piece` with the bytes of each pre-token of `text`, in order.
+    pub(crate) fn run(&self, text: &str, piece: &mut dyn FnMut(&[u8])) {
+        let mut pieces = vec![text.to_owned()];
+        let mut next = Vec::new();
+        for step in &self.0 {
+            for p in &pieces {
+                match step {
+                    Step::ByteLevel {
+                        prefix_space,
+                        regex,
+                    } => {
+                        let spaced;
+                        let p = if *prefix_space && !p.starts_with(' ') {
+                            spaced = format!(" {p}");
+                            &spaced
+                        } else {
+                            p
+                        };
+                        if *regex {
+                            Pattern::Gpt2.split(p, &mut |s| next.push(to_byte_chars(s)));
+                        } else {
+                            next.push(to_byte_chars(p));
+                        }
+                    }
+                    Step::Split {
+                        matcher,
+                        behavior,
+                        invert,
+                    } => split(p, matcher, *behavior, *invert, &mut |s| {
+                        next.push(s.to_owned())
+                    }),
+                }
+            }
+            std::mem::swap(&mut pieces, &mut next);
+            next.clear();
+        }
+        let mut bytes = Vec::new();
+        for p in &pieces {
+            bytes.clear();
+            bytes.extend(p.chars().map(from_byte_char));
+            piece(&bytes);
+        }
+    }
+}
+
+fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
+    let unsupported = |what: String| Err(Unsupported(format!("pre-tokenizer: {what}")));
+    let behavior = |v: &Value, default: Behavior| match v.as_str() {
+        None => Some(default),
+        Some("Removed") => Some(Behavior::Removed),
+        Some("Isolated") => Some(Behavior::Isolated),
+        Some("MergedWithPrevious") => Some(Behavior::MergedWithPrevious),
+        Some("MergedWithNext") => Some(Behavior::MergedWithNext),
+        Some("Contiguous") => Some(Behavior::Contiguous),
+        Some(_) => None,
+    };
+    let step = match p["type"].as_str() {
+        Some("Sequence") => {
+            for s in p["pretokenizers"].as_array().map_or(&[][..], Vec::as_slice) {
+                push_steps(s, steps)?;
+            }
+            return Ok(());
+        }
+        Some("ByteLevel") => Step::ByteLevel {
+            prefix_space: p["add_prefix_space"].as_bool().unwrap_or(true),
+            regex: p["use_regex"].as_bool().unwrap_or(true),
+        },
+        Some("Split") => {
+            let Some(behavior) = behavior(&p["behavior"], Behavior::Isolated) else {
+                return unsupported(format!("Split behavior {}", p["behavior"]));
+            };
+            let matcher = match (
+                p["pattern"]["Regex"].as_str(),
+                p["pattern"]["String"].as_str(),
+            ) {
+                (Some(re), _) => recognise(re)?,
+                (None, Some(s)) if !s.is_empty() => Matcher::Regex(
+                    regex::Regex::new(&regex::escape(s)).expect("an escaped string is a regex"),
+                ),
+                _ => return unsupported(format!("Split pattern {}", p["pattern"])),
+            };
+            Step::Split {
+                matcher,
+                behavior,
+                invert: p["invert"].as_bool().unwrap_or(false),
+            }
+        }
+        Some("Digits") => Step::Split {
+            matcher: Matcher::Char(char::is_numeric),
+            behavior: if p["individual_digits"] == true {
+                Behavior::Isolated
+            } else {
+                Behavior::Contiguous
+            },
+            invert: false,
+        },
+        Some("Punctuation") => {
+            let Some(behavior) = behavior(&p["behavior"], Behavior::Isolated) else {
+                return unsupported(format!("Punctuation behavior {}", p["behavior"]));
+            };
+            Step::Split {
+                matcher: Matcher::Char(is_punc),
+                behavior,
+                invert: false,
+            }
+        }
+        Some("WhitespaceSplit") => Step::Split {
+            matcher: Matcher::Char(char::is_whitespace),
+            behavior: Behavior::Removed,
+            invert: false,
+        },
+        // HF runs this one with the regex crate, so the same crate is exact.
+        Some("Whitespace") => Step::Split {
+            matcher: Matcher::Regex(regex::Regex::new(r"\w+|[^\w\s]+").expect("a valid regex")),
+            behavior: Behavior::Removed,
+            invert: true,
+        },
+        _ => return unsupported(format!("{} is not supported", p["type"])),
+    };
+    steps.push(step);
+    Ok(())
+}
+
+/// Cuts `text` as HF's `NormalizedString::split` does, calling `piece` with
+/// each part kept, in order (empty parts are dropped).
+pub(crate) fn split<'t>(
+    text: &'t str,
+    matcher: &Matcher,
+    behavior: Behavior,
+    invert: bool,
+    piece: &mut dyn FnMut(&'t str),
+) {
+    // (start, end, is a match) covering the text, as HF's `find_matches`.
+    let mut parts: Vec<(usize, usize, bool)> = Vec::new();
+    let push_match = |parts: &mut Vec<(usize, usize, bool)>, gap: usize, start, end| {
+        if gap < start {
+            parts.push((gap, start, false));
+        }
+        parts.push((start, end, true));
+    };
+    let mut gap = 0;
+    match matcher {
+        Matcher::Char(is) => {
+            for (i, c) in text.char_indices() {
+                if is(c) {
+                    push_match(&mut parts, gap, i, i + c.len_utf8());
+                    gap = i + c.len_utf8();
+                }
+            }
+        }
+        Matcher::Known(k) => {
+            let mut i = 0;
+            while i < text.len() {
+                match k.match_at(text, i) {
+                    Some(end) => {
+                        push_match(&mut parts, gap, i, end);
+                        gap = end;
+                        i = end;
+                    }
+                    None => i += text[i..].chars().next().map_or(1, char::len_utf8),
+                }
+            }
+        }
+        Matcher::Regex(re) => {
+            for m in re.find_iter(text) {
+                push_match(&mut parts, gap, m.start(), m.end());
+                gap = m.end();
+            }
+        }
+    }
+    if gap < text.len() {
+        parts.push((gap, text.len(), false));
+    }
+    if invert {
+        for p in &mut parts {
+            p.2 = !p.2;
+        }
+    }
+    // (start, end, removed)
+    let mut out: Vec<(usize, usize, bool)> = Vec::with_capacity(parts.len());
+    match behavior {
+        Behavior::Isolated => out.extend(parts.iter().map(|&(a, b, _)| (a, b, false))),
+        Behavior::Removed => out = parts,
+        Behavior::Contiguous => {
+            let mut previous = false;
+            for (a, b, is_match) in parts {
+                match out.last_mut() {
+                    Some(last) if is_match == previous => last.1 = b,
+                    _ => out.push((a, b, false)),
+                }
+                previous = is_match;
+            }
+        }
+        Behavior::MergedWithPrevious => {
+            let mut previous = false;
+            for (a, b, is_match) in parts {
+                match out.last_mut() {
+                    Some(last) if is_match && !previous => last.1 = b,
+                    _ => out.push((a, b, false)),
+                }
+                previous = is_match;
+            }
+        }
+        Behavior::MergedWithNext => {
+            let mut previous = false;
+            for (a, b, is_match) in parts.into_iter().rev() {
+                match out.last_mut() {
+                    Some(last) if is_match && !previous => last.0 = a,
+                    _ => out.push((a, b, false)),
+                }
+                previous = is_match;
+            }
+            out.reverse();
+        }
+    }
+    for (a, b, removed) in out {
+        if !removed && a < b {
+            piece(&text[a..b]);
+        }
+    }
+}
+
+/// A piece in the byte-level alphabet: each byte as GPT-2's character.
+fn to_byte_chars(s: &str) -> String {
+    static CHARS: std::sync::OnceLock<[char; 256]> = std::sync::OnceLock::new();
+    let chars = CHARS.get_or_init(super::byte_chars);
+    s.bytes().map(|b| chars[b as usize]).collect()
+}
+
+/// The byte a byte-level character stands for.
+fn from_byte_char(c: char) -> u8 {
+    let cp = c as u32;
+    let printable = |b: u32| matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+    if cp < 256 && printable(cp) {
+        return cp as u8;
+    }
+    // The others are numbered from 256 in byte order.
+    let n = cp - 256;
+    (0u32..256)
+        .filter(|&b| !printable(b))
+        .nth(n as usize)
+        .expect("a byte-level character") as u8
+}
+
+/// How a split pattern runs: a scanner when it means what a known pattern
+/// means, the regex crate when its meaning does not depend on the engine;
+/// otherwise the construct that stops it is named.
+pub(crate) fn recognise(pattern: &str) -> Result<Matcher, Unsupported> {
+    if let Some(known) = known_meaning(pattern) {
+        return Ok(Matcher::Known(known));
+    }
+    let refuse = |why: String| Err(Unsupported(format!("split pattern {pattern:?}: {why}")));
+    let ast = match ast::parse::Parser::new().parse(pattern) {
+        Ok(ast) => ast,
+        Err(e) => return refuse(format!("{} (not a pattern prep can parse)", e.kind())),
+    };
+    if let Err(construct) = engine_free(&ast) {
+        return refuse(format!(
+            "{construct} differs between HF's regex engine and prep's, and the pattern is not one the fast engine knows"
+        ));
+    }
+    let hir = match regex_syntax::parse(pattern) {
+        Ok(hir) => hir,
+        Err(e) => return refuse(e.to_string()),
+    };
+    if hir.properties().minimum_len() == Some(0) {
+        return refuse("it can match the empty string".into());
+    }
+    match regex::Regex::new(pattern) {
+        Ok(re) => Ok(Matcher::Regex(re)),
+        Err(e) => refuse(e.to_string()),
+    }
+}
+
+/// Whether `ast` means the same under onig and the regex crate: literals,
+/// classes of literal characters and ranges, groups without flags,
+/// alternation and repetition. Both engines then report the same leftmost
+/// match, preferring earlier alternatives and greedy repeats (the regex
+/// crate's leftmost-first semantics are a backtracking engine's). Property
+/// and Perl classes (their tables differ), anchors (onig's `^` and `$` see
+/// lines), flags and set operations are not.
+fn engine_free(ast: &Ast) -> Result<(), String> {
+    match ast {
+        Ast::Empty(_) | Ast::Literal(_) | Ast::Dot(_) => Ok(()),
+        Ast::Flags(f) => Err(format!("the flags {:?}", f.flags.items)),
+        Ast::ClassUnicode(_) => Err("a Unicode property class".into()),
+        Ast::ClassPerl(_) => Err(r"a Perl class (\s, \d, \w)".into()),
+        Ast::Assertion(_) => Err("an anchor or word boundary".into()),
+        Ast::ClassBracketed(c) => class_free(&c.kind),
+        Ast::Repetition(r) => engine_free(&r.ast),
+        Ast::Group(g) => match &g.kind {
+            ast::GroupKind::NonCapturing(flags) if !flags.items.is_empty() => {
+                Err(format!("a group with flags {:?}", flags.items))
+            }
+            _ => engine_free(&g.ast),
+        },
+        Ast::Alternation(a) => a.asts.iter().try_for_each(engine_free),
+        Ast::Concat(c) => c.asts.iter().try_for_each(engine_free),
+    }
+}
+
+fn class_free(set: &ast::ClassSet) -> Result<(), String> {
+    match set {
+        ast::ClassSet::BinaryOp(_) => Err("a class set operation".into()),
+        ast::ClassSet::Item(item) => item_free(item),
+    }
+}
+
+fn item_free(item: &ast::ClassSetItem) -> Result<(), String> {
+    match item {
+        ast::ClassSetItem::Empty(_)
+        | ast::ClassSetItem::Literal(_)
+        | ast::ClassSetItem::Range(_) => Ok(()),
+        ast::ClassSetItem::Ascii(_) => Err("a POSIX class".into()),
+        ast::ClassSetItem::Unicode(_) => Err("a Unicode property class".into()),
+        ast::ClassSetItem::Perl(_) => Err(r"a Perl class (\s, \d, \w)".into()),
+        ast::ClassSetItem::Bracketed(b) => class_free(&b.kind),
+        ast::ClassSetItem::Union(u) => u.items.iter().try_for_each(item_free),
+    }
+}
+
+/// The lookahead the known patterns use, which regex-syntax does not parse:
+/// it stands in as a character no pattern uses before comparing.
+const LOOKAHEAD: &str = r"(?!\S)";
+const STAND_IN: char = '\u{10FFFD}';
+
+/// The known pattern `pattern` means, compared as parsed structures: the
+/// same classes however spelled (`\p{L}`, `\p{Letter}`, `\pL`), characters
+/// escaped or not, groups capturing or not, `(?i:s)` or `[sSſ]`.
+fn known_meaning(pattern: &str) -> Option<Known> {
+    let canonical = pattern.replace('\r', r"\r").replace('\n', r"\n");
+    if let Some(&(k, _)) = Known::ALL.iter().find(|(_, text)| *text == canonical) {
+        return Some(k);
+    }
+    let parsed = structure(pattern)?;
+    Known::ALL
+        .iter()
+        .find(|(_, text)| structure(text).as_ref() == Some(&parsed))
+        .map(|&(k, _)| k)
+}
+
+/// A pattern's structure with captures removed, or `None` where it does not
+/// parse (or uses the stand-in character itself).
+fn structure(pattern: &str) -> Option<Hir> {
+    if pattern.contains(STAND_IN) || short_property(pattern) {
+        return None;
+    }
+    let text = pattern.replace(LOOKAHEAD, &STAND_IN.to_string());
+    regex_syntax::parse(&text)
+        .ok()
+        .map(|h| without_captures(&h))
+}
+
+/// Whether the pattern writes a property without braces (`\pL`): a class
+/// to regex-syntax, the letters `pL` to onig.
+fn short_property(pattern: &str) -> bool {
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('p' | 'P') if chars.clone().next() != Some('{') => return true,
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
+fn without_captures(h: &Hir) -> Hir {
+    match h.kind() {
+        HirKind::Capture(c) => without_captures(&c.sub),
+        HirKind::Concat(xs) => Hir::concat(xs.iter().map(without_captures).collect()),
+        HirKind::Alternation(xs) => Hir::alternation(xs.iter().map(without_captures).collect()),
+        HirKind::Repetition(r) => Hir::repetition(regex_syntax::hir::Repetition {
+            sub: Box::new(without_captures(&r.sub)),
+            ..r.clone()
+        }),
+        _ => h.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_of_known_patterns_are_recognised() {
+        let cases = [
+            (
+                r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{Letter}+| ?\p{Number}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+                Known::Gpt2,
+            ),
+            (
+                r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+                Known::Gpt2,
+            ),
+            (
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{Letter}\p{Number}]?\p{Letter}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+                Known::Cl100k,
+            ),
+            (
+                "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+                Known::Cl100k,
+            ),
+            (r"(\p{N}{1,3})", Known::Digits3),
+        ];
+        for (text, want) in cases {
+            assert!(
+                matches!(recognise(text), Ok(Matcher::Known(k)) if k == want),
+                "{text}"
+            );
+        }
+    }
+
+    /// onig reads `\pN` as the letters `pN`, regex-syntax as `\p{N}`: the
+    /// same structure to one is another pattern to the other.
+    #[test]
+    fn short_property_escape_is_not_taken_for_a_class() {
+        let text = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\pN+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+        assert!(recognise(text).is_err());
+        let onig = onig::Regex::new(r"\pN+").unwrap();
+        assert_eq!(onig.find("12 pN"), Some((3, 5)));
+    }
+
+    #[test]
+    fn patterns_whose_meaning_depends_on_the_engine_are_refused() {
+        for text in [r"\w+", r"^a", r"(?i)abc", r"\p{L}+", r"a*", r"[[:alpha:]]"] {
+            assert!(recognise(text).is_err(), "{text}");
+        }
+        for text in ["[0-9][0-9][0-9]", "[一-龥]+|abc", r"\.\.\.|x+"] {
+            assert!(matches!(recognise(text), Ok(Matcher::Regex(_))), "{text}");
+        }
+    }
+}
