@@ -108,6 +108,14 @@ def failing_once(path: Path, marker_dir: Path, *patterns: str, always: bool = Fa
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_slurm_queries(monkeypatch):
+    """status.sh asks sacct and squeue about the run's jobs: here there are no such jobs (and a
+    Slurm client with no configuration would look for a controller in DNS)."""
+    monkeypatch.setenv("SACCT", "false")
+    monkeypatch.setenv("SQUEUE", "false")
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[list[Path], Path]:
     """The split corpus, a file of it twice, and the one-machine run on it with --dedup."""
