@@ -218,6 +218,7 @@ def test_real_slurm_bad_input_fails_its_task_and_cancels_the_rest(tmp_path, slur
     for stage in STAGE_ORDER[1:]:
         assert f"slurm: {stage} job {jobs[stage]}: CANCELLED" in text
     assert text.splitlines()[-1].startswith("failed")
+    assert summary["stages"]["pack"]["merge"] == {"out": str(run / "packed"), "done": False}
     by_state = {(j["stage"], j["state"]): j for j in summary["slurm"]["jobs"]}
     assert by_state[("scatter", "CANCELLED")]["count"] == PARTS
     assert by_state[("scatter", "CANCELLED")]["reason"] == "DependencyNeverSatisfied"
