@@ -17,9 +17,9 @@
 #   testcluster.sh start DIR     start a cluster in the empty directory DIR
 #   testcluster.sh stop DIR      stop the daemons a start in DIR started
 #
-# The daemons listen on 127.0.0.1 only (CommunicationParameters=NoCtldInAddrAny,NoInAddrAny)
-# on ports free at start; nothing is sent elsewhere. Slurm's own files under
-# /etc are neither read nor written.
+# The daemons listen on 127.0.0.1 only (NoCtldInAddrAny and NoInAddrAny), on
+# ports that are free when the cluster starts; nothing is sent elsewhere.
+# Slurm's and munge's own files under /etc are neither read nor written.
 set -euo pipefail
 export LC_ALL=C
 
@@ -57,7 +57,7 @@ stop() {
     local dir=$1 name pid k
     if [[ -f $dir/run/slurmctld.pid && -f $dir/slurm.conf ]]; then
         # A job's slurmstepd outlives slurmd: end the jobs while slurmd can.
-        SLURM_CONF=$dir/slurm.conf scancel --full --quiet --user=root 2>/dev/null || true
+        SLURM_CONF=$dir/slurm.conf scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
         for ((k = 0; k < 100; k++)); do
             [[ -n $(SLURM_CONF=$dir/slurm.conf squeue -h -t running,completing -o %i 2>/dev/null) ]] || break
             sleep 0.1
@@ -67,6 +67,8 @@ stop() {
         [[ -f $dir/run/$name.pid ]] || continue
         pid=$(<"$dir/run/$name.pid")
         [[ $pid =~ ^[0-9]+$ ]] || continue
+        # Only the daemon this start started, not a process that reused its id.
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] || continue
         kill -TERM "$pid" 2>/dev/null || continue
         for ((k = 0; k < 100; k++)); do
             kill -0 "$pid" 2>/dev/null || break
@@ -123,6 +125,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
@@ -131,6 +134,8 @@ ReturnToService=2
 # where their final state is read.
 MinJobAge=600
 KillWait=5
+# A job starts as soon as its dependency is met, not up to 3 s later.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 NodeName=preptest NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1024 State=UNKNOWN
 PartitionName=test Nodes=preptest Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -181,9 +186,9 @@ run)
     trap 'exit 130' INT
     trap 'exit 143' TERM
     reason=$(unavailable)
-    started=$SECONDS
+    started=$EPOCHREALTIME
     if [[ -z $reason ]] && reason=$(start "$dir"); then
-        say "a one-node cluster is up in $((SECONDS - started))s (state in $dir)"
+        say "a one-node cluster is up in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s (state in $dir)"
         status=0
         PREP_TEST_SLURM=$dir/cluster.env "$@" || status=$?
         if ((status != 0)); then
