@@ -327,8 +327,8 @@ def test_status_of_a_run_under_way(tmp_path, corpus):
     assert summary["stages"]["tokenize"]["merge"] == {"out": str(run / "tokenized"), "done": False}
     assert summary["output"]["tokens"] is None
     assert not (run / "run-summary.json").exists()
-    assert summary["failures"] == [{"stage": "tokenize", "index": 0, "exit": 2, "job": "1000_0", "host": os.uname().nodename,
-                                    "error": "injected failure: --part 0/"}]
+    assert summary["failures"] == [{"stage": "tokenize", "index": 0, "exit": 2, "job": "1000_0",
+                                    "host": os.uname().nodename, "error": "injected failure: --part 0/"}]
     assert summary["slurm"] is None  # no sacct or squeue here
 
     text = subprocess.run([str(SLURM / "status.sh"), str(run)], capture_output=True, text=True, check=True).stdout

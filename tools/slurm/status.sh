@@ -101,8 +101,10 @@ function ranges(list,    k, j, a, b, items, ends, ids, n, out) {
     k = split(list, items, ",")
     for (j = 1; j <= k; j++) {
         sub(/%.*/, "", items[j])
-        if (split(items[j], ends, "-") == 2) { for (a = ends[1] + 0; a <= ends[2] + 0; a++) if (!(a in ids)) { ids[a]; n++ } }
-        else if (items[j] != "" && !((items[j] + 0) in ids)) { ids[items[j] + 0]; n++ }
+        if (items[j] == "") continue
+        if (split(items[j], ends, "-") == 2) { a = ends[1] + 0; b = ends[2] + 0 }
+        else a = b = items[j] + 0
+        for (; a <= b; a++) if (!(a in ids)) { ids[a]; n++ }
     }
     n_ids = n
     out = ""

@@ -158,7 +158,8 @@ EOF
         fi
         sleep 0.5
     done
-    echo "the node did not come up: sinfo says '$(sinfo -h -N -o '%N %T %E' 2>&1 | tr '\n' ' ')'; slurmd.log: $(tail -n 3 "$dir/log/slurmd.log" | tr '\n' ' ')"
+    echo "the node did not come up: sinfo says '$(sinfo -h -N -o '%N %T %E' 2>&1 | tr '\n' ' ')';" \
+        "slurmd.log: $(tail -n 3 "$dir/log/slurmd.log" | tr '\n' ' ')"
     return 1
 }
 
@@ -188,7 +189,8 @@ run)
     reason=$(unavailable)
     started=$EPOCHREALTIME
     if [[ -z $reason ]] && reason=$(start "$dir"); then
-        say "a one-node cluster is up in $(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s (state in $dir)"
+        took=$(awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+        say "a one-node cluster is up in ${took}s (state in $dir)"
         status=0
         PREP_TEST_SLURM=$dir/cluster.env "$@" || status=$?
         if ((status != 0)); then
