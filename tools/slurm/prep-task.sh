@@ -134,7 +134,7 @@ job=${job:-${SLURM_JOB_ID:-}}
 # prep's stderr, kept to say why an attempt failed, then passed on to the log.
 errors=$(mktemp "${TMPDIR:-/tmp}/prep-task.XXXXXX")
 
-# A JSON string of $1 with no control characters: "" for none.
+# $1 as a JSON string, its control characters dropped.
 json_string() {
     local s
     s=$(printf '%s' "$1" | tr -d '\000-\037')
