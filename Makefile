@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python test-ray test-compat lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
+.PHONY: all build demo test test-rust test-python test-ray test-compat test-slurm lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -43,7 +43,7 @@ $(VENV)/.installed: tools/requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
 	touch $@
 
-test: test-rust test-python test-ray test-compat
+test: test-rust test-python test-ray test-compat test-slurm
 
 test-rust:
 ifeq ($(NEXTEST),yes)
@@ -73,6 +73,17 @@ test-ray: $(VENV_RAY)/.installed
 test-python: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
+
+# tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
+# slurmd on 127.0.0.1, all their state in a temporary directory) that
+# tools/slurm/testcluster.sh starts for tests/python/test_slurm_real.py and
+# stops after it. It installs Debian's slurm-wlm and munge where they are
+# missing; where no cluster can be had (not root, no packages, a daemon that
+# does not start) it says why and the tests skip. test-python's fake-sbatch
+# tests run everywhere.
+test-slurm: $(VENV)/.installed
+	$(CARGO) build --tests
+	PREP_BIN=$(abspath $(DEBUG)) tools/slurm/testcluster.sh run -- $(VPY) -m pytest -q -rs tests/python/test_slurm_real.py
 
 # The trainers' own reader logic (tests/compat/: llm.c's C loader built with
 # `cc`, nanoGPT's get_batch, datatrove's datasets) on prep's exports.

@@ -108,6 +108,14 @@ def failing_once(path: Path, marker_dir: Path, *patterns: str, always: bool = Fa
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_slurm_queries(monkeypatch):
+    """status.sh asks sacct and squeue about the run's jobs: here there are no such jobs (and a
+    Slurm client with no configuration would look for a controller in DNS)."""
+    monkeypatch.setenv("SACCT", "false")
+    monkeypatch.setenv("SQUEUE", "false")
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[list[Path], Path]:
     """The split corpus, a file of it twice, and the one-machine run on it with --dedup."""
@@ -217,6 +225,17 @@ def test_submit_chains_the_arrays_by_afterok(tmp_path):
     assert f"PREP_PARTS={PARTS}" in env and f"PREP_BUCKETS={BUCKETS}" in env and "PREP_THREADS=2" in env
 
 
+def test_submit_takes_several_inputs_after_one_flag(tmp_path):
+    # As prep does: `--input data/*.jsonl` after the shell expanded the glob.
+    names = [tmp_path / f"{k}.jsonl" for k in ("a", "b", "c", "d")]
+    run = tmp_path / "run"
+    calls, _ = submit(tmp_path, run, PREP_BIN, [], "--input", *map(str, names[:3]), "--input=" + str(names[3]))
+    assert len(calls) == 7
+    env = subprocess.run(["bash", "-c", f'source {run}/slurm.env; printf "%s" "$PREP_INPUTS"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert env.split("\n") == [str(p) for p in names]
+
+
 def test_submit_refuses_bad_arguments(tmp_path):
     bad = [["--parts", "0"], ["--mode", "random"], ["--seed", "x"], ["--bogus"]]
     for extra in bad:
@@ -308,6 +327,73 @@ def test_status_of_a_run_under_way(tmp_path, corpus):
     assert summary["stages"]["tokenize"]["merge"] == {"out": str(run / "tokenized"), "done": False}
     assert summary["output"]["tokens"] is None
     assert not (run / "run-summary.json").exists()
+    assert summary["failures"] == [{"stage": "tokenize", "index": 0, "exit": 2, "job": "1000_0",
+                                    "host": os.uname().nodename, "error": "injected failure: --part 0/"}]
+    assert summary["slurm"] is None  # no sacct or squeue here
+
+    text = subprocess.run([str(SLURM / "status.sh"), str(run)], capture_output=True, text=True, check=True).stdout
+    assert "failed: tokenize task 0 (job 1000_0 on " in text and "exit 2): injected failure: --part 0/" in text
+    assert f"log: {run}/logs/prep-tokenize-1000_0.out" in text
+    assert text.splitlines()[-1].startswith("failed")
+
+
+def test_status_of_an_unfinished_run_does_not_call_the_last_merge_done(tmp_path):
+    # status.sh asked whether merge-packed was done before it wrote the pack
+    # stage, and awk's lookup made that merge look done in the JSON.
+    run = tmp_path / "run"
+    submit(tmp_path, run, PREP_BIN, [tmp_path / "a.jsonl"])
+    summary = json.loads(subprocess.run([str(SLURM / "status.sh"), "--json", str(run)], capture_output=True,
+                                        text=True, check=True).stdout)
+    assert summary["status"] == "running"
+    for stage, out in (("tokenize", "tokenized"), ("gather", "shuffled"), ("pack", "packed")):
+        assert summary["stages"][stage]["merge"] == {"out": str(run / out), "done": False}, stage
+
+
+def test_status_reads_the_jobs_states_from_sacct_else_squeue(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    submit(tmp_path, run, PREP_BIN, [tmp_path / "a.jsonl"])  # jobs 1000 (tokenize) to 1006 (merge-packed)
+    bindir = tmp_path / "slurm-bin"
+    bindir.mkdir()
+    # What sacct -X -P -o JobID,State,Reason and squeue -o '%i|%T|%r' print on a cluster where
+    # tokenize task 2 failed and --kill-on-invalid-dep cancelled the rest; and a job of no run here.
+    lines = ["1000_0|COMPLETED|None", "1000_1|COMPLETED|None", "1000_2|FAILED|NonZeroExitCode",
+             "1001|CANCELLED{by}|DependencyNeverSatisfied", "1002_[0-2]|CANCELLED{by}|DependencyNeverSatisfied",
+             "1003_[0-1,3%2]|CANCELLED{by}|DependencyNeverSatisfied", "77|RUNNING|None"]
+    for name, by in (("sacct", " by 0"), ("squeue", "")):
+        out = "\n".join(line.replace("{by}", by) for line in lines)
+        (bindir / name).write_text(f"#!/bin/sh\necho \"$*\" >> {bindir}/{name}.args\ncat <<'EOF'\n{out}\nEOF\n")
+        (bindir / name).chmod(0o755)
+
+    def status(source: str) -> tuple[str, dict]:
+        monkeypatch.setenv("SACCT", str(bindir / "sacct") if source == "sacct" else "false")
+        monkeypatch.setenv("SQUEUE", str(bindir / "squeue"))
+        text, js = (subprocess.run([str(SLURM / "status.sh"), *a, str(run)], capture_output=True, text=True,
+                                   check=True).stdout for a in ([], ["--json"]))
+        return text, json.loads(js)
+
+    for source in ("sacct", "squeue"):
+        text, summary = status(source)
+        assert summary["slurm"]["source"] == source
+        assert summary["slurm"]["jobs"] == [
+            {"stage": "tokenize", "job": "1000", "state": "COMPLETED", "reason": None, "tasks": "0-1", "count": 2},
+            {"stage": "tokenize", "job": "1000", "state": "FAILED", "reason": "NonZeroExitCode", "tasks": "2",
+             "count": 1},
+            {"stage": "merge-tokenized", "job": "1001", "state": "CANCELLED", "reason": "DependencyNeverSatisfied",
+             "tasks": None, "count": 1},
+            {"stage": "scatter", "job": "1002", "state": "CANCELLED", "reason": "DependencyNeverSatisfied",
+             "tasks": "0-2", "count": 3},
+            {"stage": "gather", "job": "1003", "state": "CANCELLED", "reason": "DependencyNeverSatisfied",
+             "tasks": "0-1,3", "count": 3},
+        ]
+        # No attempt failed here; Slurm's word is enough to call the run failed.
+        assert summary["status"] == "failed" and summary["failures"] == []
+        assert "slurm: tokenize job 1000: FAILED (task 2), reason NonZeroExitCode" in text.splitlines()
+        assert "slurm: scatter job 1002: CANCELLED (tasks 0-2), reason DependencyNeverSatisfied" in text.splitlines()
+        assert text.splitlines()[-1] == "failed"
+    asked = (bindir / "sacct.args").read_text().split()
+    assert asked[asked.index("-j") + 1] == "1000,1001,1002,1003,1004,1005,1006"
+    asked = (bindir / "squeue.args").read_text().split()
+    assert asked[asked.index("-j") + 1] == "1000,1001,1002,1003,1004,1005,1006"
 
 
 def test_task_refuses_an_index_past_the_parts(tmp_path):

@@ -17,7 +17,9 @@
 #
 # Every attempt appends one line of JSON to RUN/.tasks/STAGE-IIIII.json
 # (ok, exit status, tokens and records of the dataset it wrote, seconds,
-# start and end times, host, Slurm job): tools/slurm/status.sh reads them.
+# start and end times, host, Slurm job, and for a failed attempt the error:
+# prep's last line on stderr, or the signal that ended it):
+# tools/slurm/status.sh reads them.
 # merge-packed also writes RUN/run-summary.json from them.
 #
 # prep tasks are idempotent: a finished one does nothing when run again and
@@ -129,23 +131,42 @@ host=$(hostname 2>/dev/null || echo unknown)
 job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}
 job=${job:-${SLURM_JOB_ID:-}}
 
+# prep's stderr, kept to say why an attempt failed, then passed on to the log.
+errors=$(mktemp "${TMPDIR:-/tmp}/prep-task.XXXXXX")
+
+# $1 as a JSON string, its control characters dropped.
+json_string() {
+    local s
+    s=$(printf '%s' "$1" | tr -d '\000-\037')
+    s=${s//\\/\\\\}
+    s=${s//\"/\\\"}
+    printf '"%s"' "$s"
+}
+
 # One line per attempt, appended with a single write so that attempts on
 # other nodes cannot interleave within it.
 log_attempt() {
-    local status=$1 finished tokens=null records=null
+    local status=$1 why=${2:-} finished tokens=null records=null error=null
     finished=$(now)
-    if ((status == 0)); then tokens=$(count n_tokens) records=$(count n_records); fi
-    printf '{"stage":"%s","index":%d,"ok":%s,"exit":%d,"tokens":%s,"records":%s,"seconds":%.3f,"started":%.3f,"finished":%.3f,"host":"%s","job":"%s"}\n' \
+    if ((status == 0)); then
+        tokens=$(count n_tokens) records=$(count n_records)
+    else
+        [[ -n $why ]] || why=$(grep -v '^[[:space:]]*$' "$errors" 2>/dev/null | tail -n 1) || true
+        [[ -z $why ]] || error=$(json_string "$why")
+    fi
+    printf '{"stage":"%s","index":%d,"ok":%s,"exit":%d,"tokens":%s,"records":%s,"seconds":%.3f,"started":%.3f,"finished":%.3f,"host":"%s","job":"%s","error":%s}\n' \
         "$STAGE" "$index" "$([[ $status == 0 ]] && echo true || echo false)" "$status" "$tokens" "$records" \
         "$(awk -v a="$started" -v b="$finished" 'BEGIN { print b - a }')" "$started" "$finished" "$host" "$job" \
-        >>"$record"
+        "$error" >>"$record"
 }
 # Slurm sends SIGTERM at the time limit or on scancel: the attempt is still recorded.
-trap 'log_attempt 143; exit 143' TERM
+trap 'cat "$errors" >&2; log_attempt 143 "terminated by SIGTERM (scancel, the time limit, or the node shutting down)"; rm -f "$errors"; exit 143' TERM
 
 status=0
-"$PREP" "${args[@]}" || status=$?
+"$PREP" "${args[@]}" 2>"$errors" || status=$?
+cat "$errors" >&2
 log_attempt "$status"
+rm -f "$errors"
 if ((status != 0)); then
     echo "prep-task.sh: $STAGE task $index failed (exit $status): $PREP ${args[*]}" >&2
     exit "$status"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Submit a partitioned prep run to Slurm: seven jobs chained by afterok.
 #
-#   tools/slurm/submit.sh --prep PATH --tokenizer TOK --input IN [--input IN2 ...] --run RUN \
+#   tools/slurm/submit.sh --prep PATH --tokenizer TOK --input IN [IN2 ...] [--input IN3 ...] --run RUN \
 #       --parts N --buckets B --seed S --seq-len L [--mode bestfit|concat] [--window W] [--text-key K] \
 #       [--dedup] [--threads T] [--sbatch-arg ARG ...]
 #
@@ -56,7 +56,11 @@ while (($#)); do
     case $opt in
     --prep) prep=$(abspath "$val") ;;
     --tokenizer) tokenizer=$(abspath "$val") ;;
-    --input) inputs+=("$(abspath "$val")") ;;
+    --input)
+        inputs+=("$(abspath "$val")")
+        # Several paths after one --input, as prep takes them: a glob the shell expanded.
+        while (($#)) && [[ $1 != -* ]]; do inputs+=("$(abspath "$1")"); shift; done
+        ;;
     --run) run=$(abspath "$val") ;;
     --parts) parts=$val ;;
     --buckets) buckets=$val ;;
