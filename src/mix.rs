@@ -53,8 +53,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
-    Partition, Provenance, MANIFEST_FILE,
+    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Partition, Provenance,
 };
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
@@ -378,7 +377,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .sources
         .iter()
         .zip(&datasets)
-        .map(|(s, ds)| input_info(&s.dir, ds))
+        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.manifest()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let request = json!({
@@ -391,19 +390,10 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         "max_epochs": config.max_epochs,
         "shard_size": config.shard_size,
     });
-    let job = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "mix", "options": request, "inputs": inputs })
-            .to_string()
-            .as_bytes(),
-    ));
-    let fingerprint = match config.part {
-        None => job.clone(),
-        Some(p) => checksum_hex(xxhash_rust::xxh3::xxh3_64(
-            json!({ "job": job, "part": p.to_string() })
-                .to_string()
-                .as_bytes(),
-        )),
-    };
+    let job = crate::partition::fingerprint(
+        &json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "mix", "options": request, "inputs": inputs }),
+    );
+    let fingerprint = crate::partition::part_fingerprint(&job, config.part);
 
     let lengths: Vec<Vec<u64>> = datasets
         .iter()
@@ -525,22 +515,6 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         already_complete: false,
         bytes,
         elapsed: started.elapsed(),
-    })
-}
-
-/// A source as provenance records it: path, size, XXH3 of its manifest.
-fn input_info(dir: &Path, ds: &Dataset) -> Result<InputInfo, FormatError> {
-    let path = dir.join(MANIFEST_FILE);
-    let manifest = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
-    Ok(InputInfo {
-        path: dir.display().to_string(),
-        bytes: ds
-            .manifest()
-            .shards
-            .iter()
-            .map(|s| s.bin_bytes + s.idx_bytes)
-            .sum(),
-        xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest))),
     })
 }
 

@@ -41,8 +41,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::format::Partition;
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
-    Provenance, MANIFEST_FILE,
+    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Provenance,
 };
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
@@ -235,14 +234,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             kind: base.kind,
         });
     }
-    let manifest_path = config.input.join(MANIFEST_FILE);
-    let manifest_bytes =
-        std::fs::read(&manifest_path).map_err(|e| FormatError::io(&manifest_path, e))?;
-    let inputs = vec![InputInfo {
-        path: config.input.display().to_string(),
-        bytes: base.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum(),
-        xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest_bytes))),
-    }];
+    let inputs = vec![InputInfo::of_dataset(&config.input, &base)?];
     let options = json!({
         "seed": config.seed,
         "val": val,
@@ -251,17 +243,12 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     });
     let job = json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "split", "options": options, "inputs": inputs });
 
-    let hash =
-        |v: serde_json::Value| checksum_hex(xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes()));
     let mut sides = Vec::new();
     for side in config.sides() {
         // A side's job is what every part shares; a part's own fingerprint
         // also names the part, so a re-run finds it complete or resumes it.
-        let side_job = hash(json!({ "job": job, "side": side.name() }));
-        let fingerprint = match config.part {
-            None => side_job.clone(),
-            Some(p) => hash(json!({ "job": side_job, "part": p.to_string() })),
-        };
+        let side_job = crate::partition::fingerprint(&json!({ "job": job, "side": side.name() }));
+        let fingerprint = crate::partition::part_fingerprint(&side_job, config.part);
         let dir = config.output.join(side.name());
         let mut output = Output::lock(&dir)?;
         let (journal, complete) = match output.start::<(), u64>(&fingerprint, config.overwrite)? {

@@ -223,6 +223,25 @@ pub struct InputInfo {
     pub xxh3: Option<String>,
 }
 
+impl InputInfo {
+    /// A dataset read as an input, as provenance records it: its path, the
+    /// bytes of its shards, and the XXH3 of its manifest (which names every
+    /// shard's checksum: one checksum for the whole input).
+    pub fn of_dataset(dir: &Path, manifest: &Manifest) -> Result<InputInfo, FormatError> {
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        Ok(InputInfo {
+            path: dir.display().to_string(),
+            bytes: manifest
+                .shards
+                .iter()
+                .map(|s| s.bin_bytes + s.idx_bytes)
+                .sum(),
+            xxh3: Some(super::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes))),
+        })
+    }
+}
+
 /// Counts of the documents a run read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DocumentCounts {

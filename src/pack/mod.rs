@@ -58,15 +58,15 @@ pub mod bestfit;
 mod concat;
 mod writer;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use serde_json::json;
 
 use crate::format::{
-    checksum_hex, Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, Partition,
-    Provenance, ShardInfo, MANIFEST_FILE,
+    Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, Partition, Provenance,
+    ShardInfo,
 };
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
@@ -189,13 +189,6 @@ pub enum PackError {
     },
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> PackError + '_ {
-    move |source| PackError::Io {
-        path: path.into(),
-        source,
-    }
-}
-
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct PackReport {
@@ -271,28 +264,11 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         "pad_last": config.pad_last,
         "shard_size": config.shard_size,
     });
-    let manifest_bytes = std::fs::read(config.input.join(MANIFEST_FILE))
-        .map_err(io(&config.input.join(MANIFEST_FILE)))?;
-    let inputs = vec![InputInfo {
-        path: config.input.display().to_string(),
-        bytes: base.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum(),
-        xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest_bytes))),
-    }];
-    let job = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs })
-            .to_string()
-            .as_bytes(),
-    ));
-    // A part's own output differs from every other part's, and a re-run of
-    // the same part must recognise it (complete, or resumable).
-    let fingerprint = match config.part {
-        None => job.clone(),
-        Some(p) => checksum_hex(xxhash_rust::xxh3::xxh3_64(
-            json!({ "job": job, "part": p.to_string() })
-                .to_string()
-                .as_bytes(),
-        )),
-    };
+    let inputs = vec![InputInfo::of_dataset(&config.input, &base)?];
+    let job = crate::partition::fingerprint(
+        &json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs }),
+    );
+    let fingerprint = crate::partition::part_fingerprint(&job, config.part);
     let part = config.part.unwrap_or(Part::WHOLE);
     let dir = &config.output;
     let mut output = Output::lock(dir)?;

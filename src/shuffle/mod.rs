@@ -47,7 +47,7 @@ use serde_json::json;
 
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
-    Provenance, IDX_HEADER_LEN, MANIFEST_FILE,
+    Provenance, IDX_HEADER_LEN,
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -532,23 +532,7 @@ fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError>
     let info = paths
         .iter()
         .zip(&datasets)
-        .map(|(path, ds)| {
-            let manifest =
-                std::fs::read(path.join(MANIFEST_FILE)).map_err(|e| ShuffleError::Io {
-                    path: path.join(MANIFEST_FILE),
-                    source: e,
-                })?;
-            Ok(InputInfo {
-                path: path.display().to_string(),
-                bytes: ds
-                    .manifest()
-                    .shards
-                    .iter()
-                    .map(|s| s.bin_bytes + s.idx_bytes)
-                    .sum(),
-                xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&manifest))),
-            })
-        })
+        .map(|(path, ds)| Ok(InputInfo::of_dataset(path, ds.manifest())?))
         .collect::<Result<Vec<_>, ShuffleError>>()?;
     Ok(Inputs {
         datasets,

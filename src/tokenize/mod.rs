@@ -261,15 +261,6 @@ fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3
     checksum_hex(xxh3_64(canonical.to_string().as_bytes()))
 }
 
-/// The fingerprint of part `part` of the run whose fingerprint is `job`.
-fn part_fingerprint(job: &str, part: Part) -> String {
-    checksum_hex(xxh3_64(
-        json!({ "job": job, "part": part.to_string() })
-            .to_string()
-            .as_bytes(),
-    ))
-}
-
 /// The path as given, for the manifest and messages.
 fn display_path(path: &std::path::Path) -> String {
     path.to_string_lossy().into_owned()

@@ -213,7 +213,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
                 ));
             }
             options["part"] = part.to_string().into();
-            super::part_fingerprint(&job, part)
+            crate::partition::part_fingerprint(&job, Some(part))
         }
         None => job.clone(),
     };
