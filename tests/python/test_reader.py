@@ -34,7 +34,7 @@ import xxhash
 from test_packed import check_pieces, permutation, read_packed
 from test_reference import CORPUS, FIXTURES, PREP_BIN, REPO, SCHEMA, NumpyDataset
 
-import prep  # noqa: E402
+import prep as prep_module  # noqa: E402  (prep() below runs the binary)
 from prep import Dataset, FormatError, Sampler, UnsupportedVersion  # noqa: E402
 
 
@@ -190,7 +190,7 @@ def test_packed_rows_and_segments_equal_the_seg_parser(documents, packed):
     for i, (row, segs) in enumerate(zip(rows, pieces, strict=True)):
         assert ds[i].shape == (512,) and np.array_equal(ds[i], row), f"row {i}"
         got = ds.segments(i)
-        assert got.dtype == prep.SEGMENT_DTYPE and np.array_equal(got, segs), f"row {i}"
+        assert got.dtype == prep_module.SEGMENT_DTYPE and np.array_equal(got, segs), f"row {i}"
     docs = list(NumpyDataset(documents).records())
     check_pieces([ds[i] for i in range(len(ds))], [ds.segments(i) for i in range(len(ds))],
                  docs, m["special_tokens"]["pad"])
@@ -351,7 +351,7 @@ def test_seg_entry_past_its_row_is_refused(packed, tmp_path):
         raw[at + 24 * entry + 16:at + 24 * entry + 24] = struct.pack("<II", start, length)
         (root / SEG).write_bytes(bytes(raw))
         ds = Dataset(root)  # opening stays cheap: rows are checked when read
-        with pytest.raises(prep.SegmentError) as e:
+        with pytest.raises(prep_module.SegmentError) as e:
             ds.segments(i)
         assert isinstance(e.value, FormatError)
         assert (e.value.path, e.value.row, e.value.entry) == (root / SEG, j, entry)
@@ -512,7 +512,7 @@ def expected_rows(ds, seed, epoch, rank, world_size, start=0):
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
 def test_dataloader_gives_the_sampler_order(packed, num_workers):
     torch = need_torch()
-    data = prep.PackedDataset(packed, seed=7, epoch=1, rank=1, world_size=3, batch_size=4)
+    data = prep_module.PackedDataset(packed, seed=7, epoch=1, rank=1, world_size=3, batch_size=4)
     want = expected_rows(data.dataset, 7, 1, 1, 3)
     assert len(want) % 4 != 0, "the test wants a partial last batch"
     rows, n_batches = loader_rows(torch, data, 4, num_workers)
@@ -523,7 +523,7 @@ def test_dataloader_gives_the_sampler_order(packed, num_workers):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
     torch = need_torch()
-    PackedDataset = prep.PackedDataset
+    PackedDataset = prep_module.PackedDataset
     want = expected_rows(Dataset(packed), 3, 0, 0, 2)
     data = PackedDataset(packed, seed=3, rank=0, world_size=2, batch_size=4)
     first, k = loader_rows(torch, data, 4, num_workers, take=37)
@@ -551,7 +551,7 @@ def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
 
 def test_set_epoch_and_other_world_sizes(packed):
     need_torch()
-    PackedDataset = prep.PackedDataset
+    PackedDataset = prep_module.PackedDataset
     data = PackedDataset(packed, seed=11, rank=2, world_size=4)
     it = iter(data)
     for _ in range(10):
@@ -577,7 +577,7 @@ def test_targets_are_the_row_shifted_by_one(packed):
     torch = need_torch()
     from torch.utils.data import DataLoader
 
-    data = prep.PackedDataset(packed, seed=1, batch_size=4, targets=True)
+    data = prep_module.PackedDataset(packed, seed=1, batch_size=4, targets=True)
     inputs, targets = next(iter(DataLoader(data, batch_size=4, num_workers=2)))
     assert inputs.shape == targets.shape == (4, 511)
     assert inputs.dtype == targets.dtype == torch.int64
@@ -587,7 +587,7 @@ def test_targets_are_the_row_shifted_by_one(packed):
 
 def test_workers_started_by_spawn_reopen_the_dataset(packed):
     torch = need_torch()
-    data = prep.PackedDataset(packed, seed=2, batch_size=8)
+    data = prep_module.PackedDataset(packed, seed=2, batch_size=8)
     rows, _ = loader_rows(torch, data, 8, 2, take=5, multiprocessing_context="spawn")
     assert np.array_equal(rows, expected_rows(data.dataset, 2, 0, 0, 1)[:40])
 
@@ -595,4 +595,4 @@ def test_workers_started_by_spawn_reopen_the_dataset(packed):
 def test_packed_dataset_refuses_documents(documents):
     need_torch()
     with pytest.raises(ValueError, match="packed"):
-        prep.PackedDataset(documents, seed=0)
+        prep_module.PackedDataset(documents, seed=0)
