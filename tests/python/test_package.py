@@ -164,3 +164,21 @@ def test_both_readers_give_the_same_verdict_on_every_validate_fixture(name):
     else:
         # The readers refuse it: validate does too, and names the file they name.
         assert not report["valid"] and python[1] in {f for _, f in problems}, f"{name}: {problems}"
+
+
+def test_tokenizer_directory_is_read_not_is_a_directory(fresh, tmp_path):
+    """--tokenizer given a save_pretrained folder read its tokenizer.json (it said "Is a directory")."""
+    import zstandard
+
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(zstandard.ZstdDecompressor().decompress(
+        GPT2.read_bytes(), max_output_size=1 << 30))
+    (folder / "config.json").write_text("{}")
+    bin_prep = fresh / "bin" / "prep"
+    for name, tokenizer in [("dir", folder), ("file", GPT2)]:
+        run(bin_prep, "tokenize", "--tokenizer", tokenizer, "--input", CORPUS, "--output",
+            tmp_path / name, "--quiet")
+    manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("dir", "file")]
+    assert manifests[0]["tokenizer"]["xxh3"] == manifests[1]["tokenizer"]["xxh3"]
+    assert manifests[0]["n_tokens"] == manifests[1]["n_tokens"] > 0
