@@ -1,7 +1,7 @@
 """prep's datasets from Python: the zero-copy reader, the training sampler,
 PyTorch's PackedDataset and the attention helpers.
 
-    pip install prep-llm            # this package, and the `prep` command on PATH
+    pip install .        # in a clone of prep: this package (prep-llm) and the `prep` command
 
     import prep
     ds = prep.Dataset("data/packed-2049")          # numpy views of the mapped shards

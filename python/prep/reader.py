@@ -1,6 +1,7 @@
 """Read prep datasets from a Python training loop: one file, numpy only (torch optional).
 
-Installed with `pip install prep-llm` (beside the `prep` command) this is
+Installed with pip (the distribution prep-llm: `pip install .` in the prep
+repository, beside the `prep` command) this is
 `prep.reader`, and everything below is importable from `prep` itself:
 `from prep import Dataset, Sampler`. The same file is tools/prep_reader.py in
 the prep repository, byte for byte, for training code that copies it instead
@@ -96,8 +97,8 @@ class UnsupportedVersion(FormatError):
     def __init__(self, path: os.PathLike | str, found: int, supported: int = FORMAT_VERSION):
         self.found, self.supported = found, supported
         super().__init__(path, f"format version {found}, but this reader reads version "
-                               f"{supported}: upgrade prep (pip install -U prep-llm), or "
-                               f"copy the prep_reader.py of a newer prep")
+                               f"{supported}: install a newer prep (prep-llm), or copy the "
+                               f"prep_reader.py of a newer prep")
 
 
 class SegmentError(FormatError):
