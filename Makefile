@@ -9,7 +9,7 @@ RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo test test-rust test-python test-ray test-compat test-slurm lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
+.PHONY: all build demo package test test-rust test-python test-ray test-compat test-slurm lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -37,11 +37,24 @@ demo: build
 	@echo
 	$(RELEASE) inspect $(TARGET_DIR)/demo/packed-2048 --record 0
 
-# A virtual environment with the Python reference (tokenizers) and test tools.
-$(VENV)/.installed: tools/requirements.txt
+# A virtual environment with the Python reference (tokenizers), the test tools,
+# maturin, and torch for the PackedDataset tests (tools/requirements-torch.txt:
+# the CPU-usable minimum of PyPI's torch, installed without its other dependencies).
+$(VENV)/.installed: tools/requirements.txt tools/requirements-torch.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-torch.txt
 	touch $@
+
+# The pip package (pyproject.toml: the prep command and python/prep/), built with
+# the dev profile so that it reuses the test build's compiled dependencies (a
+# release build costs about 15 minutes on 2 cores), and installed into the venv:
+# tests/python import `prep` from there, not from the source tree.
+WHEELS := $(TARGET_DIR)/wheels
+package: $(VENV)/.installed
+	rm -rf $(WHEELS)
+	$(VENV)/bin/maturin build --quiet --profile dev --out $(WHEELS)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEELS)/*.whl
 
 test: test-rust test-python test-ray test-compat test-slurm
 
@@ -70,9 +83,13 @@ test-ray: $(VENV_RAY)/.installed
 
 # `build --tests` makes target/debug/prep with the features the Rust tests
 # already built dependencies with, so nothing is compiled twice.
+# PREP_WHEEL: test_package.py installs it into a fresh venv of its own;
+# PREP_REQUIRE_TORCH: the torch tests fail rather than skip without torch.
 test-python: $(VENV)/.installed
 	$(CARGO) build --tests
-	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python
+	$(MAKE) package
+	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
+		$(VPY) -m pytest -q tests/python
 
 # tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
 # slurmd on 127.0.0.1, all their state in a temporary directory) that

@@ -1,10 +1,17 @@
 """Read prep datasets from a Python training loop: one file, numpy only (torch optional).
 
-Copy this file next to your training code. It reads the on-disk format of
-prep (src/format/FORMAT.md in the prep repository), version 1, and draws
-records in the order of prep's training sampler, bit for bit:
+Installed with pip (the distribution prep-llm: `pip install .` in the prep
+repository, beside the `prep` command) this is
+`prep.reader`, and everything below is importable from `prep` itself:
+`from prep import Dataset, Sampler`. The same file is tools/prep_reader.py in
+the prep repository, byte for byte, for training code that copies it instead
+(`from prep_reader import Dataset, Sampler`); a test keeps the two identical.
 
-    from prep_reader import Dataset, Sampler
+It reads the on-disk format of prep (src/format/FORMAT.md in the prep
+repository), version 1, and draws records in the order of prep's training
+sampler, bit for bit:
+
+    from prep import Dataset, Sampler
 
     ds = Dataset("data/packed-2049")             # manifest.json + shards
     row = ds[0]                                  # numpy view of the mapped .bin, no copy
@@ -17,7 +24,7 @@ With torch installed, `PackedDataset` wraps a packed dataset as a
 DataLoader workers and saves and restores its position:
 
     from torch.utils.data import DataLoader
-    from prep_reader import PackedDataset
+    from prep import PackedDataset
 
     data = PackedDataset("data/packed-2049", seed=1, rank=rank, world_size=world,
                          batch_size=8, targets=True)
@@ -31,7 +38,7 @@ opened, as prep's own reader does (headers, sizes, offsets, row indexes;
 not the checksums: `prep validate` checks those), and a packed row's
 pieces when `segments` hands them out; a problem is reported as a
 `FormatError` naming the file. A newer format than this file knows raises
-`UnsupportedVersion`: get a newer prep_reader.py.
+`UnsupportedVersion`: get a newer prep (or prep_reader.py).
 """
 
 from __future__ import annotations
@@ -89,8 +96,9 @@ class UnsupportedVersion(FormatError):
 
     def __init__(self, path: os.PathLike | str, found: int, supported: int = FORMAT_VERSION):
         self.found, self.supported = found, supported
-        super().__init__(path, f"format version {found}, but this prep_reader.py reads version "
-                               f"{supported}: use the prep_reader.py of a newer prep")
+        super().__init__(path, f"format version {found}, but this reader reads version "
+                               f"{supported}: install a newer prep (prep-llm), or copy the "
+                               f"prep_reader.py of a newer prep")
 
 
 class SegmentError(FormatError):
@@ -217,6 +225,14 @@ def _map(path: Path, size: int) -> np.ndarray:
     return np.frombuffer(m, dtype=np.uint8)
 
 
+def _listed_size(path: Path) -> int:
+    """The size of a file the manifest lists; a missing one is a FormatError naming it."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise FormatError(path, "missing: the manifest lists it, but there is no such file") from None
+
+
 def _header(path: Path, size: int, length: int, what: str) -> bytes:
     if size < length:
         raise FormatError(path, f"{size} bytes, shorter than the {length}-byte {what} header")
@@ -231,7 +247,7 @@ class _Shard:
         dtype = _DTYPES[manifest["dtype"]]
         idx_path, bin_path = root / entry["idx"], root / entry["bin"]
 
-        size = idx_path.stat().st_size
+        size = _listed_size(idx_path)
         head = _header(idx_path, size, _HEADER_LEN, ".idx")
         magic, version, token_size, reserved, n_records, n_tokens = _IDX_HEADER.unpack(head)
         if magic != _IDX_MAGIC:
@@ -265,7 +281,7 @@ class _Shard:
             raise FormatError(idx_path, f"offsets[{k}] = {offsets[k]} is smaller than "
                                         f"offsets[{k - 1}] = {offsets[k - 1]}; offsets must not decrease")
 
-        bin_size = bin_path.stat().st_size
+        bin_size = _listed_size(bin_path)
         if bin_size != n_tokens * dtype.itemsize:
             raise FormatError(bin_path, f"{bin_size} bytes, but {n_tokens} tokens of "
                                         f"{manifest['dtype']} need {n_tokens * dtype.itemsize}")
@@ -290,7 +306,7 @@ class _Shard:
             self.rows = self.tokens.reshape(n_records, seq_len)
 
     def _open_segments(self, path: Path, n_rows: int, seq_len: int | None) -> None:
-        size = path.stat().st_size
+        size = _listed_size(path)
         head = _header(path, size, _HEADER_LEN, ".seg")
         magic, version, row_len, rows, n_segments = _SEG_HEADER.unpack(head)
         if magic != _SEG_MAGIC:
@@ -670,7 +686,7 @@ except (ImportError, OSError):  # OSError: a torch install whose native librarie
 
 def __getattr__(name: str):
     if name == "PackedDataset":
-        raise ImportError("prep_reader.PackedDataset needs torch, which could not be imported")
+        raise ImportError(f"{__name__}.PackedDataset needs torch, which could not be imported")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

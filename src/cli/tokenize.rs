@@ -22,8 +22,9 @@ use prep::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
 Exit codes: 0 success, 2 usage, input or I/O error."
 )]
 pub(crate) struct Args {
-    /// HuggingFace tokenizer.json (may be .zst or .gz compressed). Truncation
-    /// and padding in the file are ignored.
+    /// HuggingFace tokenizer.json (may be .zst or .gz compressed), or a
+    /// directory holding one (a save_pretrained folder, a hub cache snapshot).
+    /// Truncation and padding in the file are ignored.
     #[arg(long, value_name = "FILE")]
     tokenizer: PathBuf,
 

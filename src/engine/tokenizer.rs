@@ -442,8 +442,44 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-/// Reads a whole tokenizer file, decompressing `.zst` and `.gz` by extension.
+/// The tokenizer file `path` names: `path` itself, or for a directory the
+/// `tokenizer.json` in it, as a `save_pretrained` folder and a Hugging Face
+/// hub cache snapshot folder (`models--org--name/snapshots/<hash>`) hold it.
+/// A hub cache's model folder (`models--org--name`, with `refs/main` and
+/// `snapshots/`) gives the snapshot `refs/main` names. Symbolic links are
+/// followed (a snapshot's files link into its `blobs/`).
+///
+/// # Errors
+/// `NotFound` naming what was looked for when a directory holds no
+/// `tokenizer.json`; other I/O errors as they come.
+pub fn tokenizer_file(path: &Path) -> std::io::Result<PathBuf> {
+    if !std::fs::metadata(path)?.is_dir() {
+        return Ok(path.to_owned());
+    }
+    let direct = path.join("tokenizer.json");
+    if direct.is_file() {
+        return Ok(direct);
+    }
+    if let Ok(main) = std::fs::read_to_string(path.join("refs").join("main")) {
+        let snapshot = path
+            .join("snapshots")
+            .join(main.trim())
+            .join("tokenizer.json");
+        if snapshot.is_file() {
+            return Ok(snapshot);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "a directory with no tokenizer.json in it (give the file, a save_pretrained \
+         folder or a hub cache snapshot folder that holds one)",
+    ))
+}
+
+/// Reads a whole tokenizer file, decompressing `.zst` and `.gz` by extension;
+/// a directory is read as [`tokenizer_file`] resolves it.
 pub fn read_tokenizer_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    let path = &tokenizer_file(path)?;
     let file = std::fs::File::open(path)?;
     let mut out = Vec::new();
     match path.extension().and_then(|e| e.to_str()) {
@@ -458,4 +494,70 @@ pub fn read_tokenizer_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPT-2 tokenizer.json of fixtures/, decompressed.
+    fn gpt2_json() -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/tokenizers/gpt2.tokenizer.json.zst");
+        read_tokenizer_bytes(&path).unwrap()
+    }
+
+    #[test]
+    fn a_save_pretrained_directory_is_read_through_its_tokenizer_json() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), gpt2_json()).unwrap();
+        std::fs::write(dir.path().join("config.json"), b"{}").unwrap();
+        let tok = LoadedTokenizer::load(dir.path()).unwrap();
+        assert_eq!(tok.json, gpt2_json());
+        assert_eq!(tok.vocab_size, 50257);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_hub_cache_snapshot_and_its_model_folder_are_read_through_the_symlinks() {
+        // models--gpt2/{refs/main, snapshots/<hash>/tokenizer.json -> ../../blobs/<sha>}
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("models--gpt2");
+        std::fs::create_dir_all(model.join("blobs")).unwrap();
+        std::fs::create_dir_all(model.join("refs")).unwrap();
+        std::fs::create_dir_all(model.join("snapshots/abc123")).unwrap();
+        std::fs::write(model.join("blobs/f1e2d3"), gpt2_json()).unwrap();
+        std::fs::write(model.join("refs/main"), b"abc123").unwrap();
+        std::os::unix::fs::symlink(
+            "../../blobs/f1e2d3",
+            model.join("snapshots/abc123/tokenizer.json"),
+        )
+        .unwrap();
+        let snapshot = model.join("snapshots/abc123");
+        assert_eq!(
+            tokenizer_file(&snapshot).unwrap(),
+            snapshot.join("tokenizer.json")
+        );
+        assert_eq!(
+            tokenizer_file(&model).unwrap(),
+            snapshot.join("tokenizer.json")
+        );
+        assert_eq!(LoadedTokenizer::load(&model).unwrap().json, gpt2_json());
+    }
+
+    #[test]
+    fn a_directory_without_tokenizer_json_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("vocab.json"), b"{}").unwrap();
+        let err = LoadedTokenizer::load(dir.path())
+            .err()
+            .expect("no tokenizer.json");
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!("tokenizer {}: ", dir.path().display())),
+            "{message}"
+        );
+        assert!(message.contains("no tokenizer.json"), "{message}");
+        assert!(!message.contains("Is a directory"), "{message}");
+    }
 }

@@ -1,4 +1,5 @@
-//! Readers of raw corpora: JSONL (plain, `.gz`, `.zst`) and Parquet.
+//! Readers of raw corpora: JSONL (plain, `.gz`, `.zst`), Parquet, and the
+//! Arrow IPC (`.arrow`) files of a Hugging Face `datasets` cache.
 //!
 //! Inputs are expanded from files, directories and globs into one sorted list
 //! ([`expand`]); a [`Reader`] walks that list in order and hands out batches of
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod arrow_ipc;
 pub mod jsonl;
 pub mod parquet;
 pub mod share;
@@ -27,7 +29,12 @@ pub use share::{share, Share, Slice};
 
 /// The extensions [`expand`] accepts, for error messages.
 const ACCEPTED_EXTENSIONS: &str =
-    ".jsonl, .json, .ndjson (each optionally followed by .gz or .zst), .parquet, .pq";
+    ".jsonl, .json, .ndjson (each optionally followed by .gz or .zst), .parquet, .pq, .arrow";
+
+/// The metadata files a Hugging Face `datasets` folder keeps beside its
+/// `.arrow` files: JSON, but not documents, so a directory walk that finds
+/// `.arrow` files beside them leaves them out.
+const DATASETS_METADATA: &[&str] = &["dataset_info.json", "state.json", "dataset_dict.json"];
 
 /// A fatal problem with an input file: the job stops.
 ///
@@ -40,6 +47,17 @@ pub enum InputError {
     NoMatch {
         /// The pattern as given.
         pattern: String,
+    },
+    /// A directory given to `--input` holds files, but none prep can read.
+    #[error(
+        "--input {pattern:?} matched no file prep can read; it holds {}; accepted are {ACCEPTED_EXTENSIONS}",
+        skipped_list(skipped)
+    )]
+    NoReadableFile {
+        /// The pattern as given.
+        pattern: String,
+        /// The files skipped for their extension (hidden ones aside), sorted.
+        skipped: Vec<PathBuf>,
     },
     /// A glob pattern is not valid glob syntax.
     #[error("--input {pattern:?} is not a valid glob pattern: {source}")]
@@ -106,6 +124,28 @@ pub enum InputError {
         /// The underlying error.
         #[source]
         source: ::parquet::errors::ParquetError,
+    },
+    /// A `.arrow` file is neither an Arrow IPC stream nor an Arrow IPC file.
+    #[error("{}: not a readable Arrow IPC stream or file: {source}", path.display())]
+    ArrowOpen {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    /// Decoding a record batch of a `.arrow` file failed part way.
+    #[error("{}: reading record batch {batch} (from row {row}) failed: {source}", path.display())]
+    ArrowRead {
+        /// The file.
+        path: PathBuf,
+        /// 0-based record batch being decoded when the error occurred.
+        batch: usize,
+        /// 0-based row of the file that batch would have started at.
+        row: u64,
+        /// The underlying error.
+        #[source]
+        source: arrow::error::ArrowError,
     },
     /// Decoding the data of a Parquet file failed part way.
     #[error("{}: reading row group {row_group} failed: {source}", path.display())]
@@ -180,6 +220,22 @@ fn field_list(fields: &[String]) -> String {
         list += &format!(" and {} more", fields.len() - SHOWN);
     }
     format!("fields {list}")
+}
+
+/// The files a directory walk skipped, for an error message: the first few,
+/// then how many more.
+fn skipped_list(skipped: &[PathBuf]) -> String {
+    const SHOWN: usize = 10;
+    let mut list = skipped
+        .iter()
+        .take(SHOWN)
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if skipped.len() > SHOWN {
+        list += &format!(" and {} more", skipped.len() - SHOWN);
+    }
+    format!("{} file(s) of other types: {list}", skipped.len())
 }
 
 /// Joins column names for an error message, saying so when there are none.
@@ -314,6 +370,8 @@ pub enum Location {
         /// 1-based line number counted from there.
         line: u64,
     },
+    /// 0-based row in an Arrow IPC file.
+    FileRow(u64),
     /// 0-based row group and 0-based row within it, in a Parquet file.
     Row {
         /// Row group index.
@@ -331,6 +389,7 @@ impl fmt::Display for Location {
             Location::LineFrom { start, line } => {
                 write!(f, "line {line} counted from byte {start}")
             }
+            Location::FileRow(row) => write!(f, "row {row}"),
             Location::Row { row_group, row } => write!(f, "row group {row_group}, row {row}"),
         }
     }
@@ -410,6 +469,8 @@ pub enum InputKind {
     Jsonl(Compression),
     /// Apache Parquet.
     Parquet,
+    /// Arrow IPC, stream or file (`.arrow`, as a `datasets` cache writes it).
+    Arrow,
 }
 
 impl InputKind {
@@ -429,6 +490,9 @@ impl InputKind {
             .any(|ext| stem.ends_with(ext));
         if is_json {
             return Some(InputKind::Jsonl(compression));
+        }
+        if stem.ends_with(".arrow") && compression == Compression::None {
+            return Some(InputKind::Arrow);
         }
         let is_parquet = [".parquet", ".pq"].iter().any(|ext| stem.ends_with(ext));
         (is_parquet && compression == Compression::None).then_some(InputKind::Parquet)
@@ -455,8 +519,10 @@ pub struct InputFile {
 ///   wildcards do not match a leading dot.
 /// - a directory: searched recursively for files with a known extension;
 ///   hidden files and directories (name starting with `.`) and files with
-///   other extensions are skipped. Symbolic links are followed, each
-///   directory visited once.
+///   other extensions are skipped, and so are the JSON metadata files of a
+///   `datasets` folder (`dataset_info.json`, `state.json`,
+///   `dataset_dict.json`) that sit beside `.arrow` files. Symbolic links are
+///   followed, each directory visited once.
 /// - a file: it must have a known extension (see [`InputKind::from_path`]).
 ///
 /// The result is sorted byte-wise by path (after dropping `.` components
@@ -465,7 +531,9 @@ pub struct InputFile {
 /// empty list.
 ///
 /// # Errors
-/// [`InputError::NoMatch`] when a glob or directory yields no file,
+/// [`InputError::NoMatch`] when a glob or directory yields no file
+/// ([`InputError::NoReadableFile`], naming them, when a directory holds
+/// files but none of a known type),
 /// [`InputError::NotFound`] for a missing path, [`InputError::UnknownExtension`]
 /// for a named file of another type, [`InputError::BadPattern`] and
 /// [`InputError::Stat`] for unreadable patterns and paths.
@@ -474,6 +542,7 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
     let mut visited_dirs = HashSet::new();
     for pattern in patterns {
         let before = files.len();
+        let mut skipped = Vec::new();
         // A shell that expanded `data/*` may hand us `data/a[1].jsonl`: an
         // existing path is taken literally, never re-read as a glob.
         let is_glob = pattern.contains(['*', '?', '[']) && !Path::new(pattern).exists();
@@ -493,12 +562,24 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
                     path: e.path().to_owned(),
                     source: e.into(),
                 })?;
-                add_named(&path, &mut files, &mut visited_dirs)?;
+                add_named(&path, &mut files, &mut visited_dirs, &mut skipped)?;
             }
         } else {
-            add_named(Path::new(pattern), &mut files, &mut visited_dirs)?;
+            add_named(
+                Path::new(pattern),
+                &mut files,
+                &mut visited_dirs,
+                &mut skipped,
+            )?;
         }
         if files.len() == before {
+            if !skipped.is_empty() {
+                skipped.sort();
+                return Err(InputError::NoReadableFile {
+                    pattern: pattern.clone(),
+                    skipped,
+                });
+            }
             return Err(InputError::NoMatch {
                 pattern: pattern.clone(),
             });
@@ -520,10 +601,11 @@ fn add_named(
     path: &Path,
     files: &mut Vec<InputFile>,
     visited_dirs: &mut HashSet<PathBuf>,
+    skipped: &mut Vec<PathBuf>,
 ) -> Result<(), InputError> {
     let meta = std::fs::metadata(path).map_err(|source| stat_error(path, source))?;
     if meta.is_dir() {
-        return walk_dir(path, files, visited_dirs);
+        return walk_dir(path, files, visited_dirs, skipped);
     }
     let kind = InputKind::from_path(path).ok_or_else(|| InputError::UnknownExtension {
         path: path.to_owned(),
@@ -536,11 +618,13 @@ fn add_named(
     Ok(())
 }
 
-/// Recursively collects the files with known extensions under `dir`.
+/// Recursively collects the files with known extensions under `dir`, and
+/// the (not hidden) files of other types into `skipped`.
 fn walk_dir(
     dir: &Path,
     files: &mut Vec<InputFile>,
     visited_dirs: &mut HashSet<PathBuf>,
+    skipped: &mut Vec<PathBuf>,
 ) -> Result<(), InputError> {
     // A symlink back up the tree would otherwise recurse forever.
     let canonical = std::fs::canonicalize(dir).map_err(|source| stat_error(dir, source))?;
@@ -548,6 +632,8 @@ fn walk_dir(
         return Ok(());
     }
     let entries = std::fs::read_dir(dir).map_err(|source| stat_error(dir, source))?;
+    // This directory's own files: its datasets metadata goes once all are known.
+    let mut here = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|source| stat_error(dir, source))?;
         if entry.file_name().as_encoded_bytes().starts_with(b".") {
@@ -563,15 +649,24 @@ fn walk_dir(
             Err(source) => return Err(stat_error(&path, source)),
         };
         if meta.is_dir() {
-            walk_dir(&path, files, visited_dirs)?;
+            walk_dir(&path, files, visited_dirs, skipped)?;
         } else if let Some(kind) = InputKind::from_path(&path) {
-            files.push(InputFile {
+            here.push(InputFile {
                 path: normalize(&path),
                 kind,
                 bytes: meta.len(),
             });
+        } else {
+            skipped.push(normalize(&path));
         }
     }
+    if here.iter().any(|f| f.kind == InputKind::Arrow) {
+        here.retain(|f| {
+            let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !DATASETS_METADATA.contains(&name)
+        });
+    }
+    files.extend(here);
     Ok(())
 }
 
@@ -638,6 +733,7 @@ pub struct Reader {
 enum Source {
     Jsonl(jsonl::JsonlSource),
     Parquet(parquet::ParquetSource),
+    Arrow(arrow_ipc::ArrowSource),
 }
 
 impl Reader {
@@ -743,6 +839,9 @@ impl Reader {
                         Arc::clone(&self.progress),
                     )
                     .map(Source::Parquet),
+                    InputKind::Arrow => {
+                        arrow_ipc::ArrowSource::open(&file.path, &self.key).map(Source::Arrow)
+                    }
                 };
                 match source {
                     Ok(source) => self.current = Some((index, source)),
@@ -758,6 +857,7 @@ impl Reader {
             let next = match source {
                 Source::Jsonl(source) => source.next_doc(),
                 Source::Parquet(source) => source.next_doc(),
+                Source::Arrow(source) => source.next_doc(),
             };
             match next {
                 Ok(Some((loc, payload))) => {
@@ -843,6 +943,7 @@ mod tests {
         );
         assert_eq!(kind("a.parquet"), Some(InputKind::Parquet));
         assert_eq!(kind("a.pq"), Some(InputKind::Parquet));
+        assert_eq!(kind("data-00000-of-00001.arrow"), Some(InputKind::Arrow));
         for name in [
             "a.txt",
             "a.gz",
@@ -959,11 +1060,36 @@ mod tests {
     #[test]
     fn an_empty_directory_matches_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        touch(&dir.path().join("notes.txt"), b"");
+        touch(&dir.path().join(".notes.txt"), b"");
         assert!(matches!(
             expand(&[s(dir.path())]),
             Err(InputError::NoMatch { .. })
         ));
+    }
+
+    #[test]
+    fn a_directory_of_unreadable_files_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(&dir.path().join("b.csv"), b"");
+        touch(&dir.path().join("sub/a.txt"), b"");
+        touch(&dir.path().join(".hidden"), b"");
+        let err = expand(&[s(dir.path())]).unwrap_err();
+        let InputError::NoReadableFile { ref skipped, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(names_of(skipped, dir.path()), ["b.csv", "sub/a.txt"]);
+        let message = err.to_string();
+        assert!(
+            message.contains("b.csv") && message.contains(".arrow"),
+            "{message}"
+        );
+    }
+
+    fn names_of(paths: &[PathBuf], root: &Path) -> Vec<String> {
+        paths
+            .iter()
+            .map(|p| p.strip_prefix(root).unwrap().to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]

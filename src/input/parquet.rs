@@ -205,7 +205,7 @@ impl ParquetSource {
 }
 
 /// The text of a string array at `index`, for any of Arrow's string layouts.
-fn string_at(array: &ArrayRef, index: usize) -> Option<&str> {
+pub(super) fn string_at(array: &ArrayRef, index: usize) -> Option<&str> {
     match array.data_type() {
         DataType::Utf8 => array.as_string_opt::<i32>().map(|a| a.value(index)),
         DataType::LargeUtf8 => array.as_string_opt::<i64>().map(|a| a.value(index)),
@@ -219,7 +219,7 @@ fn string_at(array: &ArrayRef, index: usize) -> Option<&str> {
 ///
 /// At each level the whole remaining dotted name is tried as one field name
 /// first, so a column literally named `meta.text` wins over a struct `meta`.
-fn resolve(top: &Fields, key: &TextKey, path: &Path) -> Result<Vec<String>, InputError> {
+pub(super) fn resolve(top: &Fields, key: &TextKey, path: &Path) -> Result<Vec<String>, InputError> {
     let dotted = key.as_str();
     let parts = key.parts();
     let mut fields = top;

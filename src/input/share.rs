@@ -72,7 +72,10 @@ pub fn share(files: &[InputFile], part: Part) -> Result<Vec<Share>, InputError> 
         // Entirely inside this part's bytes (an empty file counts where it
         // starts), or compressed and starting in them: read it all.
         let first_mine = owner(start) == part.index;
-        let compressed = matches!(file.kind, InputKind::Jsonl(c) if c != Compression::None);
+        // Arrow IPC is read whole too: its record batches are found only by
+        // reading the stream from its start.
+        let compressed = matches!(file.kind, InputKind::Jsonl(c) if c != Compression::None)
+            || file.kind == InputKind::Arrow;
         if first_mine && (file.bytes == 0 || end <= mine.end || compressed) {
             out.push(whole(file));
             continue;
@@ -93,7 +96,7 @@ pub fn share(files: &[InputFile], part: Part) -> Result<Vec<Share>, InputError> 
                 });
             }
             // Compressed and starting in another part's bytes: that part reads it.
-            InputKind::Jsonl(_) => {}
+            InputKind::Jsonl(_) | InputKind::Arrow => {}
             InputKind::Parquet => {
                 // Row group g sits at its share of the file: the data
                 // before it, scaled to the whole file (footer included), so

@@ -1,4 +1,5 @@
-"""tools/prep_reader.py, the Python reader for training loops, against prep itself.
+"""The Python reader for training loops (the installed package `prep`, whose
+prep.reader is tools/prep_reader.py byte for byte), against prep itself.
 
 Datasets come from the real binary (`prep tokenize`, `prep pack`) or, for
 the sampler and the corrupt-file cases, are written here from the byte
@@ -6,8 +7,9 @@ layout of src/format/FORMAT.md. Records are compared with the independent
 reader of test_reference.py and the .seg parser of test_packed.py; the
 sampler's order with `prep sample`, for sizes, seeds, epochs, ranks and world
 sizes up to the edges of u64. The torch tests are skipped where torch is not
-installed.
+installed, unless PREP_REQUIRE_TORCH is set (make test sets it).
 
+    make package   # builds the wheel and installs it into target/venv
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import pickle
 import random
 import shutil
@@ -31,9 +34,17 @@ import xxhash
 from test_packed import check_pieces, permutation, read_packed
 from test_reference import CORPUS, FIXTURES, PREP_BIN, REPO, SCHEMA, NumpyDataset
 
-sys.path.insert(0, str(REPO / "tools"))
-import prep_reader  # noqa: E402
-from prep_reader import Dataset, FormatError, Sampler, UnsupportedVersion  # noqa: E402
+import prep as prep_module  # noqa: E402  (prep() below runs the binary)
+from prep import Dataset, FormatError, Sampler, UnsupportedVersion  # noqa: E402
+
+
+def need_torch():
+    """torch, or a skip where it is not installed (a failure under PREP_REQUIRE_TORCH)."""
+    if os.environ.get("PREP_REQUIRE_TORCH"):
+        import torch
+
+        return torch
+    return need_torch()
 
 GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
 
@@ -179,7 +190,7 @@ def test_packed_rows_and_segments_equal_the_seg_parser(documents, packed):
     for i, (row, segs) in enumerate(zip(rows, pieces, strict=True)):
         assert ds[i].shape == (512,) and np.array_equal(ds[i], row), f"row {i}"
         got = ds.segments(i)
-        assert got.dtype == prep_reader.SEGMENT_DTYPE and np.array_equal(got, segs), f"row {i}"
+        assert got.dtype == prep_module.SEGMENT_DTYPE and np.array_equal(got, segs), f"row {i}"
     docs = list(NumpyDataset(documents).records())
     check_pieces([ds[i] for i in range(len(ds))], [ds.segments(i) for i in range(len(ds))],
                  docs, m["special_tokens"]["pad"])
@@ -340,7 +351,7 @@ def test_seg_entry_past_its_row_is_refused(packed, tmp_path):
         raw[at + 24 * entry + 16:at + 24 * entry + 24] = struct.pack("<II", start, length)
         (root / SEG).write_bytes(bytes(raw))
         ds = Dataset(root)  # opening stays cheap: rows are checked when read
-        with pytest.raises(prep_reader.SegmentError) as e:
+        with pytest.raises(prep_module.SegmentError) as e:
             ds.segments(i)
         assert isinstance(e.value, FormatError)
         assert (e.value.path, e.value.row, e.value.entry) == (root / SEG, j, entry)
@@ -470,11 +481,12 @@ def test_sampler_positions_and_errors():
 
 # --- torch --------------------------------------------------------------------------------------
 
-def test_the_reader_imports_without_torch():
+@pytest.mark.parametrize("module", ["prep", "prep_reader"])
+def test_the_reader_imports_without_torch(module):
     code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
-            "import prep_reader\n"
-            "assert 'PackedDataset' not in prep_reader.__all__\n"
-            "try:\n    from prep_reader import PackedDataset\n"
+            f"import {module}\n"
+            f"assert 'PackedDataset' not in {module}.__all__\n"
+            f"try:\n    from {module} import PackedDataset\n"
             "except ImportError as e:\n    assert 'needs torch' in str(e), e\n"
             "else:\n    raise AssertionError('PackedDataset without torch')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(REPO / "tools")],
@@ -499,8 +511,8 @@ def expected_rows(ds, seed, epoch, rank, world_size, start=0):
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
 def test_dataloader_gives_the_sampler_order(packed, num_workers):
-    torch = pytest.importorskip("torch")
-    data = prep_reader.PackedDataset(packed, seed=7, epoch=1, rank=1, world_size=3, batch_size=4)
+    torch = need_torch()
+    data = prep_module.PackedDataset(packed, seed=7, epoch=1, rank=1, world_size=3, batch_size=4)
     want = expected_rows(data.dataset, 7, 1, 1, 3)
     assert len(want) % 4 != 0, "the test wants a partial last batch"
     rows, n_batches = loader_rows(torch, data, 4, num_workers)
@@ -510,8 +522,8 @@ def test_dataloader_gives_the_sampler_order(packed, num_workers):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
-    torch = pytest.importorskip("torch")
-    PackedDataset = prep_reader.PackedDataset
+    torch = need_torch()
+    PackedDataset = prep_module.PackedDataset
     want = expected_rows(Dataset(packed), 3, 0, 0, 2)
     data = PackedDataset(packed, seed=3, rank=0, world_size=2, batch_size=4)
     first, k = loader_rows(torch, data, 4, num_workers, take=37)
@@ -538,8 +550,8 @@ def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
 
 
 def test_set_epoch_and_other_world_sizes(packed):
-    pytest.importorskip("torch")
-    PackedDataset = prep_reader.PackedDataset
+    need_torch()
+    PackedDataset = prep_module.PackedDataset
     data = PackedDataset(packed, seed=11, rank=2, world_size=4)
     it = iter(data)
     for _ in range(10):
@@ -562,10 +574,10 @@ def test_set_epoch_and_other_world_sizes(packed):
 
 
 def test_targets_are_the_row_shifted_by_one(packed):
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from torch.utils.data import DataLoader
 
-    data = prep_reader.PackedDataset(packed, seed=1, batch_size=4, targets=True)
+    data = prep_module.PackedDataset(packed, seed=1, batch_size=4, targets=True)
     inputs, targets = next(iter(DataLoader(data, batch_size=4, num_workers=2)))
     assert inputs.shape == targets.shape == (4, 511)
     assert inputs.dtype == targets.dtype == torch.int64
@@ -574,13 +586,13 @@ def test_targets_are_the_row_shifted_by_one(packed):
 
 
 def test_workers_started_by_spawn_reopen_the_dataset(packed):
-    torch = pytest.importorskip("torch")
-    data = prep_reader.PackedDataset(packed, seed=2, batch_size=8)
+    torch = need_torch()
+    data = prep_module.PackedDataset(packed, seed=2, batch_size=8)
     rows, _ = loader_rows(torch, data, 8, 2, take=5, multiprocessing_context="spawn")
     assert np.array_equal(rows, expected_rows(data.dataset, 2, 0, 0, 1)[:40])
 
 
 def test_packed_dataset_refuses_documents(documents):
-    pytest.importorskip("torch")
+    need_torch()
     with pytest.raises(ValueError, match="packed"):
-        prep_reader.PackedDataset(documents, seed=0)
+        prep_module.PackedDataset(documents, seed=0)

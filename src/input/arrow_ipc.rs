@@ -1,0 +1,282 @@
+//! Arrow IPC input: the `.arrow` files of a Hugging Face `datasets` cache
+//! (`save_to_disk` folders and the download cache both write IPC streams),
+//! and Arrow IPC files (`ARROW1` magic, Feather v2) alike.
+//!
+//! Only the top-level column on the way to the text is decoded, one record
+//! batch at a time (as the writer cut them), so memory holds one batch of
+//! one column however large the file. The text column is found by the same
+//! [`TextKey`] rules as in Parquet.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use arrow::ipc::reader::{FileReader, StreamReader};
+use arrow::record_batch::RecordBatch;
+
+use super::parquet::{resolve, string_at};
+use super::{DocError, InputError, Location, Payload, TextKey};
+
+/// What an Arrow IPC file (as opposed to a stream) starts with.
+const FILE_MAGIC: &[u8; 6] = b"ARROW1";
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// An open `.arrow` file, handing out the text of each row in order.
+pub(crate) struct ArrowSource {
+    path: PathBuf,
+    /// The dotted key, for [`DocError::Null`].
+    key: String,
+    batches: Batches,
+    /// Field names from the top-level column down to the text leaf.
+    names: Vec<String>,
+    /// The arrays on the path to the text in the batch being handed out
+    /// (top-level column first, the text last), its length and position.
+    chain: Vec<ArrayRef>,
+    len: usize,
+    pos: usize,
+    /// 0-based index in the file of the next row; record batches read so far.
+    row: u64,
+    batch: usize,
+}
+
+/// Opens `path` as an IPC file or stream (by its first bytes), reading only
+/// the columns in `projection`; the schema comes back with the batches.
+fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batches), InputError> {
+    let io = |source| InputError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let bad = |source| InputError::ArrowOpen {
+        path: path.to_owned(),
+        source,
+    };
+    let mut magic = [0u8; 6];
+    let is_file = {
+        let mut file = File::open(path).map_err(io)?;
+        let mut got = 0;
+        while got < magic.len() {
+            match file.read(&mut magic[got..]).map_err(io)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        got == magic.len() && &magic == FILE_MAGIC
+    };
+    let file = File::open(path).map_err(io)?;
+    if is_file {
+        let reader = FileReader::try_new_buffered(file, projection).map_err(bad)?;
+        Ok((reader.schema(), Box::new(reader)))
+    } else {
+        let reader = StreamReader::try_new(BufReader::new(file), projection).map_err(bad)?;
+        Ok((reader.schema(), Box::new(reader)))
+    }
+}
+
+impl ArrowSource {
+    /// Opens `path` and checks that `key` names a string column.
+    pub(crate) fn open(path: &Path, key: &TextKey) -> Result<ArrowSource, InputError> {
+        let (schema, _) = open(path, None)?;
+        let names = resolve(schema.fields(), key, path)?;
+        // `resolve` found names[0] among the top-level fields.
+        let column = schema.index_of(&names[0]).ok();
+        let (_, batches) = open(path, column.map(|c| vec![c]))?;
+        Ok(ArrowSource {
+            path: path.to_owned(),
+            key: key.as_str().to_owned(),
+            batches,
+            names,
+            chain: Vec::new(),
+            len: 0,
+            pos: 0,
+            row: 0,
+            batch: 0,
+        })
+    }
+
+    /// The next row's text (or [`DocError::Null`]), or `None` at the end of the file.
+    pub(crate) fn next_doc(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
+        while self.pos == self.len {
+            let batch = match self.batches.next() {
+                None => return Ok(None),
+                Some(Ok(batch)) => batch,
+                Some(Err(source)) => {
+                    return Err(InputError::ArrowRead {
+                        path: self.path.clone(),
+                        batch: self.batch,
+                        row: self.row,
+                        source,
+                    })
+                }
+            };
+            self.batch += 1;
+            self.chain = self.decode(&batch)?;
+            self.len = batch.num_rows();
+            self.pos = 0;
+        }
+        let pos = self.pos;
+        self.pos += 1;
+        let payload = if self.chain.iter().any(|array| array.is_null(pos)) {
+            Payload::Bad(DocError::Null {
+                key: self.key.clone(),
+            })
+        } else {
+            // `resolve` admitted only string types, so this is always Some.
+            let text = self
+                .chain
+                .last()
+                .and_then(|leaf| string_at(leaf, pos))
+                .unwrap_or_default();
+            Payload::Text(text.to_owned())
+        };
+        let row = self.row;
+        self.row += 1;
+        Ok(Some((Location::FileRow(row), payload)))
+    }
+
+    /// The arrays on the path to the text in a projected batch.
+    fn decode(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, InputError> {
+        let mut chain: Vec<ArrayRef> = Vec::with_capacity(self.names.len());
+        for name in &self.names {
+            let next = match chain.last() {
+                None => batch.column_by_name(name),
+                Some(parent) => parent.as_struct_opt().and_then(|s| s.column_by_name(name)),
+            };
+            let Some(next) = next else {
+                return Err(InputError::MissingColumn {
+                    path: self.path.clone(),
+                    column: self.key.clone(),
+                    available: batch
+                        .schema()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .collect(),
+                });
+            };
+            chain.push(next.clone());
+        }
+        Ok(chain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray, StructArray};
+    use arrow::datatypes::{DataType, Field};
+    use arrow::ipc::writer::{FileWriter, StreamWriter};
+
+    use super::*;
+    use crate::input::{expand, InputKind, RawDoc, Reader};
+
+    fn batch(texts: &[Option<&str>]) -> RecordBatch {
+        let text: ArrayRef = Arc::new(StringArray::from(texts.to_vec()));
+        let id: ArrayRef = Arc::new(Int64Array::from_iter_values(0..texts.len() as i64));
+        let meta: ArrayRef = Arc::new(StructArray::from(vec![(
+            Arc::new(Field::new("body", DataType::Utf8, true)),
+            text.clone(),
+        )]));
+        RecordBatch::try_from_iter(vec![("id", id), ("text", text), ("meta", meta)]).unwrap()
+    }
+
+    /// Writes the batches as an IPC stream (as `datasets` does) or an IPC file.
+    fn write(path: &Path, batches: &[RecordBatch], stream: bool) {
+        let file = File::create(path).unwrap();
+        let schema = batches[0].schema();
+        if stream {
+            let mut w = StreamWriter::try_new(file, &schema).unwrap();
+            batches.iter().for_each(|b| w.write(b).unwrap());
+            w.finish().unwrap();
+        } else {
+            let mut w = FileWriter::try_new(file, &schema).unwrap();
+            batches.iter().for_each(|b| w.write(b).unwrap());
+            w.finish().unwrap();
+        }
+    }
+
+    fn read(dir: &Path, key: &str) -> Result<Vec<RawDoc>, InputError> {
+        let files = expand(&[dir.to_str().unwrap().to_owned()])?;
+        let mut reader = Reader::new(files, TextKey::parse(key));
+        let mut docs = Vec::new();
+        while let Some(batch) = reader.next_batch(1 << 20, 1000)? {
+            docs.extend(batch);
+        }
+        Ok(docs)
+    }
+
+    fn texts(docs: &[RawDoc]) -> Vec<String> {
+        docs.iter()
+            .map(|d| match &d.payload {
+                Payload::Text(t) => t.clone(),
+                Payload::Bad(e) => format!("<{e}>"),
+                Payload::Json(_) => unreachable!("arrow gives text"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_datasets_cache_folder_is_read_as_ipc_streams_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        // What save_to_disk writes: data files and two JSON files of metadata.
+        write(
+            &dir.path().join("data-00000-of-00002.arrow"),
+            &[batch(&[Some("a"), Some("b")]), batch(&[Some("c")])],
+            true,
+        );
+        write(
+            &dir.path().join("data-00001-of-00002.arrow"),
+            &[batch(&[Some("d"), None])],
+            false,
+        );
+        std::fs::write(dir.path().join("dataset_info.json"), b"{}").unwrap();
+        std::fs::write(dir.path().join("state.json"), b"{}").unwrap();
+        let files = expand(&[dir.path().to_str().unwrap().to_owned()]).unwrap();
+        assert!(
+            files.iter().all(|f| f.kind == InputKind::Arrow),
+            "{files:?}"
+        );
+        let docs = read(dir.path(), "text").unwrap();
+        assert_eq!(
+            texts(&docs),
+            ["a", "b", "c", "d", "<field \"text\" is null>"]
+        );
+        assert_eq!(docs[2].loc, Location::FileRow(2));
+        assert_eq!(docs[2].loc.to_string(), "row 2");
+        assert_eq!(
+            texts(&read(dir.path(), "meta.body").unwrap())[..4],
+            ["a", "b", "c", "d"]
+        );
+    }
+
+    #[test]
+    fn a_missing_or_non_string_column_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("x.arrow"), &[batch(&[Some("a")])], true);
+        let err = read(dir.path(), "content").unwrap_err();
+        assert!(
+            matches!(err, InputError::MissingColumn { ref available, .. } if available == &["id", "text", "meta"]),
+            "{err}"
+        );
+        let err = read(dir.path(), "id").unwrap_err();
+        assert!(matches!(err, InputError::ColumnType { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_arrow_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broken.arrow");
+        std::fs::write(&path, b"this is not arrow at all").unwrap();
+        let err = read(dir.path(), "text").unwrap_err();
+        assert!(matches!(err, InputError::ArrowOpen { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: ", path.display())),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,184 @@
+"""The pip package (pyproject.toml): what `pip install prep-llm` gives a user.
+
+A fresh virtual environment made here installs the wheel that make test
+built (PREP_WHEEL, with the dev profile; the release build is the same
+code), and from there: the `prep` command runs from the venv's bin, `import
+prep` works with the working directory outside the repository, and the
+module reads what the command wrote exactly as the command shows it
+(`prep inspect --record`, `prep sample`). The Python reader and the Rust
+reader refuse the same corrupt fixtures, naming the same file; and the
+copy users take, tools/prep_reader.py, is the package's reader byte for
+byte.
+
+    make test-python    # builds and installs the wheel, then runs this
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+import prep
+from test_reference import CORPUS, FIXTURES, PREP_BIN, REPO
+
+GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
+VALIDATE = FIXTURES / "validate"
+# What `prep validate` checks and neither reader does on open: checksums (it
+# reads every byte), every token against the vocabulary and the eos rule (it
+# reads every token), and files the manifest does not list.
+VALIDATE_ONLY = {"checksum", "token_out_of_range", "missing_eos", "unlisted_file"}
+
+
+def run(*args: object, cwd: Path | None = None) -> str:
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, check=False, cwd=cwd)
+    assert proc.returncode == 0, f"{' '.join(map(str, args))}: {proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> Path:
+    """A new venv with only the built wheel installed (and numpy, its dependency)."""
+    wheel = os.environ.get("PREP_WHEEL")
+    if not wheel:
+        pytest.skip("PREP_WHEEL is not set: make test-python builds the wheel and sets it")
+    root = tmp_path_factory.mktemp("fresh") / "venv"
+    venv.create(root, with_pip=True)
+    run(root / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel)
+    return root
+
+
+@pytest.fixture(scope="module")
+def packed(fresh, tmp_path_factory) -> Path:
+    """A packed dataset written by the fresh venv's own `prep`."""
+    out = tmp_path_factory.mktemp("data")
+    bin_prep = fresh / "bin" / "prep"
+    run(bin_prep, "tokenize", "--tokenizer", GPT2, "--input", CORPUS, "--output", out / "docs",
+        "--shard-size", "256KiB", "--quiet")
+    run(bin_prep, "pack", out / "docs", out / "packed", "--seq-len", "256", "--shard-size", "256KiB",
+        "--quiet")
+    return out / "packed"
+
+
+def in_fresh(fresh: Path, code: str, *args: object) -> str:
+    """Runs `code` with the fresh venv's python, from a directory outside the repository."""
+    return run(fresh / "bin" / "python", "-c", code, *args, cwd=fresh.parent)
+
+
+def test_the_command_runs_from_the_venvs_bin(fresh):
+    out = run(fresh / "bin" / "prep", "--version")
+    cargo = (REPO / "Cargo.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', cargo, re.M).group(1)
+    assert out.strip() == f"prep {version}"
+
+
+def test_import_prep_works_outside_the_repository(fresh):
+    where = in_fresh(fresh, "import prep, sys; print(prep.__file__); print(prep.__version__)").split()
+    assert Path(where[0]).is_relative_to(fresh), where
+    assert not fresh.is_relative_to(REPO)
+    assert where[1] == run(fresh / "bin" / "prep", "--version").split()[1]
+
+
+def test_records_equal_what_prep_inspect_shows(fresh, packed):
+    n = int(in_fresh(fresh, "import prep, sys; print(len(prep.Dataset(sys.argv[1])))", packed))
+    code = ("import json, prep, sys\n"
+            "ds = prep.Dataset(sys.argv[1])\n"
+            "for i in map(int, sys.argv[2:]):\n"
+            "    s = ds.segments(i)\n"
+            "    print(json.dumps({'ids': ds[i].tolist(), 'segments': [\n"
+            "        {k: int(p[k]) for k in ('doc', 'doc_offset', 'start', 'length')} for p in s]}))\n")
+    picks = sorted({0, 1, n // 2, n - 1})
+    got = in_fresh(fresh, code, packed, *picks).splitlines()
+    for i, line in zip(picks, got):
+        shown = json.loads(run(fresh / "bin" / "prep", "inspect", packed, "--record", i, "--json"))["record"]
+        mine = json.loads(line)
+        assert shown["index"] == i and mine["ids"] == shown["ids"], f"record {i}"
+        assert len(mine["segments"]) == len(shown["segments"]), f"record {i}"
+        for a, b in zip(mine["segments"], shown["segments"]):
+            assert {k: b[k] for k in a} == a, f"record {i}"
+
+
+def test_the_sampler_equals_prep_sample(fresh, packed):
+    n = int(in_fresh(fresh, "import prep, sys; print(len(prep.Dataset(sys.argv[1])))", packed))
+    mine = in_fresh(fresh, "import prep, sys; print(*prep.Sampler(int(sys.argv[1]), seed=1, epoch=2, "
+                           "rank=1, world_size=3), sep='\\n')", n).split()
+    theirs = run(fresh / "bin" / "prep", "sample", packed, "--seed", 1, "--epoch", 2, "--rank", 1,
+                 "--world-size", 3).split()
+    assert mine == theirs and len(mine) == n // 3
+
+
+def test_tools_prep_reader_is_the_package_reader_byte_for_byte():
+    source = (REPO / "python" / "prep" / "reader.py").read_bytes()
+    assert (REPO / "tools" / "prep_reader.py").read_bytes() == source, (
+        "tools/prep_reader.py differs from python/prep/reader.py, its source: "
+        "cp python/prep/reader.py tools/prep_reader.py")
+
+
+def test_the_tests_read_the_installed_package():
+    """tests/python import `prep` from the venv's site-packages, built from this tree."""
+    assert not Path(prep.__file__).is_relative_to(REPO / "python")
+    assert "site-packages" in Path(prep.__file__).parts
+    installed = Path(prep.__file__).with_name("reader.py").read_bytes()
+    assert installed == (REPO / "python" / "prep" / "reader.py").read_bytes(), (
+        "the installed package is older than python/prep: run make package")
+
+
+def rust_reader_verdict(path: Path) -> tuple[bool, str | None]:
+    """Whether prep's own reader opens the dataset (`prep inspect`), and the file it names."""
+    proc = subprocess.run([str(PREP_BIN), "inspect", str(path)], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode == 0:
+        return True, None
+    assert proc.returncode == 2, proc.stderr
+    m = re.match(r"prep: error: (\S+?): ", proc.stderr)
+    return False, Path(m.group(1)).name if m else None
+
+
+def python_reader_verdict(path: Path) -> tuple[bool, str | None]:
+    try:
+        ds = prep.Dataset(path)
+        for i in range(len(ds)):
+            ds[i]
+    except prep.FormatError as e:
+        return False, Path(e.path).name
+    return True, None
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in VALIDATE.iterdir() if p.is_dir()))
+def test_both_readers_give_the_same_verdict_on_every_validate_fixture(name):
+    path = VALIDATE / name
+    rust, python = rust_reader_verdict(path), python_reader_verdict(path)
+    assert python == rust, f"{name}: the Rust reader says {rust}, the Python reader {python}"
+    report = json.loads(subprocess.run([str(PREP_BIN), "validate", "--json", str(path)],
+                                       capture_output=True, text=True, check=False).stdout)
+    problems = {(p["kind"], p.get("file")) for p in report["problems"]}
+    if python[0]:
+        # The readers open it: whatever validate finds is one of its own checks.
+        assert {kind for kind, _ in problems} <= VALIDATE_ONLY, f"{name}: {problems}"
+    else:
+        # The readers refuse it: validate does too, and names the file they name.
+        assert not report["valid"] and python[1] in {f for _, f in problems}, f"{name}: {problems}"
+
+
+def test_tokenizer_directory_is_read_not_is_a_directory(fresh, tmp_path):
+    """--tokenizer given a save_pretrained folder read its tokenizer.json (it said "Is a directory")."""
+    import zstandard
+
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(zstandard.ZstdDecompressor().decompress(
+        GPT2.read_bytes(), max_output_size=1 << 30))
+    (folder / "config.json").write_text("{}")
+    bin_prep = fresh / "bin" / "prep"
+    for name, tokenizer in [("dir", folder), ("file", GPT2)]:
+        run(bin_prep, "tokenize", "--tokenizer", tokenizer, "--input", CORPUS, "--output",
+            tmp_path / name, "--quiet")
+    manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("dir", "file")]
+    assert manifests[0]["tokenizer"]["xxh3"] == manifests[1]["tokenizer"]["xxh3"]
+    assert manifests[0]["n_tokens"] == manifests[1]["n_tokens"] > 0
