@@ -29,6 +29,7 @@ pub mod sampler;
 pub mod shuffle;
 pub mod size;
 pub mod split;
+pub mod store;
 pub mod tokenize;
 pub mod util;
 pub mod validate;
