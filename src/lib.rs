@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod engine;
+pub mod fetch;
 pub mod format;
 pub mod input;
 pub mod inspect;
