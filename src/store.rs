@@ -49,7 +49,8 @@ pub const IN_FLIGHT: usize = 4;
 /// The URL schemes prep reads through object storage.
 const SCHEMES: [&str; 6] = ["s3", "gs", "az", "azure", "https", "http"];
 
-/// Every way a request to object storage can fail.
+/// Every way a request to object storage can fail. (The store's own errors
+/// are boxed: they are large, and rare.)
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The address is not one prep can reach (a scheme it does not know, no
@@ -69,7 +70,7 @@ pub enum StoreError {
         url: String,
         /// The store's own words.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// The bucket (or container) itself does not exist.
     #[error("{url}: no such bucket ({op} answered: the bucket does not exist)")]
@@ -91,7 +92,7 @@ pub enum StoreError {
         op: String,
         /// The store's own words.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// Any other failure: a connection refused or dropped, a server error,
     /// after the retries.
@@ -103,7 +104,7 @@ pub enum StoreError {
         op: String,
         /// The store's own words.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// The object changed size while it was read.
     #[error("{url}: the object is {found} bytes, not the {expected} it was listed with; it changed while being read")]
@@ -143,10 +144,11 @@ impl StoreError {
             return StoreError::Denied {
                 url,
                 op: op.into(),
-                source,
+                source: Box::new(source),
             };
         }
-        match source {
+        let source = Box::new(source);
+        match *source {
             object_store::Error::NotFound { .. } => StoreError::NotFound { url, source },
             object_store::Error::Unauthenticated { .. }
             | object_store::Error::PermissionDenied { .. } => StoreError::Denied {

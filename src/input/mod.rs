@@ -109,8 +109,9 @@ pub enum InputError {
     },
     /// An object in storage could not be listed, found or read (the
     /// message names its URL and the request that failed).
+    /// (Boxed: the store's errors are large and rare.)
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(Box<crate::store::StoreError>),
     /// Decoding the data of a Parquet file failed part way.
     #[error("{}: reading row group {row_group} failed: {source}", path.display())]
     ParquetRead {
@@ -165,6 +166,12 @@ pub enum InputError {
         /// The Arrow type found, as Arrow prints it.
         found: String,
     },
+}
+
+impl From<crate::store::StoreError> for InputError {
+    fn from(e: crate::store::StoreError) -> InputError {
+        InputError::Store(Box::new(e))
+    }
 }
 
 /// The fields of a line for an error message: the first ones quoted, then
