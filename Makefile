@@ -102,6 +102,18 @@ test-slurm: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) tools/slurm/testcluster.sh run -- $(VPY) -m pytest -q -rs tests/python/test_slurm_real.py
 
+# prep against a real S3 server (moto's server mode, started by the test on a
+# free 127.0.0.1 port): inputs from s3://, fetch, the store's failures. The
+# same file also runs under test-python.
+.PHONY: test-s3 bench-s3
+test-s3: $(VENV)/.installed
+	$(CARGO) build --tests
+	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/python/test_s3.py
+
+# Tokenize from the local S3 server beside the same run from local disk.
+bench-s3: build $(VENV)/.installed
+	$(VPY) tools/bench_s3.py --prep $(abspath $(RELEASE))
+
 # The trainers' own reader logic (tests/compat/: llm.c's C loader built with
 # `cc`, nanoGPT's get_batch, datatrove's datasets) on prep's exports.
 test-compat: $(VENV)/.installed

@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod engine;
+pub mod fetch;
 pub mod format;
 pub mod input;
 pub mod inspect;
@@ -29,6 +30,7 @@ pub mod sampler;
 pub mod shuffle;
 pub mod size;
 pub mod split;
+pub mod store;
 pub mod tokenize;
 pub mod util;
 pub mod validate;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod bench_read;
 mod export;
+mod fetch;
 mod import;
 mod inspect;
 mod merge;
@@ -49,6 +50,7 @@ enum Command {
     Export(export::Args),
     /// Read Megatron-LM, nanoGPT, llm.c or datatrove token files into a dataset.
     Import(import::Args),
+    Fetch(fetch::Args),
     /// Check a dataset: manifest, sizes, checksums, headers, offsets, ids, eos.
     Validate(validate::Args),
     /// Measure the batch loader: tokens/s to host memory or a GPU, copy bandwidth, waits per step.
@@ -82,6 +84,7 @@ pub fn run() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Export(args) => export::run(args),
         Command::Import(args) => import::run(args),
+        Command::Fetch(args) => fetch::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Sample(args) => sample::run(args),
         Command::BenchRead(args) => bench_read::run(args),

@@ -64,18 +64,33 @@ impl JsonlSource {
             path: path.to_owned(),
             source,
         };
-        let mut file = File::open(path).map_err(open_error)?;
         let mut pos = 0;
-        if let Some(range) = &range {
-            debug_assert_eq!(
-                compression,
-                Compression::None,
-                "only plain files are sliced"
-            );
-            pos = super::share::seek_to_line(&mut file, range.start).map_err(open_error)?;
-        }
+        let raw: Box<dyn Read + Send> = match super::remote(path)? {
+            // An object in storage: ranged GETs from the slice's start, the
+            // rest of the line that straddles it skipped as on disk.
+            Some((object, size)) => {
+                let from = range.as_ref().map_or(0, |r| r.start.min(size));
+                let mut reader = object.reader(from.saturating_sub(1), size);
+                if from > 0 {
+                    pos = skip_line(&mut reader, from - 1).map_err(open_error)?;
+                }
+                Box::new(reader)
+            }
+            None => {
+                let mut file = File::open(path).map_err(open_error)?;
+                if let Some(range) = &range {
+                    debug_assert_eq!(
+                        compression,
+                        Compression::None,
+                        "only plain files are sliced"
+                    );
+                    pos = super::share::seek_to_line(&mut file, range.start).map_err(open_error)?;
+                }
+                Box::new(file)
+            }
+        };
         let counted = CountingReader {
-            inner: file,
+            inner: raw,
             progress,
         };
         let decoded: Box<dyn Read + Send> = match compression {
@@ -158,6 +173,24 @@ impl JsonlSource {
         match self.first_line_at {
             None => Location::Line(line),
             Some(start) => Location::LineFrom { start, line },
+        }
+    }
+}
+
+/// Reads `reader`, positioned at byte `at`, up to and including the next
+/// `\n` (or its end) one byte at a time, so that nothing past it is
+/// consumed; returns the offset after it. Only the part of a line that a
+/// slice boundary cuts is read this way.
+fn skip_line(reader: &mut impl Read, at: u64) -> std::io::Result<u64> {
+    let mut at = at;
+    let mut byte = [0u8; 1];
+    loop {
+        if reader.read(&mut byte)? == 0 {
+            return Ok(at);
+        }
+        at += 1;
+        if byte[0] == b'\n' {
+            return Ok(at);
         }
     }
 }

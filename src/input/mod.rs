@@ -147,6 +147,11 @@ pub enum InputError {
         #[source]
         source: arrow::error::ArrowError,
     },
+    /// An object in storage could not be listed, found or read (the
+    /// message names its URL and the request that failed).
+    /// (Boxed: the store's errors are large and rare.)
+    #[error(transparent)]
+    Store(Box<crate::store::StoreError>),
     /// Decoding the data of a Parquet file failed part way.
     #[error("{}: reading row group {row_group} failed: {source}", path.display())]
     ParquetRead {
@@ -201,6 +206,12 @@ pub enum InputError {
         /// The Arrow type found, as Arrow prints it.
         found: String,
     },
+}
+
+impl From<crate::store::StoreError> for InputError {
+    fn from(e: crate::store::StoreError) -> InputError {
+        InputError::Store(Box::new(e))
+    }
 }
 
 /// The fields of a line for an error message: the first ones quoted, then
@@ -543,6 +554,15 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
     for pattern in patterns {
         let before = files.len();
         let mut skipped = Vec::new();
+        if crate::store::is_url(pattern) {
+            add_remote(pattern, &mut files)?;
+            if files.len() == before {
+                return Err(InputError::NoMatch {
+                    pattern: pattern.clone(),
+                });
+            }
+            continue;
+        }
         // A shell that expanded `data/*` may hand us `data/a[1].jsonl`: an
         // existing path is taken literally, never re-read as a glob.
         let is_glob = pattern.contains(['*', '?', '[']) && !Path::new(pattern).exists();
@@ -593,6 +613,38 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
     });
     files.dedup_by(|a, b| a.path == b.path);
     Ok(files)
+}
+
+/// Adds the objects an object-storage pattern names (see [`crate::store::list`]):
+/// a glob's matches and a named object must have a known extension; a
+/// "folder" contributes the objects under it that have one. The URL is kept
+/// whole as the file's path.
+fn add_remote(pattern: &str, files: &mut Vec<InputFile>) -> Result<(), InputError> {
+    let listed = crate::store::list(pattern, |name| {
+        InputKind::from_path(Path::new(name)).is_some()
+    })?;
+    for object in listed {
+        let path = PathBuf::from(object.url);
+        let kind = InputKind::from_path(&path)
+            .ok_or_else(|| InputError::UnknownExtension { path: path.clone() })?;
+        files.push(InputFile {
+            path,
+            kind,
+            bytes: object.bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The object behind an input whose path is a URL, with its size; `None`
+/// for a local path.
+pub(crate) fn remote(path: &Path) -> Result<Option<(crate::store::Object, u64)>, InputError> {
+    let Some(url) = path.to_str().filter(|p| crate::store::is_url(p)) else {
+        return Ok(None);
+    };
+    let object = crate::store::Object::at(url)?;
+    let size = object.size()?;
+    Ok(Some((object, size)))
 }
 
 /// Adds a path given by the user (or matched by a glob): a directory is walked,

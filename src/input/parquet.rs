@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ::parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use ::parquet::arrow::ProjectionMask;
+use ::parquet::file::reader::ChunkReader;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Fields};
 use arrow::record_batch::RecordBatch;
@@ -65,15 +66,43 @@ impl ParquetSource {
         groups: Option<std::ops::Range<usize>>,
         progress: Arc<AtomicU64>,
     ) -> Result<ParquetSource, InputError> {
-        let file = File::open(path).map_err(|source| InputError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
         let parquet_error = |source| InputError::ParquetOpen {
             path: path.to_owned(),
             source,
         };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
+        // An object in storage is read by ranged GETs of what the reader
+        // asks for: the footer, then the projected column chunks.
+        match super::remote(path)? {
+            Some((object, size)) => {
+                let remote = crate::store::RemoteFile::new(object, size);
+                let builder =
+                    ParquetRecordBatchReaderBuilder::try_new(remote).map_err(parquet_error)?;
+                Self::from_builder(builder, path, key, groups, progress)
+            }
+            None => {
+                let file = File::open(path).map_err(|source| InputError::Open {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let builder =
+                    ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
+                Self::from_builder(builder, path, key, groups, progress)
+            }
+        }
+    }
+
+    /// [`ParquetSource::open`] once the footer is read, whatever reads the bytes.
+    fn from_builder<T: ChunkReader + 'static>(
+        builder: ParquetRecordBatchReaderBuilder<T>,
+        path: &Path,
+        key: &TextKey,
+        groups: Option<std::ops::Range<usize>>,
+        progress: Arc<AtomicU64>,
+    ) -> Result<ParquetSource, InputError> {
+        let parquet_error = |source| InputError::ParquetOpen {
+            path: path.to_owned(),
+            source,
+        };
         let names = resolve(builder.schema().fields(), key, path)?;
 
         // Parquet leaf paths are the Arrow field names from the top, so the

@@ -141,16 +141,29 @@ fn whole(file: &InputFile) -> Share {
 
 /// Compressed sizes of a Parquet file's row groups, from its footer.
 fn group_sizes(path: &Path) -> Result<Vec<u64>, InputError> {
-    let file = File::open(path).map_err(|source| InputError::Open {
+    let parquet_error = |source| InputError::ParquetOpen {
         path: path.to_owned(),
         source,
-    })?;
-    let reader = SerializedFileReader::new(file).map_err(|source| InputError::ParquetOpen {
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok(reader
-        .metadata()
+    };
+    let metadata = match super::remote(path)? {
+        Some((object, size)) => {
+            SerializedFileReader::new(crate::store::RemoteFile::new(object, size))
+                .map_err(parquet_error)?
+                .metadata()
+                .clone()
+        }
+        None => {
+            let file = File::open(path).map_err(|source| InputError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+            SerializedFileReader::new(file)
+                .map_err(parquet_error)?
+                .metadata()
+                .clone()
+        }
+    };
+    Ok(metadata
         .row_groups()
         .iter()
         .map(|g| u64::try_from(g.compressed_size()).unwrap_or(0))
