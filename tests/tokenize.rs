@@ -249,7 +249,7 @@ fn memory_stays_bounded_on_an_input_far_larger_than_the_bound() {
     // peak is taken). A leak of even 1 byte per input byte would add 384 MiB.
     const SLACK: u64 = 32 << 20;
     // And the bound the README states for a small tokenizer on 2 threads.
-    const BOUND: u64 = 224 << 20;
+    const BOUND: u64 = 192 << 20;
     let t = TestDir::new();
     let words: Vec<String> = (0..2000).map(|i| format!("w{i:x}")).collect();
     let tokenizer = word_tokenizer(&t, &words);
