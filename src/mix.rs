@@ -521,16 +521,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
 /// Sources mixed together must be documents datasets that read the same
 /// way (see [`Manifest::reading_difference`]), as for `prep shuffle`.
 fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), MixError> {
-    let difference = if b.kind != "documents" {
-        Some((
-            "kinds (mix takes documents datasets)",
-            "documents".to_owned(),
-            b.kind.clone(),
-        ))
-    } else {
-        a.reading_difference(b)
-    };
-    match difference {
+    match a.documents_difference(b) {
         None => Ok(()),
         Some((what, a, b)) => Err(MixError::Mismatch {
             first: first.into(),

@@ -11,14 +11,14 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::array::{ArrayRef, AsArray};
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::ipc::reader::{FileReader, StreamReader};
 use arrow::record_batch::RecordBatch;
 
-use super::parquet::{resolve, string_at};
-use super::{DocError, InputError, Location, Payload, TextKey};
+use super::parquet::{resolve, row_payload};
+use super::{InputError, Location, Payload, TextKey};
 
 /// What an Arrow IPC file (as opposed to a stream) starts with.
 const FILE_MAGIC: &[u8; 6] = b"ARROW1";
@@ -119,19 +119,7 @@ impl ArrowSource {
         }
         let pos = self.pos;
         self.pos += 1;
-        let payload = if self.chain.iter().any(|array| array.is_null(pos)) {
-            Payload::Bad(DocError::Null {
-                key: self.key.clone(),
-            })
-        } else {
-            // `resolve` admitted only string types, so this is always Some.
-            let text = self
-                .chain
-                .last()
-                .and_then(|leaf| string_at(leaf, pos))
-                .unwrap_or_default();
-            Payload::Text(text.to_owned())
-        };
+        let payload = row_payload(&self.chain, pos, &self.key);
         let row = self.row;
         self.row += 1;
         Ok(Some((Location::FileRow(row), payload)))

@@ -157,19 +157,7 @@ impl ParquetSource {
             if let Some(batch) = self.batch.as_mut().filter(|b| b.pos < b.len) {
                 let pos = batch.pos;
                 batch.pos += 1;
-                let payload = if batch.chain.iter().any(|array| array.is_null(pos)) {
-                    Payload::Bad(DocError::Null {
-                        key: self.key.clone(),
-                    })
-                } else {
-                    // `resolve` admitted only string types, so this is always Some.
-                    let text = batch
-                        .chain
-                        .last()
-                        .and_then(|leaf| string_at(leaf, pos))
-                        .unwrap_or_default();
-                    Payload::Text(text.to_owned())
-                };
+                let payload = row_payload(&batch.chain, pos, &self.key);
                 let (row_group, row) = self.locate();
                 self.row += 1;
                 return Ok(Some((Location::Row { row_group, row }, payload)));
@@ -231,6 +219,24 @@ impl ParquetSource {
             pos: 0,
         })
     }
+}
+
+/// Row `pos` of a record batch as a document: `chain` holds the arrays on
+/// the path to the text (struct columns, then the string leaf); a null
+/// anywhere on it is a bad document naming `key`. Parquet and Arrow IPC
+/// inputs share this rule.
+pub(super) fn row_payload(chain: &[ArrayRef], pos: usize, key: &str) -> Payload {
+    if chain.iter().any(|array| array.is_null(pos)) {
+        return Payload::Bad(DocError::Null {
+            key: key.to_owned(),
+        });
+    }
+    // `resolve` admitted only string types, so this is always Some.
+    let text = chain
+        .last()
+        .and_then(|leaf| string_at(leaf, pos))
+        .unwrap_or_default();
+    Payload::Text(text.to_owned())
 }
 
 /// The text of a string array at `index`, for any of Arrow's string layouts.

@@ -544,16 +544,7 @@ fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError>
 /// Inputs shuffled together must be documents datasets that read the same
 /// way (see [`Manifest::reading_difference`]).
 fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), ShuffleError> {
-    let difference = if a.kind != "documents" || b.kind != "documents" {
-        Some((
-            "kinds (shuffle takes documents datasets)",
-            a.kind.clone(),
-            b.kind.clone(),
-        ))
-    } else {
-        a.reading_difference(b)
-    };
-    match difference {
+    match a.documents_difference(b) {
         None => Ok(()),
         Some((what, x, y)) => Err(ShuffleError::Mismatch {
             first: first.into(),
