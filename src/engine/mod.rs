@@ -32,8 +32,11 @@ mod bpe;
 mod normalize;
 mod pretok;
 pub mod scan;
+mod sentencepiece;
 mod tokenizer;
 mod unicode;
+mod unigram;
+mod wordpiece;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -69,17 +72,28 @@ pub enum EngineChoice {
     Fast,
 }
 
-/// A byte-level BPE tokenizer the fast engine runs.
+/// A tokenizer the fast engine runs.
 pub struct FastTokenizer {
     normalizer: Option<Normalizer>,
-    pre: PreTokenizer,
-    bpe: Bpe,
+    model: Engine,
     /// Added tokens matched on the raw text.
     raw: Option<Added>,
     /// Added tokens matched on the normalized text.
     normalized: Option<Added>,
     /// Tells this tokenizer's cached pieces from another's.
     serial: u64,
+}
+
+/// The pre-tokenizer and model, by family.
+enum Engine {
+    /// Byte-level BPE (GPT-2 and its descendants).
+    ByteLevel { pre: PreTokenizer, bpe: Box<Bpe> },
+    /// BPE over characters, SentencePiece style (Llama 2, Mistral, Phi-3).
+    SentencePiece(Steps, sentencepiece::Model),
+    /// Unigram (T5, mT5, XLM-R).
+    Unigram(Steps, unigram::Model),
+    /// WordPiece (BERT and its descendants).
+    WordPiece(Steps, wordpiece::Model),
 }
 
 /// How the text between added tokens is cut into pieces.
@@ -97,6 +111,9 @@ enum PreTokenizer {
 pub struct EncodeState {
     serial: u64,
     bpe: BpeState,
+    sentencepiece: sentencepiece::State,
+    unigram: unigram::State,
+    wordpiece: wordpiece::State,
 }
 
 /// Serial numbers of tokenizers, from 1 (a fresh state belongs to none).
@@ -163,10 +180,10 @@ fn split_added(
     added: Option<&Added>,
     text: &str,
     out: &mut Vec<u32>,
-    between: &mut dyn FnMut(&str, &mut Vec<u32>),
+    between: &mut dyn FnMut(&str, bool, &mut Vec<u32>),
 ) {
     let Some(added) = added else {
-        return between(text, out);
+        return between(text, true, out);
     };
     let mut last = 0;
     for m in added.matcher.find_iter(text) {
@@ -190,13 +207,13 @@ fn split_added(
             stop += SPACE_AT_START.find(&text[stop..]).map_or(0, |m| m.end());
         }
         if last < start {
-            between(&text[last..start], out);
+            between(&text[last..start], last == 0, out);
         }
         out.push(added.ids[m.pattern().as_usize()]);
         last = stop.max(last);
     }
     if last < text.len() {
-        between(&text[last..], out);
+        between(&text[last..], last == 0, out);
     }
 }
 
@@ -207,17 +224,42 @@ impl FastTokenizer {
             .map_err(|e| Unsupported(format!("not a tokenizer.json: {e}")))?;
         let normalizer = Normalizer::from_json(&root.normalizer)?;
         let steps = Steps::from_json(&root.pre_tokenizer)?;
-        let pre = match steps.scanner() {
-            Some((pattern, prefix_space)) => PreTokenizer::Scan(pattern, prefix_space),
-            None => PreTokenizer::Steps(steps),
+        let model = root.model.get();
+        let head: ModelHead =
+            serde_json::from_str(model).map_err(|e| Unsupported(format!("model: {e}")))?;
+        let (model, vocab) = match (head.family()?, steps.byte_level()) {
+            (Family::Bpe, true) => {
+                let m: BpeModel =
+                    serde_json::from_str(model).map_err(|e| Unsupported(format!("model: {e}")))?;
+                let pre = match steps.scanner() {
+                    Some((pattern, prefix_space)) => PreTokenizer::Scan(pattern, prefix_space),
+                    None => PreTokenizer::Steps(steps.checked_byte_level()?),
+                };
+                let bpe = Box::new(self::model(&m)?);
+                (Engine::ByteLevel { pre, bpe }, m.vocab)
+            }
+            (Family::Bpe, false) => {
+                let (m, vocab) = sentencepiece::Model::from_json(model)?;
+                (Engine::SentencePiece(steps, m), vocab)
+            }
+            (Family::Unigram, false) => {
+                let (m, vocab) = unigram::Model::from_json(model)?;
+                (Engine::Unigram(steps, m), vocab)
+            }
+            (Family::WordPiece, false) => {
+                let (m, vocab) = wordpiece::Model::from_json(model)?;
+                (Engine::WordPiece(steps, m), vocab)
+            }
+            (family, true) => {
+                return Err(Unsupported(format!(
+                    "pre-tokenizer: ByteLevel before a {family:?} model"
+                )))
+            }
         };
-        let bpe = model(&root.model)?;
-        let (raw, normalized) =
-            added_tokens(&root.added_tokens, &root.model.vocab, normalizer.as_ref())?;
+        let (raw, normalized) = added_tokens(&root.added_tokens, &vocab, normalizer.as_ref())?;
         Ok(FastTokenizer {
             normalizer,
-            pre,
-            bpe,
+            model,
             raw: Added::new(raw)?,
             normalized: Added::new(normalized)?,
             serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -226,9 +268,12 @@ impl FastTokenizer {
 
     /// The one scanner that pre-tokenizes, where one does it all.
     pub fn pattern(&self) -> Option<Pattern> {
-        match self.pre {
-            PreTokenizer::Scan(p, _) => Some(p),
-            PreTokenizer::Steps(_) => None,
+        match self.model {
+            Engine::ByteLevel {
+                pre: PreTokenizer::Scan(p, _),
+                ..
+            } => Some(p),
+            _ => None,
         }
     }
 
@@ -238,12 +283,23 @@ impl FastTokenizer {
             Some(n) => format!("{n:?} normalizer, "),
             None => String::new(),
         };
-        let pre = match &self.pre {
-            PreTokenizer::Scan(p, false) => format!("{p:?} split pattern"),
-            PreTokenizer::Scan(p, true) => format!("{p:?} split pattern with a prefix space"),
-            PreTokenizer::Steps(s) => format!("{} pre-tokenizer steps", s.0.len()),
+        let steps = |s: &Steps| format!("{} pre-tokenizer steps", s.0.len());
+        let (pre, model) = match &self.model {
+            Engine::ByteLevel { pre, .. } => {
+                let pre = match pre {
+                    PreTokenizer::Scan(p, false) => format!("{p:?} split pattern"),
+                    PreTokenizer::Scan(p, true) => {
+                        format!("{p:?} split pattern with a prefix space")
+                    }
+                    PreTokenizer::Steps(s) => steps(s),
+                };
+                (pre, "byte-level BPE")
+            }
+            Engine::SentencePiece(s, _) => (steps(s), "SentencePiece BPE"),
+            Engine::Unigram(s, _) => (steps(s), "Unigram"),
+            Engine::WordPiece(s, _) => (steps(s), "WordPiece"),
         };
-        format!("{normalizer}{pre}")
+        format!("{normalizer}{pre}, {model}")
     }
 
     /// Appends the ids of `text` to `out`: exactly HF tokenizers'
@@ -252,29 +308,47 @@ impl FastTokenizer {
         if state.serial != self.serial {
             *state = EncodeState {
                 serial: self.serial,
-                bpe: BpeState::default(),
+                ..EncodeState::default()
             };
         }
         // HF's two passes: tokens that are not normalized are split out of
         // the raw text, then each text between them is normalized and
-        // normalized ones are split out of it.
-        split_added(self.raw.as_ref(), text, out, &mut |text, out| {
+        // normalized ones are split out of it. `first` says whether a text
+        // starts where the whole text does (Metaspace's `first` scheme).
+        split_added(self.raw.as_ref(), text, out, &mut |raw, first, out| {
             let text = match &self.normalizer {
-                Some(n) => n.apply(text),
-                None => Cow::Borrowed(text),
+                Some(n) => n.apply(raw),
+                None => Cow::Borrowed(raw),
             };
-            split_added(self.normalized.as_ref(), &text, out, &mut |text, out| {
-                self.encode_plain(text, state, out)
-            })
+            split_added(
+                self.normalized.as_ref(),
+                &text,
+                out,
+                &mut |text, at_start, out| self.encode_plain(text, first && at_start, state, out),
+            )
         });
     }
 
     /// Pre-tokenizes and encodes text with no added tokens in it.
     #[inline]
-    fn encode_plain(&self, text: &str, state: &mut EncodeState, out: &mut Vec<u32>) {
-        let bpe = &self.bpe;
+    fn encode_plain(&self, text: &str, first: bool, state: &mut EncodeState, out: &mut Vec<u32>) {
+        let (pre, bpe) = match &self.model {
+            Engine::ByteLevel { pre, bpe } => (pre, bpe),
+            Engine::SentencePiece(steps, m) => {
+                let s = &mut state.sentencepiece;
+                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+            }
+            Engine::Unigram(steps, m) => {
+                let s = &mut state.unigram;
+                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+            }
+            Engine::WordPiece(steps, m) => {
+                let s = &mut state.wordpiece;
+                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+            }
+        };
         let cache = &mut state.bpe;
-        match &self.pre {
+        match pre {
             PreTokenizer::Scan(pattern, false) => {
                 pattern.split(text, &mut |piece| bpe.encode(piece.as_bytes(), cache, out))
             }
@@ -304,15 +378,60 @@ struct File {
     normalizer: Value,
     #[serde(default)]
     pre_tokenizer: Value,
-    model: Model,
+    model: Box<serde_json::value::RawValue>,
     #[serde(default)]
     added_tokens: Vec<Value>,
 }
 
+/// A model's families, as HF tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Bpe,
+    Unigram,
+    WordPiece,
+}
+
+/// What tells a model's family: its `type`, or, in files that leave it
+/// out (RoBERTa, T5, BERT), the fields only one family has.
 #[derive(serde::Deserialize)]
-struct Model {
+struct ModelHead {
     #[serde(rename = "type", default)]
-    kind: Value,
+    kind: Option<String>,
+    #[serde(default)]
+    merges: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    max_input_chars_per_word: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    continuing_subword_prefix: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    unk_id: Option<serde::de::IgnoredAny>,
+}
+
+impl ModelHead {
+    fn family(&self) -> Result<Family, Unsupported> {
+        match self.kind.as_deref() {
+            Some("BPE") => Ok(Family::Bpe),
+            Some("Unigram") => Ok(Family::Unigram),
+            Some("WordPiece") => Ok(Family::WordPiece),
+            Some(other) => Err(Unsupported(format!("model: {other} is not supported"))),
+            // HF tries BPE, WordPiece, WordLevel and Unigram in turn; each
+            // needs its own fields.
+            None if self.merges.is_some() => Ok(Family::Bpe),
+            None if self.max_input_chars_per_word.is_some()
+                || self.continuing_subword_prefix.is_some() =>
+            {
+                Ok(Family::WordPiece)
+            }
+            None if self.unk_id.is_some() => Ok(Family::Unigram),
+            None => Err(Unsupported(
+                "model: no type and no fields that tell it".into(),
+            )),
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct BpeModel {
     #[serde(default)]
     dropout: Value,
     #[serde(default)]
@@ -331,7 +450,8 @@ struct Model {
     merges: Vec<Value>,
 }
 
-type Vocab = HashMap<String, u32, FixedState>;
+/// A model's vocabulary: token text to id.
+pub(crate) type Vocab = HashMap<String, u32, FixedState>;
 
 /// GPT-2's map from bytes to the characters byte-level vocabularies use.
 fn byte_chars() -> [char; 256] {
@@ -350,12 +470,8 @@ fn byte_chars() -> [char; 256] {
     chars
 }
 
-fn model(m: &Model) -> Result<Bpe, Unsupported> {
+fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
     let unsupported = |what: String| Err(Unsupported(format!("model: {what}")));
-    // HF reads a model without a type as BPE (RoBERTa's file has none).
-    if !(m.kind.is_null() || m.kind == "BPE") {
-        return unsupported(format!("{} is not byte-level BPE", m.kind));
-    }
     if !(m.dropout.is_null() || m.dropout.as_f64() == Some(0.0)) {
         return unsupported("dropout".into());
     }

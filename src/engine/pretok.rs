@@ -51,9 +51,27 @@ pub(crate) enum Step {
         prefix_space: bool,
         regex: bool,
     },
+    /// SentencePiece's word marks: spaces become `replacement`, which is
+    /// put before a text that does not start with it as `prepend` says,
+    /// and with `split` each mark starts a piece.
+    Metaspace {
+        replacement: char,
+        prepend: Prepend,
+        split: bool,
+    },
 }
 
-/// A whole pre-tokenizer as steps; exactly one of them is `ByteLevel`.
+/// When `Metaspace` puts its mark before a text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prepend {
+    Always,
+    /// Only before the text that starts where the whole text does.
+    First,
+    Never,
+}
+
+/// A whole pre-tokenizer as steps: for byte-level BPE, exactly one of
+/// them is `ByteLevel`; for the other models, none.
 #[derive(Debug)]
 pub(crate) struct Steps(pub Vec<Step>);
 
@@ -66,17 +84,100 @@ impl Steps {
     /// Reads a pre-tokenizer, or says which part the engine cannot run.
     pub(crate) fn from_json(p: &Value) -> Result<Steps, Unsupported> {
         let mut steps = Vec::new();
-        push_steps(p, &mut steps)?;
-        let byte_levels = steps
-            .iter()
-            .filter(|s| matches!(s, Step::ByteLevel { .. }))
-            .count();
+        if !p.is_null() {
+            push_steps(p, &mut steps)?;
+        }
+        Ok(Steps(steps))
+    }
+
+    /// Whether there is a `ByteLevel` step (the model is then byte-level).
+    pub(crate) fn byte_level(&self) -> bool {
+        self.0.iter().any(|s| matches!(s, Step::ByteLevel { .. }))
+    }
+
+    /// These steps, for a byte-level model: one `ByteLevel` and no
+    /// `Metaspace`.
+    pub(crate) fn checked_byte_level(self) -> Result<Steps, Unsupported> {
+        let count = |is: fn(&Step) -> bool| self.0.iter().filter(|s| is(s)).count();
+        let byte_levels = count(|s| matches!(s, Step::ByteLevel { .. }));
         if byte_levels != 1 {
             return Err(Unsupported(format!(
                 "pre-tokenizer: {byte_levels} ByteLevel steps (byte-level BPE needs one)"
             )));
         }
-        Ok(Steps(steps))
+        if count(|s| matches!(s, Step::Metaspace { .. })) > 0 {
+            return Err(Unsupported(
+                "pre-tokenizer: Metaspace beside ByteLevel".into(),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Calls `word` with each pre-token of `text` for a model that is not
+    /// byte-level (there is no `ByteLevel` step); `first` says whether
+    /// `text` starts where the whole text does.
+    pub(crate) fn run_words(&self, text: &str, first: bool, word: &mut dyn FnMut(&str)) {
+        if self.0.is_empty() {
+            return word(text);
+        }
+        // (piece, starts where the whole text does)
+        let mut pieces = vec![(text.to_owned(), first)];
+        let mut next = Vec::new();
+        for step in &self.0 {
+            for (p, at_start) in &pieces {
+                match step {
+                    Step::Metaspace {
+                        replacement,
+                        prepend,
+                        split,
+                    } => {
+                        let mut marked = p.replace(' ', replacement.encode_utf8(&mut [0; 4]));
+                        let put = match prepend {
+                            Prepend::Always => true,
+                            Prepend::First => *at_start,
+                            Prepend::Never => false,
+                        };
+                        if put && !marked.starts_with(*replacement) {
+                            marked.insert(0, *replacement);
+                        }
+                        if *split {
+                            let mut start = 0;
+                            for (i, _) in marked.match_indices(*replacement) {
+                                if i > start {
+                                    next.push((
+                                        marked[start..i].to_owned(),
+                                        *at_start && start == 0,
+                                    ));
+                                }
+                                start = i;
+                            }
+                            if start < marked.len() {
+                                next.push((marked[start..].to_owned(), *at_start && start == 0));
+                            }
+                        } else {
+                            next.push((marked, *at_start));
+                        }
+                    }
+                    Step::ByteLevel { .. } => unreachable!("a model that is not byte-level"),
+                    Step::Split {
+                        matcher,
+                        behavior,
+                        invert,
+                    } => {
+                        let base = p.as_ptr() as usize;
+                        split(p, matcher, *behavior, *invert, &mut |s| {
+                            let start = s.as_ptr() as usize - base;
+                            next.push((s.to_owned(), *at_start && start == 0))
+                        })
+                    }
+                }
+            }
+            std::mem::swap(&mut pieces, &mut next);
+            next.clear();
+        }
+        for (p, _) in &pieces {
+            word(p);
+        }
     }
 
     /// The one scanner that does the work of all the steps, with whether a
@@ -126,6 +227,7 @@ impl Steps {
         for step in &self.0 {
             for p in &pieces {
                 match step {
+                    Step::Metaspace { .. } => unreachable!("refused beside ByteLevel"),
                     Step::ByteLevel {
                         prefix_space,
                         regex,
@@ -181,6 +283,30 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
                 push_steps(s, steps)?;
             }
             return Ok(());
+        }
+        Some("Metaspace") => {
+            let replacement = p["replacement"].as_str().unwrap_or("\u{2581}");
+            let mut chars = replacement.chars();
+            let (Some(replacement), None) = (chars.next(), chars.next()) else {
+                return unsupported(format!("Metaspace replacement {replacement:?}"));
+            };
+            // Files older than `prepend_scheme` say `add_prefix_space`.
+            let prepend = match (
+                p["prepend_scheme"].as_str(),
+                p["add_prefix_space"].as_bool(),
+            ) {
+                (Some("always"), _) | (None, Some(true) | None) => Prepend::Always,
+                (Some("first"), _) => Prepend::First,
+                (Some("never"), _) | (None, Some(false)) => Prepend::Never,
+                (Some(other), _) => {
+                    return unsupported(format!("Metaspace prepend_scheme {other}"))
+                }
+            };
+            Step::Metaspace {
+                replacement,
+                prepend,
+                split: p["split"].as_bool().unwrap_or(true),
+            }
         }
         Some("ByteLevel") => Step::ByteLevel {
             prefix_space: p["add_prefix_space"].as_bool().unwrap_or(true),
