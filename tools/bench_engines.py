@@ -6,10 +6,10 @@
         --giga-python target/venv-giga/bin/python                    # whole corpus
     target/venv/bin/python tools/bench_engines.py --limit-mb 5 ...   # quick run on a prefix
 
-For each tokenizer (by default every byte-level BPE file in
-../shared/corpora/tokenizers: those whose pre-tokenizer has a ByteLevel step,
-which the fast engine must all run) and thread count T (1 and all cores,
-os.cpu_count()) it runs, one after the other, each as a child process:
+For each tokenizer (by default every file in ../shared/corpora/tokenizers,
+of every family; `--tokenizers byte-level` takes those whose pre-tokenizer
+has a ByteLevel step) and thread count T (1 and all cores, os.cpu_count())
+it runs, one after the other, each as a child process:
   prep-fast   prep tokenize --engine fast --threads T --eos EOS;
   prep-hf     prep tokenize --engine hf --threads T --eos EOS (the HuggingFace
               tokenizers crate inside prep);
@@ -77,7 +77,18 @@ MORE_EOS = {
     "gpt-neox-20b": "<|endoftext|>",
     "falcon": "<|endoftext|>",
     "roberta-base": "</s>",
+    "mistral-7b-v0.1": "</s>",
+    "phi-3-mini": "<|endoftext|>",
+    "t5-small": "</s>",
+    "bert-base-uncased": "[SEP]",
 }
+
+
+def all_tokenizers(tokenizer_dir: Path) -> list[str]:
+    """Names of every tokenizer file in tokenizer_dir."""
+    names = [p.name.removesuffix(".tokenizer.json.zst")
+             for p in sorted(tokenizer_dir.glob("*.tokenizer.json.zst"))]
+    return names or list(TOKENIZERS)
 
 
 def byte_level_tokenizers(tokenizer_dir: Path) -> list[str]:
@@ -131,6 +142,36 @@ def gigatoken_child(argv: list[str]) -> int:
                       "write_s": round(t3 - t2, 3), "gigatoken": version("gigatoken"),
                       "rayon_num_threads": os.environ.get("RAYON_NUM_THREADS")}))
     return 0
+
+
+def refusal(cmd: list[str], env: dict, log: Path, prep: Path, tokenizer: Path | None) -> str | None:
+    """Why an engine will not take a tokenizer, or None when it does.
+
+    For prep's fast engine, `prep tokenize --engine fast` on an empty input
+    says it; for gigatoken, loading the tokenizer in its child does."""
+    if tokenizer is not None:
+        empty = log.with_suffix(".jsonl")
+        empty.write_text('{"text": "probe"}\n')
+        out = log.with_suffix(".out")
+        shutil.rmtree(out, ignore_errors=True)
+        r = subprocess.run([str(prep), "tokenize", "--engine", "fast", "--tokenizer", str(tokenizer),
+                            "--input", str(empty), "--output", str(out), "--quiet"],
+                           capture_output=True, text=True, env=env)
+        shutil.rmtree(out, ignore_errors=True)
+        empty.unlink()
+    else:
+        python, script = cmd[0], cmd[1]
+        tok = cmd[cmd.index("--tokenizer") + 1]
+        r = subprocess.run([python, "-c", "import sys; from gigatoken import Tokenizer; "
+                            "Tokenizer(sys.argv[1])", tok], capture_output=True, text=True, env=env)
+    if r.returncode == 0:
+        return None
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    # A Rust panic's message is the line after "panicked at".
+    for i, line in enumerate(lines[:-1]):
+        if "panicked at" in line:
+            return lines[i + 1].strip()[:300]
+    return lines[-1][:300] if lines else f"exit {r.returncode}"
 
 
 def prep_has_engine(prep: Path) -> bool:
@@ -203,8 +244,8 @@ def main() -> int:
                     default=REPO / "target" / "venv-giga" / "bin" / "python",
                     help="interpreter with gigatoken (make target/venv-giga/.installed)")
     ap.add_argument("--tokenizers", default=None,
-                    help="comma-separated tokenizer names (default: every byte-level file "
-                         "in --tokenizer-dir)")
+                    help="comma-separated tokenizer names, or `byte-level` (default: every "
+                         "file in --tokenizer-dir)")
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}",
                     help="comma-separated thread counts (default: 1 and all cores)")
     ap.add_argument("--impls", default=",".join(IMPLS),
@@ -220,6 +261,8 @@ def main() -> int:
 
     EOS = {**EOS, **MORE_EOS}
     if args.tokenizers is None:
+        args.tokenizers = ",".join(all_tokenizers(args.tokenizer_dir))
+    elif args.tokenizers == "byte-level":
         args.tokenizers = ",".join(byte_level_tokenizers(args.tokenizer_dir))
     names = [n for n in args.tokenizers.split(",") if n]
     threads = list(dict.fromkeys(int(t) for t in args.threads.split(",") if t))
@@ -255,6 +298,7 @@ def main() -> int:
 
     baseline = REPO / "tools" / "baseline_tokenize.py"
     runs = []
+    refused = []  # (tokenizer, impl, the last line it printed)
     checks = {}
     giga_version = None
     for name in names:
@@ -281,6 +325,15 @@ def main() -> int:
                     cmd = [str(args.giga_python), str(Path(__file__).resolve()), "--gigatoken-child",
                            "--tokenizer", str(tok_json), "--input", str(jsonl), "--output", str(out)]
                 best = None
+                # An engine that refuses a file (prep's fast engine, gigatoken)
+                # says why and exits non-zero: that is a finding, not a failure.
+                if impl in ("prep-fast", "gigatoken"):
+                    why = refusal(cmd, env, scratch / f"engines-{impl}-{name}-probe.log",
+                                  args.prep, tok_json if impl == "prep-fast" else None)
+                    if why is not None:
+                        refused.append((name, impl, why))
+                        print(f"  {name:12} {impl:10} refuses this file: {why}", flush=True)
+                        break
                 for _ in range(args.repeat):
                     # A previous run's prep output would be resumed, not rewritten.
                     if out.is_dir():
@@ -295,6 +348,8 @@ def main() -> int:
                     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                     if best is None or wall < best[0]:
                         best = (wall, rss, cpu, stdout)
+                if best is None:
+                    continue
                 wall, rss, cpu, stdout = best
                 run = {"tokenizer": name, "impl": impl, "threads": t}
                 if impl.startswith("prep"):
@@ -431,7 +486,13 @@ def main() -> int:
                   f"{g['token_count']}; ids with eos equal prep's: "
                   + ("yes" if g["ids_identical"] else f"NO, first at {g['first_difference']}"))
 
+    for name, impl, why in refused:
+        print(f"{name:12} {impl} refuses the file: {why}")
+        # prep's fast engine must run every file it is benchmarked on.
+        ok &= impl != "prep-fast"
+
     report = {
+        "refused": [{"tokenizer": n, "impl": i, "why": w} for n, i, w in refused],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(), "tokenizers": version("tokenizers"),
                     "gigatoken": giga_version, "prep": tool_version([str(args.prep), "--version"]),
