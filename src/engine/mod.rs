@@ -29,6 +29,7 @@
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 
 mod bpe;
+mod dfa;
 mod normalize;
 mod pretok;
 pub mod scan;
