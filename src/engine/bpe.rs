@@ -28,6 +28,21 @@ pub(crate) struct Bpe {
     pub merges: HashMap<u64, Merge, FixedState>,
     /// Whole pieces that are tokens, when the model has `ignore_merges`.
     pub whole: Option<HashMap<Box<[u8]>, u32, FixedState>>,
+    /// The ids of bytes elsewhere than first in a piece, where the model has
+    /// a `continuing_subword_prefix` or an `end_of_word_suffix`.
+    pub affixed: Option<Box<Affixed>>,
+}
+
+/// The id of each byte by its place in a piece, as HF's `merge_word` spells
+/// it: the prefix before every character but the first, the suffix after
+/// the last ([`NO_TOKEN`] where the vocabulary lacks the spelling).
+pub(crate) struct Affixed {
+    /// Neither first nor last: prefix + byte.
+    pub middle: [u32; 256],
+    /// Last of several: prefix + byte + suffix.
+    pub last: [u32; 256],
+    /// A piece of one byte: byte + suffix.
+    pub only: [u32; 256],
 }
 
 /// Pieces longer than this (in bytes) merge through the heap.
@@ -110,11 +125,32 @@ impl Bpe {
             .copied()
     }
 
+    /// The ids of the bytes of `piece`, in order, without those the
+    /// vocabulary lacks.
+    #[inline]
+    fn ids<'p>(&'p self, piece: &'p [u8]) -> impl Iterator<Item = u32> + Clone + 'p {
+        let n = piece.len();
+        piece
+            .iter()
+            .enumerate()
+            .map(move |(i, &b)| match &self.affixed {
+                None => self.byte_ids[b as usize],
+                Some(a) if n == 1 => a.only[b as usize],
+                Some(a) if i + 1 == n => a.last[b as usize],
+                Some(a) if i > 0 => a.middle[b as usize],
+                Some(_) => self.byte_ids[b as usize],
+            })
+            .filter(|&id| id != NO_TOKEN)
+    }
+
     /// Appends the ids of `piece` to `out`.
     #[inline]
     pub(crate) fn encode(&self, piece: &[u8], state: &mut BpeState, out: &mut Vec<u32>) {
         if let [byte] = piece {
-            let id = self.byte_ids[*byte as usize];
+            let id = match &self.affixed {
+                Some(a) => a.only[*byte as usize],
+                None => self.byte_ids[*byte as usize],
+            };
             if id != NO_TOKEN {
                 out.push(id);
             }
@@ -182,12 +218,7 @@ impl Bpe {
     fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, u32)>) {
         let rank = |left: u32, right: u32| self.merge(left, right).map_or(NONE, |m| m.rank);
         syms.clear();
-        syms.extend(
-            piece
-                .iter()
-                .map(|&b| (self.byte_ids[b as usize], NONE))
-                .filter(|&(id, _)| id != NO_TOKEN),
-        );
+        syms.extend(self.ids(piece).map(|id| (id, NONE)));
         for i in 0..syms.len().saturating_sub(1) {
             syms[i].1 = rank(syms[i].0, syms[i + 1].0);
         }
@@ -224,10 +255,7 @@ impl Bpe {
         let heap = &mut state.heap;
         nodes.clear();
         heap.clear();
-        let ids = piece
-            .iter()
-            .map(|&b| self.byte_ids[b as usize])
-            .filter(|&id| id != NO_TOKEN);
+        let ids = self.ids(piece);
         let n = ids.clone().count() as u32;
         if n == 0 {
             return;

@@ -16,9 +16,10 @@
 //! - **pre-tokenizer**: any sequence of the steps in [`pretok`] around one
 //!   `ByteLevel`; the shapes of the GPT-2, cl100k / Llama 3, o200k and
 //!   DeepSeek V3 files run on one scanner of [`scan`], never a regex;
-//! - **model**: `BPE` (or no type) with no dropout, no subword prefix or
-//!   suffix, no byte fallback; a byte without a token is dropped, as HF
-//!   drops it, unless the model names an unknown token.
+//! - **model**: `BPE` (or no type) with no dropout and no byte fallback,
+//!   with or without a `continuing_subword_prefix` and `end_of_word_suffix`
+//!   (spelled as HF's `merge_word` spells them); a byte without a token is
+//!   dropped, as HF drops it, unless the model names an unknown token.
 //!
 //! The post-processor and decoder do not touch the ids of
 //! `encode(text, add_special_tokens=false)`, which is what prep asks for.
@@ -29,6 +30,7 @@
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 
 mod bpe;
+mod dfa;
 mod normalize;
 mod pretok;
 pub mod scan;
@@ -475,30 +477,44 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
     if !(m.dropout.is_null() || m.dropout.as_f64() == Some(0.0)) {
         return unsupported("dropout".into());
     }
-    for (key, value) in [
-        ("continuing_subword_prefix", &m.continuing_subword_prefix),
-        ("end_of_word_suffix", &m.end_of_word_suffix),
-    ] {
-        if !(value.is_null() || value == "") {
-            return unsupported(format!("{key} is set"));
-        }
-    }
+    let affix = |key: &str, value: &Value| match value {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s.clone()),
+        _ => Err(Unsupported(format!("model: {key} is not a string"))),
+    };
+    let prefix = affix("continuing_subword_prefix", &m.continuing_subword_prefix)?;
+    let suffix = affix("end_of_word_suffix", &m.end_of_word_suffix)?;
     if m.byte_fallback == true {
         return unsupported("byte_fallback".into());
     }
     let vocab = &m.vocab;
     let id = |token: &str| vocab.get(token).copied();
     let chars = byte_chars();
-    let mut byte_ids = [0u32; 256];
-    for (b, c) in chars.iter().enumerate() {
-        match id(c.encode_utf8(&mut [0; 4])) {
-            Some(i) => byte_ids[b] = i,
-            // HF drops a character the vocabulary lacks (Falcon's has no
-            // token for some control bytes) unless it has an unknown token.
-            None if m.unk_token.is_null() => byte_ids[b] = bpe::NO_TOKEN,
-            None => return unsupported(format!("no token for byte {b:#04x}")),
+    // HF spells each character of a piece as prefix + byte (all but the
+    // first) + suffix (the last) before looking it up.
+    let table = |before: &str, after: &str| {
+        let mut ids = [0u32; 256];
+        for (b, c) in chars.iter().enumerate() {
+            match id(&format!("{before}{c}{after}")) {
+                Some(i) => ids[b] = i,
+                // HF drops a character the vocabulary lacks (Falcon's has no
+                // token for some control bytes) unless it has an unknown token.
+                None if m.unk_token.is_null() => ids[b] = bpe::NO_TOKEN,
+                None => return Err(Unsupported(format!("model: no token for byte {b:#04x}"))),
+            }
         }
-    }
+        Ok(ids)
+    };
+    let byte_ids = table("", "")?;
+    let affixed = if prefix.is_empty() && suffix.is_empty() {
+        None
+    } else {
+        Some(Box::new(bpe::Affixed {
+            middle: table(&prefix, "")?,
+            last: table(&prefix, &suffix)?,
+            only: table("", &suffix)?,
+        }))
+    };
     let mut merges = HashMap::with_capacity_and_hasher(m.merges.len(), FixedState::default());
     let mut joined = String::new();
     for (rank, line) in m.merges.iter().enumerate() {
@@ -510,9 +526,15 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
         let Some((a, b)) = pair else {
             return unsupported(format!("merge {rank} is not a pair"));
         };
+        // As HF, the merged token is `a` and `b` without its prefix.
+        let Some(b_rest) = b.strip_prefix(prefix.as_str()) else {
+            return unsupported(format!(
+                "merge {rank}: {b:?} does not start with the prefix"
+            ));
+        };
         joined.clear();
         joined.push_str(a);
-        joined.push_str(b);
+        joined.push_str(b_rest);
         let (Some(left), Some(right), Some(new)) = (id(a), id(b), id(&joined)) else {
             return unsupported(format!("merge {rank} names tokens not in the vocabulary"));
         };
@@ -543,6 +565,7 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
         byte_ids,
         merges,
         whole,
+        affixed,
     })
 }
 

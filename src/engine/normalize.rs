@@ -15,6 +15,7 @@ use unicode_normalization_alignments::{
     is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick, IsNormalized, UnicodeNormalization,
 };
 
+use super::dfa::Automaton;
 use super::Unsupported;
 
 /// One normalizer of a `tokenizer.json`.
@@ -28,6 +29,8 @@ pub(crate) enum Normalizer {
     Lowercase,
     /// Every non-overlapping occurrence of a string, left to right.
     Replace(String, String),
+    /// Every match of a regex, left to right, as onig finds them.
+    ReplaceRegex(std::sync::Arc<Automaton>, String),
     /// Prepended to a text that is not empty.
     Prepend(String),
     /// `char::is_whitespace` trimmed from either end.
@@ -67,7 +70,14 @@ impl Normalizer {
                 // An empty pattern matches nothing in HF.
                 (Some(""), Some(_)) => return Ok(None),
                 (Some(from), Some(to)) => Normalizer::Replace(from.to_owned(), to),
-                _ => return unsupported("Replace with a regex pattern".into()),
+                (None, Some(to)) => match n["pattern"]["Regex"].as_str() {
+                    Some(re) => match Automaton::new(re) {
+                        Ok(a) => Normalizer::ReplaceRegex(std::sync::Arc::new(a), to),
+                        Err(why) => return unsupported(format!("Replace pattern {re:?}: {why}")),
+                    },
+                    None => return unsupported(format!("Replace pattern {}", n["pattern"])),
+                },
+                _ => return unsupported("Replace without content".into()),
             },
             Some("Sequence") => {
                 let steps = n["normalizers"].as_array().map_or(&[][..], Vec::as_slice);
@@ -124,6 +134,21 @@ impl Normalizer {
                     Cow::Owned(text.replace(from.as_str(), to))
                 } else {
                     Cow::Borrowed(text)
+                }
+            }
+            Normalizer::ReplaceRegex(re, to) => {
+                let mut out = String::new();
+                let mut last = 0;
+                re.find_iter(text, &mut |start, end| {
+                    out.push_str(&text[last..start]);
+                    out.push_str(to);
+                    last = end;
+                });
+                if last == 0 && out.is_empty() {
+                    Cow::Borrowed(text)
+                } else {
+                    out.push_str(&text[last..]);
+                    Cow::Owned(out)
                 }
             }
             Normalizer::Prepend(p) => {

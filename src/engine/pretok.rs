@@ -5,8 +5,8 @@
 //! Each step finds its matches the way HF's does (characters one by one for
 //! the character classes, the regex crate for the patterns HF itself runs
 //! with it, the scanners of [`super::scan`] for the split patterns they know,
-//! and the regex crate for split patterns whose meaning does not depend on
-//! the regex engine), then cuts the piece by the step's `behavior` exactly as
+//! the regex crate for split patterns whose meaning does not depend on
+//! the regex engine, and [`super::dfa`] for any other), then cuts the piece by the step's `behavior` exactly as
 //! HF's `NormalizedString::split` does. Steps after `ByteLevel` see the
 //! text in the byte-level alphabet, as they do in HF.
 
@@ -14,6 +14,7 @@ use regex_syntax::ast::{self, Ast};
 use regex_syntax::hir::{Hir, HirKind};
 use serde_json::Value;
 
+use super::dfa::Automaton;
 use super::scan::{Known, Pattern};
 use super::Unsupported;
 
@@ -37,6 +38,8 @@ pub(crate) enum Matcher {
     /// A pattern the regex crate runs with onig's meaning (or HF's own
     /// regex-crate pattern).
     Regex(regex::Regex),
+    /// Any other pattern, on a lazy DFA with onig's meaning.
+    Dfa(Automaton),
 }
 
 /// One pre-tokenizer step.
@@ -414,6 +417,10 @@ pub(crate) fn split<'t>(
                 gap = m.end();
             }
         }
+        Matcher::Dfa(automaton) => automaton.find_iter(text, &mut |start, end| {
+            push_match(&mut parts, gap, start, end);
+            gap = end;
+        }),
     }
     if gap < text.len() {
         parts.push((gap, text.len(), false));
@@ -490,21 +497,20 @@ fn from_byte_char(c: char) -> u8 {
 }
 
 /// How a split pattern runs: a scanner when it means what a known pattern
-/// means, the regex crate when its meaning does not depend on the engine;
-/// otherwise the construct that stops it is named.
+/// means, the regex crate when its meaning does not depend on the engine,
+/// otherwise a lazy DFA with onig's meaning; where none runs it exactly, the
+/// construct that stops it is named.
 pub(crate) fn recognise(pattern: &str) -> Result<Matcher, Unsupported> {
     if let Some(known) = known_meaning(pattern) {
         return Ok(Matcher::Known(known));
     }
     let refuse = |why: String| Err(Unsupported(format!("split pattern {pattern:?}: {why}")));
-    let ast = match ast::parse::Parser::new().parse(pattern) {
-        Ok(ast) => ast,
-        Err(e) => return refuse(format!("{} (not a pattern prep can parse)", e.kind())),
+    // What regex-syntax does not parse (lookaheads) the DFA may still run.
+    let Ok(ast) = ast::parse::Parser::new().parse(pattern) else {
+        return Automaton::new(pattern).map(Matcher::Dfa).or_else(refuse);
     };
-    if let Err(construct) = engine_free(&ast) {
-        return refuse(format!(
-            "{construct} differs between HF's regex engine and prep's, and the pattern is not one the fast engine knows"
-        ));
+    if engine_free(&ast).is_err() {
+        return Automaton::new(pattern).map(Matcher::Dfa).or_else(refuse);
     }
     let hir = match regex_syntax::parse(pattern) {
         Ok(hir) => hir,
@@ -669,13 +675,29 @@ mod tests {
         assert_eq!(onig.find("12 pN"), Some((3, 5)));
     }
 
+    /// Patterns whose meaning depends on the engine run on the lazy DFA
+    /// with onig's meaning; those free of it still on the regex crate.
     #[test]
-    fn patterns_whose_meaning_depends_on_the_engine_are_refused() {
-        for text in [r"\w+", r"^a", r"(?i)abc", r"\p{L}+", r"a*", r"[[:alpha:]]"] {
-            assert!(recognise(text).is_err(), "{text}");
+    fn patterns_whose_meaning_depends_on_the_engine_run_on_the_dfa() {
+        for text in [
+            r"\w+",
+            r"^a",
+            r"(?i)abc",
+            r"\p{L}+",
+            r"[[:alpha:]]",
+            r"\s+(?!\S)|x",
+        ] {
+            assert!(
+                matches!(recognise(text), Ok(Matcher::Dfa(_))),
+                "{text}: {:?}",
+                recognise(text)
+            );
         }
         for text in ["[0-9][0-9][0-9]", "[一-龥]+|abc", r"\.\.\.|x+"] {
             assert!(matches!(recognise(text), Ok(Matcher::Regex(_))), "{text}");
+        }
+        for text in [r"a*", r"(a)\1", r"(?<=a)b", r"\w*"] {
+            assert!(recognise(text).is_err(), "{text}");
         }
     }
 }
