@@ -29,6 +29,7 @@
 //! the default end-of-document token, and [`token_arg`] is the one rule by
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 
+mod bert;
 mod bpe;
 mod dfa;
 mod normalize;

@@ -15,6 +15,7 @@ use unicode_normalization_alignments::{
     is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick, IsNormalized, UnicodeNormalization,
 };
 
+use super::bert::BertNormalizer;
 use super::dfa::Automaton;
 use super::Unsupported;
 
@@ -40,6 +41,9 @@ pub(crate) enum Normalizer {
     },
     /// Combining marks removed.
     StripAccents,
+    /// BERT's: cleaning, Chinese characters spaced out, accents stripped,
+    /// lowercase, each as its file says.
+    Bert(BertNormalizer),
     Sequence(Vec<Normalizer>),
 }
 
@@ -58,6 +62,7 @@ impl Normalizer {
             Some("NFKD") => Normalizer::Nfkd,
             Some("Lowercase") => Normalizer::Lowercase,
             Some("StripAccents") => Normalizer::StripAccents,
+            Some("BertNormalizer") => Normalizer::Bert(BertNormalizer::from_json(n)?),
             Some("Strip") => Normalizer::Strip {
                 left: n["strip_left"].as_bool().unwrap_or(false),
                 right: n["strip_right"].as_bool().unwrap_or(false),
@@ -175,6 +180,7 @@ impl Normalizer {
                     Cow::Owned(text.chars().filter(|&c| !is_combining_mark(c)).collect())
                 }
             }
+            Normalizer::Bert(b) => b.apply(text),
             Normalizer::Sequence(steps) => {
                 let mut out = Cow::Borrowed(text);
                 for step in steps {

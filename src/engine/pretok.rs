@@ -62,6 +62,9 @@ pub(crate) enum Step {
         prepend: Prepend,
         split: bool,
     },
+    /// HF's `BertPreTokenizer`: `WhitespaceSplit` then `Punctuation`
+    /// (isolated), in one pass ([`super::bert::words`]).
+    Bert,
 }
 
 /// When `Metaspace` puts its mark before a text.
@@ -123,6 +126,9 @@ impl Steps {
         if self.0.is_empty() {
             return word(text);
         }
+        if let [Step::Bert] = &self.0[..] {
+            return super::bert::words(text, word);
+        }
         // (piece, starts where the whole text does)
         let mut pieces = vec![(text.to_owned(), first)];
         let mut next = Vec::new();
@@ -162,6 +168,13 @@ impl Steps {
                         }
                     }
                     Step::ByteLevel { .. } => unreachable!("a model that is not byte-level"),
+                    Step::Bert => {
+                        let base = p.as_ptr() as usize;
+                        super::bert::words(p, &mut |s| {
+                            let start = s.as_ptr() as usize - base;
+                            next.push((s.to_owned(), *at_start && start == 0))
+                        })
+                    }
                     Step::Split {
                         matcher,
                         behavior,
@@ -231,6 +244,7 @@ impl Steps {
             for p in &pieces {
                 match step {
                     Step::Metaspace { .. } => unreachable!("refused beside ByteLevel"),
+                    Step::Bert => super::bert::words(p, &mut |s| next.push(s.to_owned())),
                     Step::ByteLevel {
                         prefix_space,
                         regex,
@@ -354,6 +368,7 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
                 invert: false,
             }
         }
+        Some("BertPreTokenizer") => Step::Bert,
         Some("WhitespaceSplit") => Step::Split {
             matcher: Matcher::Char(char::is_whitespace),
             behavior: Behavior::Removed,
