@@ -15,6 +15,7 @@ use unicode_normalization_alignments::{
     is_nfc_quick, is_nfd_quick, is_nfkc_quick, is_nfkd_quick, IsNormalized, UnicodeNormalization,
 };
 
+use super::precompiled::Precompiled;
 use super::Unsupported;
 
 /// One normalizer of a `tokenizer.json`.
@@ -38,6 +39,8 @@ pub(crate) enum Normalizer {
     /// Combining marks removed.
     StripAccents,
     Sequence(Vec<Normalizer>),
+    /// SentencePiece's compiled character map (T5, XLM-R).
+    Precompiled(Box<Precompiled>),
 }
 
 impl Normalizer {
@@ -69,6 +72,7 @@ impl Normalizer {
                 (Some(from), Some(to)) => Normalizer::Replace(from.to_owned(), to),
                 _ => return unsupported("Replace with a regex pattern".into()),
             },
+            Some("Precompiled") => Normalizer::Precompiled(Box::new(Precompiled::from_json(n)?)),
             Some("Sequence") => {
                 let steps = n["normalizers"].as_array().map_or(&[][..], Vec::as_slice);
                 let mut list = Vec::new();
@@ -150,6 +154,7 @@ impl Normalizer {
                     Cow::Owned(text.chars().filter(|&c| !is_combining_mark(c)).collect())
                 }
             }
+            Normalizer::Precompiled(p) => p.apply(text),
             Normalizer::Sequence(steps) => {
                 let mut out = Cow::Borrowed(text);
                 for step in steps {
