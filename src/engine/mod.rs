@@ -33,6 +33,7 @@ mod bert;
 mod bpe;
 mod dfa;
 mod normalize;
+mod precompiled;
 mod pretok;
 pub mod scan;
 mod sentencepiece;
@@ -335,6 +336,11 @@ impl FastTokenizer {
     /// Pre-tokenizes and encodes text with no added tokens in it.
     #[inline]
     fn encode_plain(&self, text: &str, first: bool, state: &mut EncodeState, out: &mut Vec<u32>) {
+        // HF drops a text the normalizer emptied before pre-tokenizing it
+        // (a Metaspace step would otherwise mark it).
+        if text.is_empty() {
+            return;
+        }
         let (pre, bpe) = match &self.model {
             Engine::ByteLevel { pre, bpe } => (pre, bpe),
             Engine::SentencePiece(steps, m) => {

@@ -17,6 +17,7 @@ use unicode_normalization_alignments::{
 
 use super::bert::BertNormalizer;
 use super::dfa::Automaton;
+use super::precompiled::Precompiled;
 use super::Unsupported;
 
 /// One normalizer of a `tokenizer.json`.
@@ -45,6 +46,8 @@ pub(crate) enum Normalizer {
     /// lowercase, each as its file says.
     Bert(BertNormalizer),
     Sequence(Vec<Normalizer>),
+    /// SentencePiece's compiled character map (T5, XLM-R).
+    Precompiled(Box<Precompiled>),
 }
 
 impl Normalizer {
@@ -84,6 +87,7 @@ impl Normalizer {
                 },
                 _ => return unsupported("Replace without content".into()),
             },
+            Some("Precompiled") => Normalizer::Precompiled(Box::new(Precompiled::from_json(n)?)),
             Some("Sequence") => {
                 let steps = n["normalizers"].as_array().map_or(&[][..], Vec::as_slice);
                 let mut list = Vec::new();
@@ -181,6 +185,7 @@ impl Normalizer {
                 }
             }
             Normalizer::Bert(b) => b.apply(text),
+            Normalizer::Precompiled(p) => p.apply(text),
             Normalizer::Sequence(steps) => {
                 let mut out = Cow::Borrowed(text);
                 for step in steps {

@@ -6,6 +6,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use tokenizers::models::unigram::Unigram;
+use tokenizers::models::ModelWrapper;
 use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -237,6 +239,7 @@ impl LoadedTokenizer {
         };
         let mut tokenizer =
             Tokenizer::from_bytes(json).map_err(|e| diagnose(path, json, &e.to_string()))?;
+        with_python_scores(&mut tokenizer, json).map_err(unusable)?;
         // Dataset preparation keeps every token of every document: a file
         // that switches on truncation or padding for inference must not cut
         // or pad here.
@@ -376,6 +379,31 @@ impl LoadedTokenizer {
             .id_to_token(id)
             .unwrap_or_else(|| format!("#{id}"))
     }
+}
+
+/// Gives a Unigram model the scores the Python package reads, so that its
+/// ids are Python's. Both read the file with serde_json, but prep links it
+/// with `float_roundtrip` (jsonschema asks for it, and Cargo builds one
+/// serde_json for all), which reads each score as the nearest double, while
+/// the Python package's serde_json reads some a double off (T5's
+/// `-2.0122928619384766` for "▁"); where two segmentations nearly tie
+/// (`-------` in T5) the two builds then choose differently. The model is
+/// rebuilt as HF builds it, from the scores as Python has them.
+fn with_python_scores(tokenizer: &mut Tokenizer, json: &[u8]) -> Result<(), String> {
+    if !matches!(tokenizer.get_model(), ModelWrapper::Unigram(_)) {
+        return Ok(());
+    }
+    #[derive(serde::Deserialize)]
+    struct Root<'a> {
+        #[serde(borrow)]
+        model: &'a serde_json::value::RawValue,
+    }
+    let root: Root = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let (vocab, unk_id, byte_fallback) =
+        super::unigram::python_model(root.model.get()).map_err(|e| e.0)?;
+    let model = Unigram::from(vocab, unk_id, byte_fallback).map_err(|e| e.to_string())?;
+    tokenizer.with_model(model);
+    Ok(())
 }
 
 /// Says what is wrong with a file HF tokenizers refused: not JSON at all,

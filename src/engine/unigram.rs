@@ -1,30 +1,636 @@
-//! Unigram (T5, mT5, XLM-R): the best segmentation of each word by the vocabulary's scores.
+//! Unigram (T5, mT5, XLM-R): the best segmentation of each word by the
+//! vocabulary's scores, exactly as HF tokenizers' `Unigram` finds it.
 //!
-//! Not run by the fast engine yet: every file of this family is refused
-//! with the reason, and prep runs HF tokenizers for it.
+//! - **Viterbi** over the word's bytes, starting only at character
+//!   boundaries: the best score ending at each position is
+//!   `best[start] + score(piece)`, with the starts taken left to right and
+//!   a candidate replacing the best only when strictly greater, so of equal
+//!   sums the one with the earliest start wins. The sums are HF's, in HF's
+//!   order, so the rounding is the same too.
+//! - **Scores as the Python package reads them.** `tokenizers` parses the
+//!   scores with serde_json's default number parser, which is not correctly
+//!   rounded (`-2.0122928619384766` becomes the double below it). prep
+//!   links serde_json with `float_roundtrip` (through jsonschema), so its
+//!   own HF tokenizers reads the exact doubles, and on sums that nearly tie
+//!   (`▁-------` in T5) the two builds choose different segmentations.
+//!   [`python_score`] is serde_json's default parser, and both this engine
+//!   and prep's HF path ([`python_model`]) use it, so both give Python's
+//!   ids.
+//! - **Unknown characters**: where no piece of one character starts, an
+//!   unknown piece of that character scores `min_score - 10`; consecutive
+//!   unknown pieces are fused into one, whose id is its text's if the
+//!   vocabulary has it, else its bytes' `<0xXX>` pieces under
+//!   `byte_fallback` (when every byte has one), else `unk_id`.
+//! - **State**: a cache of the ids of words up to [`CACHE_WORD_BYTES`]
+//!   bytes, at most [`CACHE_WORDS`] of them (emptied when full): under
+//!   4 MiB of words and ids a thread, plus the Viterbi buffers, which grow
+//!   to the longest word seen (24 bytes per byte of it).
+//!
+//! A model without `unk_id` is refused: HF fails on the first unknown
+//! character, and prep would rather run HF and report that than guess.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use foldhash::fast::FixedState;
+use serde_json::value::RawValue;
 
 use super::{Unsupported, Vocab};
 
+/// HF's penalty below the lowest score for an unknown character.
+const UNK_PENALTY: f64 = 10.0;
+
+/// Words longer than this (in bytes) are not cached.
+pub(crate) const CACHE_WORD_BYTES: usize = 48;
+
+/// At most this many words are cached per thread.
+pub(crate) const CACHE_WORDS: usize = 16_384;
+
+/// No token ends at this trie node; no start reaches this position yet.
+const NONE: u32 = u32::MAX;
+
 /// The model, ready to encode.
 pub(crate) struct Model {
+    trie: Trie,
+    /// Score by id.
+    scores: Vec<f64>,
+    /// Text to id (the last id of a text listed twice, as HF).
     vocab: Vocab,
+    unk_id: u32,
+    unk_score: f64,
+    /// `<0xXX>`'s id by byte, under `byte_fallback`.
+    byte_ids: Option<Box<[u32; 256]>>,
 }
 
-/// One worker's buffers.
+/// One worker's buffers and cache.
 #[derive(Default)]
-pub(crate) struct State;
+pub(crate) struct State {
+    best: Vec<Best>,
+    /// The best path's pieces, last first: (start, end, id).
+    path: Vec<(u32, u32, u32)>,
+    cache: HashMap<Box<str>, Box<[u32]>, FixedState>,
+}
+
+/// The best path ending at a position.
+#[derive(Clone, Copy)]
+struct Best {
+    score: f64,
+    start: u32,
+    id: u32,
+}
+
+/// The `model` object of a Unigram `tokenizer.json`, with each score's
+/// text as written.
+#[derive(serde::Deserialize)]
+struct Json<'a> {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(borrow)]
+    vocab: Vec<(String, &'a RawValue)>,
+    #[serde(default)]
+    unk_id: Option<usize>,
+    #[serde(default)]
+    byte_fallback: bool,
+}
+
+/// A Unigram model's settings as the Python package reads them: the
+/// pieces with their scores, `unk_id` and `byte_fallback`.
+pub(crate) type PythonModel = (Vec<(String, f64)>, Option<usize>, bool);
+
+/// Reads a Unigram `model` object as the Python package does (the scores
+/// by [`python_score`]), for HF's `Unigram::from`.
+pub(crate) fn python_model(model: &str) -> Result<PythonModel, Unsupported> {
+    let json: Json = serde_json::from_str(model).map_err(|e| Unsupported(format!("model: {e}")))?;
+    if json.kind.as_deref().is_some_and(|k| k != "Unigram") {
+        return Err(Unsupported("model: not Unigram".into()));
+    }
+    let mut vocab = Vec::with_capacity(json.vocab.len());
+    for (piece, raw) in json.vocab {
+        let Some(score) = python_score(raw.get()) else {
+            return Err(Unsupported(format!(
+                "model: the score of {piece:?} is not a number"
+            )));
+        };
+        vocab.push((piece, score));
+    }
+    Ok((vocab, json.unk_id, json.byte_fallback))
+}
+
+/// Powers of ten as serde_json's parser keeps them: `1e0` to `1e308`,
+/// each the double nearest it.
+static POW10: LazyLock<Vec<f64>> = LazyLock::new(|| {
+    (0..=308)
+        .map(|e| format!("1e{e}").parse().expect("a valid float"))
+        .collect()
+});
+
+/// A JSON number as serde_json (without `float_roundtrip`, as the Python
+/// package is built) reads it into an `f64`: the decimal digits as a
+/// `u64` (digits past its range dropped, those of the integer part
+/// counted into the exponent), converted to `f64`, then multiplied or
+/// divided once by a power of ten. Not always the nearest double; that is
+/// the point. `None` for text that is not a JSON number, or one serde_json
+/// refuses (out of range).
+pub(crate) fn python_score(text: &str) -> Option<f64> {
+    let b = text.trim().as_bytes();
+    let (positive, b) = match b.split_first()? {
+        (b'-', rest) => (false, rest),
+        _ => (true, b),
+    };
+    let digit = |c: u8| c.is_ascii_digit().then(|| u64::from(c - b'0'));
+    let mut i = 0;
+    let mut significand: u64 = 0;
+    let mut exponent: i32 = 0;
+    // The integer part: one leading zero at most.
+    match b.first() {
+        Some(b'0') => {
+            i = 1;
+            if b.get(1).is_some_and(u8::is_ascii_digit) {
+                return None;
+            }
+        }
+        Some(c) if c.is_ascii_digit() => {
+            // Past the first digit that overflows, each counts only into
+            // the exponent.
+            let mut overflowed = false;
+            while let Some(d) = b.get(i).and_then(|&c| digit(c)) {
+                match significand.checked_mul(10).and_then(|s| s.checked_add(d)) {
+                    Some(s) if !overflowed => significand = s,
+                    _ => {
+                        overflowed = true;
+                        exponent += 1;
+                    }
+                }
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    let mut float = false;
+    if b.get(i) == Some(&b'.') {
+        float = true;
+        i += 1;
+        let digits = i;
+        // serde_json keeps adding fraction digits after an integer part
+        // that overflowed, and drops them all from the first that does.
+        let mut overflowed = false;
+        while let Some(d) = b.get(i).and_then(|&c| digit(c)) {
+            if !overflowed {
+                match significand.checked_mul(10).and_then(|s| s.checked_add(d)) {
+                    Some(s) => {
+                        significand = s;
+                        exponent -= 1;
+                    }
+                    None => overflowed = true,
+                }
+            }
+            i += 1;
+        }
+        if i == digits {
+            return None;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        float = true;
+        i += 1;
+        let positive_exp = match b.get(i) {
+            Some(b'+') => {
+                i += 1;
+                true
+            }
+            Some(b'-') => {
+                i += 1;
+                false
+            }
+            _ => true,
+        };
+        let start = i;
+        let mut exp: i32 = 0;
+        let mut exp_overflow = false;
+        while let Some(d) = b.get(i).and_then(|&c| digit(c)) {
+            match exp.checked_mul(10).and_then(|e| e.checked_add(d as i32)) {
+                Some(e) => exp = e,
+                None => exp_overflow = true,
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        if exp_overflow {
+            if significand != 0 && positive_exp {
+                return None;
+            }
+            return (i == b.len()).then_some(if positive { 0.0 } else { -0.0 });
+        }
+        exponent = if positive_exp {
+            exponent.saturating_add(exp)
+        } else {
+            exponent.saturating_sub(exp)
+        };
+    }
+    if i != b.len() {
+        return None;
+    }
+    if !float && exponent == 0 {
+        // An integer: u64 or i64, converted as `as f64` converts it.
+        return Some(if positive {
+            significand as f64
+        } else if significand == 0 || significand > i64::MAX as u64 + 1 {
+            -(significand as f64)
+        } else {
+            (significand as i64).wrapping_neg() as f64
+        });
+    }
+    let mut f = significand as f64;
+    loop {
+        match POW10.get(exponent.unsigned_abs() as usize) {
+            Some(&pow) => {
+                if exponent >= 0 {
+                    f *= pow;
+                    if f.is_infinite() {
+                        return None;
+                    }
+                } else {
+                    f /= pow;
+                }
+                break;
+            }
+            None => {
+                if f == 0.0 {
+                    break;
+                }
+                if exponent >= 0 {
+                    return None;
+                }
+                f /= 1e308;
+                exponent += 308;
+            }
+        }
+    }
+    Some(if positive { f } else { -f })
+}
 
 impl Model {
     /// Reads the `model` object of a `tokenizer.json`, with its
     /// vocabulary (for the added tokens' ids), or says why it is refused.
-    pub(crate) fn from_json(_model: &str) -> Result<(Model, Vocab), Unsupported> {
-        Err(Unsupported(
-            "model: the fast engine does not run this family yet".into(),
+    pub(crate) fn from_json(model: &str) -> Result<(Model, Vocab), Unsupported> {
+        let (pieces, unk_id, byte_fallback) = python_model(model)?;
+        let unsupported = |what: &str| Err(Unsupported(format!("model: {what}")));
+        let Some(unk_id) = unk_id else {
+            return unsupported("Unigram without unk_id (HF fails on an unknown character)");
+        };
+        if unk_id >= pieces.len() {
+            return unsupported("unk_id is not below the vocabulary's size");
+        }
+        if u32::try_from(pieces.len()).is_err() {
+            return unsupported("more than 2^32 pieces");
+        }
+        let mut vocab = Vocab::with_capacity_and_hasher(pieces.len(), FixedState::default());
+        let mut scores = Vec::with_capacity(pieces.len());
+        let mut min_score = f64::INFINITY;
+        for (id, (piece, score)) in pieces.into_iter().enumerate() {
+            // HF's minimum: `<` skips NaN, as here.
+            if score < min_score {
+                min_score = score;
+            }
+            scores.push(score);
+            vocab.insert(piece, id as u32);
+        }
+        let byte_ids = if byte_fallback {
+            let mut ids = Box::new([NONE; 256]);
+            for (b, id) in ids.iter_mut().enumerate() {
+                if let Some(&i) = vocab.get(&format!("<0x{b:02X}>")) {
+                    *id = i;
+                }
+            }
+            Some(ids)
+        } else {
+            None
+        };
+        let trie = Trie::new(&vocab);
+        Ok((
+            Model {
+                trie,
+                scores,
+                unk_id: unk_id as u32,
+                unk_score: min_score - UNK_PENALTY,
+                byte_ids,
+                vocab: vocab.clone(),
+            },
+            vocab,
         ))
     }
 
     /// Appends the ids of one pre-tokenized word.
-    pub(crate) fn encode(&self, word: &str, _state: &mut State, out: &mut Vec<u32>) {
-        out.extend(self.vocab.get(word).copied());
+    pub(crate) fn encode(&self, word: &str, state: &mut State, out: &mut Vec<u32>) {
+        if word.is_empty() {
+            return;
+        }
+        let cacheable = word.len() <= CACHE_WORD_BYTES;
+        if cacheable {
+            if let Some(ids) = state.cache.get(word) {
+                out.extend_from_slice(ids);
+                return;
+            }
+        }
+        let from = out.len();
+        self.viterbi(word, state);
+        self.emit(word, &state.path, out);
+        if cacheable {
+            if state.cache.len() >= CACHE_WORDS {
+                state.cache.clear();
+            }
+            state.cache.insert(word.into(), out[from..].into());
+        }
+    }
+
+    /// Leaves the best path's pieces in `state.path`, last first.
+    fn viterbi(&self, word: &str, state: &mut State) {
+        let bytes = word.as_bytes();
+        let n = bytes.len();
+        let best = &mut state.best;
+        best.clear();
+        best.resize(
+            n + 1,
+            Best {
+                score: 0.0,
+                start: NONE,
+                id: 0,
+            },
+        );
+        let mut start = 0;
+        while start < n {
+            let here = best[start].score;
+            let char_len = utf8_len(bytes[start]);
+            let mut single = false;
+            self.trie.prefixes(&bytes[start..], |len, id| {
+                let end = start + len;
+                let candidate = self.scores[id as usize] + here;
+                let target = &mut best[end];
+                if target.start == NONE || candidate > target.score {
+                    *target = Best {
+                        score: candidate,
+                        start: start as u32,
+                        id,
+                    };
+                }
+                single |= len == char_len;
+            });
+            if !single {
+                let target = &mut best[start + char_len];
+                let candidate = self.unk_score + here;
+                if target.start == NONE || candidate > target.score {
+                    *target = Best {
+                        score: candidate,
+                        start: start as u32,
+                        id: self.unk_id,
+                    };
+                }
+            }
+            start += char_len;
+        }
+        state.path.clear();
+        let mut end = n;
+        while end > 0 {
+            let b = best[end];
+            state.path.push((b.start, end as u32, b.id));
+            end = b.start as usize;
+        }
+    }
+
+    /// Appends the ids of the path's pieces, consecutive unknown pieces
+    /// fused into one.
+    fn emit(&self, word: &str, path: &[(u32, u32, u32)], out: &mut Vec<u32>) {
+        let mut i = path.len();
+        while i > 0 {
+            i -= 1;
+            let (start, end, id) = path[i];
+            if id != self.unk_id {
+                out.push(id);
+                continue;
+            }
+            let mut stop = end;
+            while i > 0 && path[i - 1].2 == self.unk_id {
+                i -= 1;
+                stop = path[i].1;
+            }
+            let text = &word[start as usize..stop as usize];
+            if let Some(&id) = self.vocab.get(text) {
+                out.push(id);
+                continue;
+            }
+            if let Some(bytes) = &self.byte_ids {
+                if text.bytes().all(|b| bytes[b as usize] != NONE) {
+                    out.extend(text.bytes().map(|b| bytes[b as usize]));
+                    continue;
+                }
+            }
+            out.push(self.unk_id);
+        }
+    }
+}
+
+/// The length of the UTF-8 character that starts with `lead`.
+#[inline]
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0x00..=0x7F => 1,
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        _ => 4,
+    }
+}
+
+/// The pieces' bytes as a trie in flat arrays: each node's children are a
+/// run of `labels`/`children` sorted by label; the root's are a table.
+struct Trie {
+    root: Box<[u32; 256]>,
+    /// Per node: the id of the piece ending here, or [`NONE`].
+    ids: Vec<u32>,
+    /// Per node: its children's range in `labels` and `children`.
+    ranges: Vec<(u32, u32)>,
+    labels: Vec<u8>,
+    children: Vec<u32>,
+}
+
+impl Trie {
+    fn new(vocab: &Vocab) -> Trie {
+        let mut pieces: Vec<(&[u8], u32)> = vocab
+            .iter()
+            .filter(|(p, _)| !p.is_empty())
+            .map(|(p, &id)| (p.as_bytes(), id))
+            .collect();
+        pieces.sort_unstable();
+        let mut trie = Trie {
+            root: Box::new([NONE; 256]),
+            ids: Vec::new(),
+            ranges: Vec::new(),
+            labels: Vec::new(),
+            children: Vec::new(),
+        };
+        // The root's children, each built depth first.
+        let mut i = 0;
+        while i < pieces.len() {
+            let label = pieces[i].0[0];
+            let j = i + pieces[i..].partition_point(|p| p.0[0] == label);
+            trie.root[label as usize] = trie.build(&pieces[i..j], 1);
+            i = j;
+        }
+        trie
+    }
+
+    /// Builds the node for `pieces`, which share their first `depth`
+    /// bytes (sorted, so a piece of exactly `depth` bytes comes first).
+    fn build(&mut self, pieces: &[(&[u8], u32)], depth: usize) -> u32 {
+        let node = self.ids.len();
+        let (id, rest) = match pieces.first() {
+            Some((p, id)) if p.len() == depth => (*id, &pieces[1..]),
+            _ => (NONE, pieces),
+        };
+        self.ids.push(id);
+        self.ranges.push((0, 0));
+        // Labels first, so a node's children sit together.
+        let mut groups = Vec::new();
+        let mut i = 0;
+        while i < rest.len() {
+            let label = rest[i].0[depth];
+            let j = i + rest[i..].partition_point(|p| p.0[depth] == label);
+            groups.push((label, i, j));
+            i = j;
+        }
+        let first = self.labels.len();
+        for &(label, _, _) in &groups {
+            self.labels.push(label);
+            self.children.push(NONE);
+        }
+        self.ranges[node] = (first as u32, (first + groups.len()) as u32);
+        for (k, &(_, i, j)) in groups.iter().enumerate() {
+            let child = self.build(&rest[i..j], depth + 1);
+            self.children[first + k] = child;
+        }
+        node as u32
+    }
+
+    /// Calls `found(length, id)` for each piece that is a prefix of
+    /// `bytes`, shortest first.
+    #[inline]
+    fn prefixes(&self, bytes: &[u8], mut found: impl FnMut(usize, u32)) {
+        let Some((&b0, rest)) = bytes.split_first() else {
+            return;
+        };
+        let mut node = self.root[b0 as usize];
+        if node == NONE {
+            return;
+        }
+        let mut len = 1;
+        loop {
+            let id = self.ids[node as usize];
+            if id != NONE {
+                found(len, id);
+            }
+            let Some(&b) = rest.get(len - 1) else {
+                return;
+            };
+            let (lo, hi) = self.ranges[node as usize];
+            let labels = &self.labels[lo as usize..hi as usize];
+            let k = if labels.len() <= 8 {
+                match labels.iter().position(|&l| l == b) {
+                    Some(k) => k,
+                    None => return,
+                }
+            } else {
+                match labels.binary_search(&b) {
+                    Ok(k) => k,
+                    Err(_) => return,
+                }
+            };
+            node = self.children[lo as usize + k];
+            len += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_score_is_serde_jsons_default_parse() {
+        // The nearest double, and the one serde_json's default parser
+        // gives (T5's score of "▁").
+        let exact: f64 = "-2.0122928619384766".parse().unwrap();
+        let python = python_score("-2.0122928619384766").unwrap();
+        assert_ne!(exact, python);
+        assert_eq!(python, -(20122928619384766u64 as f64 / 1e16));
+        for (text, value) in [
+            ("0.0", 0.0),
+            ("-0.5", -0.5),
+            ("0", 0.0),
+            ("-3", -3.0),
+            ("1e2", 100.0),
+            ("-1.5E-1", -0.15),
+        ] {
+            assert_eq!(python_score(text), Some(value), "{text}");
+        }
+        for bad in ["", "-", "01", "1.", ".5", "1e", "abc", "1e999"] {
+            assert_eq!(python_score(bad), None, "{bad}");
+        }
+    }
+
+    fn model(pieces: &[(&str, f64)], unk: usize, byte_fallback: bool) -> Model {
+        let vocab: Vec<String> = pieces
+            .iter()
+            .map(|(p, s)| format!("[{},{s:?}]", serde_json::to_string(p).unwrap()))
+            .collect();
+        let json = format!(
+            r#"{{"type":"Unigram","unk_id":{unk},"byte_fallback":{byte_fallback},"vocab":[{}]}}"#,
+            vocab.join(",")
+        );
+        Model::from_json(&json).unwrap().0
+    }
+
+    fn ids(m: &Model, word: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        m.encode(word, &mut State::default(), &mut out);
+        out
+    }
+
+    #[test]
+    fn best_segmentation_and_fused_unknowns() {
+        // HF's own example: "abcdacdxx" is abcd, a, cd, xx (xx one unknown).
+        let m = model(
+            &[
+                ("<unk>", 0.0),
+                ("a", 0.0),
+                ("b", 0.0),
+                ("c", 0.0),
+                ("d", 0.0),
+                ("cd", 1.0),
+                ("ab", 2.0),
+                ("abc", 5.0),
+                ("abcd", 10.0),
+            ],
+            0,
+            false,
+        );
+        assert_eq!(ids(&m, "abcdacdxx"), [8, 1, 5, 0]);
+    }
+
+    #[test]
+    fn byte_fallback_spells_unknowns_in_bytes() {
+        let m = model(
+            &[
+                ("<unk>", 0.0),
+                ("a", -1.0),
+                ("<0xC3>", -1.0),
+                ("<0xA9>", -1.0),
+            ],
+            0,
+            true,
+        );
+        assert_eq!(ids(&m, "aéa"), [1, 2, 3, 1]);
+        // A byte without its piece: the whole unknown run is unk.
+        assert_eq!(ids(&m, "aü"), [1, 0]);
     }
 }
