@@ -573,8 +573,12 @@ fn unsupported_tokenizers_are_refused() {
             Box::new(|j| j["model"]["type"] = "WordPiece".into()),
         ),
         (
-            "Metaspace",
-            Box::new(|j| j["pre_tokenizer"] = json!({"type": "Metaspace"})),
+            "Metaspace beside ByteLevel",
+            Box::new(|j| {
+                j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Metaspace"},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
+            }),
         ),
         (
             "unknown split",

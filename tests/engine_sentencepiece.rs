@@ -1,0 +1,644 @@
+//! The fast engine's SentencePiece-style BPE against HF tokenizers:
+//! identical ids or the test fails.
+//!
+//! Every test encodes the same text with `prep::engine::FastTokenizer` and
+//! with the `tokenizers` crate (`encode(text, false)`, truncation and padding
+//! off, as `prep tokenize` runs it). The tokenizers are Mistral 7B and
+//! Phi-3 mini as shipped (from `../shared/corpora/tokenizers`, skipped when
+//! absent), edits of them that cover the options the shipped files leave
+//! out (byte fallback off with and without an unknown token, `fuse_unk`
+//! off, `ignore_merges`, each `prepend_scheme`, `split: true`, added tokens
+//! in the middle of words, merges that break the proof that lets the engine
+//! cut a word), and a small tokenizer built here, so the tests also run
+//! without the shared files. The texts are the committed corpus excerpt,
+//! long runs (the heap path and the cuts inside a long piece), fixed edge
+//! cases and generated adversarial text; with `--ignored`, in release, the
+//! whole shared corpus, and a speed comparison that prints MB/s.
+//!
+//! The `tokenizers` crate is the code the Python package runs;
+//! `python_package_agrees` checks that on these files when the reference
+//! venv is built.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use prep::engine::{EncodeState, FastTokenizer};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use tokenizers::Tokenizer;
+
+fn read_zst(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    zstd::Decoder::new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// A tokenizer in both engines.
+struct Pair {
+    name: String,
+    hf: Tokenizer,
+    fast: FastTokenizer,
+}
+
+impl Pair {
+    fn new(name: &str, json: &[u8]) -> Pair {
+        let mut hf = Tokenizer::from_bytes(json).unwrap();
+        hf.with_truncation(None).unwrap();
+        hf.with_padding(None);
+        let fast = FastTokenizer::from_json(json)
+            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
+        Pair {
+            name: name.into(),
+            hf,
+            fast,
+        }
+    }
+
+    fn want(&self, text: &str) -> Vec<u32> {
+        self.hf.encode_fast(text, false).unwrap().get_ids().to_vec()
+    }
+
+    /// Encodes `text` with both; a message naming the first difference.
+    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
+        let want = self.want(text);
+        let mut got = Vec::new();
+        self.fast.encode(text, state, &mut got);
+        if got == want {
+            return Ok(());
+        }
+        let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
+        Err(format!(
+            "{}: ids differ at {at} of {} on {:?}\n  hf:   {:?}\n  fast: {:?}",
+            self.name,
+            want.len(),
+            text.chars().take(200).collect::<String>(),
+            want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                .iter()
+                .map(token)
+                .collect::<Vec<_>>(),
+            got[at.saturating_sub(2)..(at + 4).min(got.len())]
+                .iter()
+                .map(token)
+                .collect::<Vec<_>>(),
+        ))
+    }
+}
+
+fn shared(name: &str) -> Option<Value> {
+    let path = common::root()
+        .join("../shared/corpora/tokenizers")
+        .join(format!("{name}.tokenizer.json.zst"));
+    if !path.exists() {
+        eprintln!("skipped: {} is not here", path.display());
+        return None;
+    }
+    Some(serde_json::from_slice(&read_zst(&path)).unwrap())
+}
+
+fn metaspace(prepend_scheme: &str, split: bool) -> Value {
+    json!({"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": prepend_scheme, "split": split})
+}
+
+fn added(id: u64, content: &str, normalized: bool, special: bool, rstrip: bool) -> Value {
+    json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+        "rstrip": rstrip, "normalized": normalized, "special": special})
+}
+
+/// Adds `token` to a model's vocabulary with the next id, and the merge
+/// `left right` (making it) last.
+fn add_merge(j: &mut Value, left: &str, right: &str) {
+    let vocab = j["model"]["vocab"].as_object_mut().unwrap();
+    let next = vocab.values().filter_map(Value::as_u64).max().unwrap() + 1;
+    vocab.insert(format!("{left}{right}"), next.into());
+    j["model"]["merges"]
+        .as_array_mut()
+        .unwrap()
+        .push(format!("{left} {right}").into());
+}
+
+/// A small SentencePiece-style tokenizer, committed as code: single
+/// characters, the 256 byte tokens, runs of `▁`, and merges that make
+/// words, equal neighbours (`a a` on `aaaa`: leftmost first) and merges of
+/// merges.
+fn mini() -> Value {
+    let mut vocab = serde_json::Map::new();
+    let mut push = |t: &str| {
+        let id = vocab.len() as u64;
+        vocab.entry(t.to_owned()).or_insert(id.into());
+    };
+    for t in ["<unk>", "<s>", "</s>"] {
+        push(t);
+    }
+    for b in 0..=255u8 {
+        push(&format!("<0x{b:02X}>"));
+    }
+    for c in "\u{2581}abcdefghijklmnopqrstuvwxyzTHE.,'0123456789éд中".chars() {
+        push(&c.to_string());
+    }
+    let merges = [
+        "\u{2581} \u{2581}",
+        "\u{2581}\u{2581} \u{2581}\u{2581}",
+        "\u{2581}\u{2581} \u{2581}",
+        "t h",
+        "th e",
+        "\u{2581} the",
+        "a a",
+        "aa a",
+        "aa aa",
+        "i n",
+        "in g",
+        "\u{2581} in",
+        "e r",
+        "\u{2581} a",
+        "\u{2581}a n",
+        "\u{2581}an d",
+        "o n",
+        "\u{2581} on",
+        "\u{2581}on e",
+        "é t",
+        "д д",
+        "中 中",
+        "1 2",
+        "12 3",
+        "T H",
+        "TH E",
+        "\u{2581} TH",
+    ];
+    for m in merges {
+        let (a, b) = m.split_once(' ').unwrap();
+        push(a);
+        push(b);
+        push(&format!("{a}{b}"));
+    }
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [
+            added(0, "<unk>", false, true, false),
+            added(1, "<s>", false, true, false),
+            added(2, "</s>", false, true, false),
+        ],
+        "normalizer": null,
+        "pre_tokenizer": metaspace("first", false),
+        "post_processor": null,
+        "decoder": null,
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": "<unk>",
+            "continuing_subword_prefix": null, "end_of_word_suffix": null,
+            "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+            "vocab": vocab, "merges": merges,
+        }
+    })
+}
+
+/// The tokenizers of one base, as shipped and edited.
+fn variants(name: &str, base: &Value) -> Vec<(String, Value)> {
+    let edit = |what: &str, change: &dyn Fn(&mut Value)| {
+        let mut j = base.clone();
+        change(&mut j);
+        (format!("{name}+{what}"), j)
+    };
+    let model = |j: &mut Value, key: &str, value: Value| j["model"][key] = value;
+    vec![
+        (name.to_owned(), base.clone()),
+        edit("no-byte-fallback", &|j: &mut Value| {
+            model(j, "byte_fallback", false.into())
+        }),
+        edit("no-byte-fallback-no-fuse", &|j: &mut Value| {
+            model(j, "byte_fallback", false.into());
+            model(j, "fuse_unk", false.into());
+        }),
+        edit("no-byte-fallback-no-unk", &|j: &mut Value| {
+            model(j, "byte_fallback", false.into());
+            model(j, "unk_token", Value::Null);
+        }),
+        edit("some-bytes-missing-no-fuse", &|j: &mut Value| {
+            // Characters whose bytes are all there fall back; the others
+            // are unknown, pushed after the bytes of later characters.
+            let vocab = j["model"]["vocab"].as_object_mut().unwrap();
+            for b in ["<0xE4>", "<0xF0>", "<0x09>"] {
+                vocab.remove(b);
+            }
+            model(j, "fuse_unk", false.into());
+        }),
+        edit("some-bytes-missing-no-unk", &|j: &mut Value| {
+            let vocab = j["model"]["vocab"].as_object_mut().unwrap();
+            for b in ["<0xE4>", "<0xF0>", "<0x09>"] {
+                vocab.remove(b);
+            }
+            model(j, "unk_token", Value::Null);
+        }),
+        edit("ignore-merges", &|j: &mut Value| model(j, "ignore_merges", true.into())),
+        edit("prepend-always", &|j: &mut Value| {
+            j["normalizer"] = Value::Null;
+            j["pre_tokenizer"] = metaspace("always", false);
+        }),
+        edit("prepend-never", &|j: &mut Value| {
+            j["normalizer"] = Value::Null;
+            j["pre_tokenizer"] = metaspace("never", false);
+        }),
+        edit("split", &|j: &mut Value| {
+            j["normalizer"] = Value::Null;
+            j["pre_tokenizer"] = metaspace("first", true);
+        }),
+        edit("added-in-words", &|j: &mut Value| {
+            // Tokens inside text, of both passes: the text after one does
+            // not start the input (Metaspace's `first`).
+            let next = 40000;
+            let list = j["added_tokens"].as_array_mut().unwrap();
+            list.push(added(next, "<|im_start|>", false, true, false));
+            list.push(added(next + 1, "ing the", true, false, false));
+            list.push(added(next + 2, "<sep>", false, true, true));
+        }),
+        edit("merges-across-words", &|j: &mut Value| {
+            // Merges that join a letter to a following `▁` and a `▁` to
+            // a letter before it: those junctions lose their cut.
+            add_merge(j, "o", "\u{2581}");
+            add_merge(j, "e", "\u{2581}the");
+            add_merge(j, "<0x0A>", "\u{2581}");
+            add_merge(j, "<0x0A>", "<0x0A>");
+        }),
+        edit("two-texts-one-id", &|j: &mut Value| {
+            // An id with two texts: the engine keeps every word whole.
+            let vocab = j["model"]["vocab"].as_object_mut().unwrap();
+            let id = vocab["\u{2581}the"].clone();
+            vocab.insert("\u{2581}thé-alias".into(), id);
+        }),
+    ]
+}
+
+fn all_pairs() -> Vec<Pair> {
+    let mut list = variants("mini", &mini());
+    for name in ["mistral-7b-v0.1", "phi-3-mini"] {
+        if let Some(base) = shared(name) {
+            list.extend(variants(name, &base));
+        }
+    }
+    list.into_iter()
+        .map(|(name, j)| Pair::new(&name, &serde_json::to_vec(&j).unwrap()))
+        .collect()
+}
+
+/// Texts of a JSONL file's `text` fields.
+fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
+    BufReader::new(jsonl).lines().map(|line| {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        v["text"].as_str().unwrap().to_owned()
+    })
+}
+
+fn excerpt() -> Vec<String> {
+    texts(&read_zst(&common::fixture("corpus/debian-sample.jsonl.zst"))).collect()
+}
+
+/// Edge cases each named in the task: spaces, `▁` itself, whitespace only,
+/// added tokens at the start, in the middle and at the end.
+const EDGES: &[&str] = &[
+    "",
+    " ",
+    "  ",
+    "\n",
+    " \n \t ",
+    "\t\t\n\n\r\n",
+    "hello",
+    " hello",
+    "   hello   world   ",
+    "hello world",
+    "\u{2581}",
+    "\u{2581}\u{2581}\u{2581}",
+    "\u{2581}hello",
+    "a\u{2581}b \u{2581} c\u{2581}\u{2581}",
+    " \u{2581}",
+    "<s>",
+    "<s>hello",
+    "<s> hello",
+    "hello<s>world",
+    "hello <s> world",
+    "hello</s>  world</s>",
+    "</s>",
+    " </s> ",
+    "<unk>x<unk>",
+    "<|user|>\nhi<|end|>\n<|assistant|>   ok",
+    "<|endoftext|><|endoftext|>",
+    "xx<|im_start|>yy<sep>   zz",
+    "doing the thing<sep>",
+    "the the the",
+    "aaaa aaaaa aaaaaa",
+    "THE THETHE",
+    "123123 1234",
+    "ééé étét дддд 中中中",
+    "\u{fffd}\u{0}\u{1}\u{7f}\u{85}",
+    "😀👩\u{200d}💻🇩🇪",
+    "\u{e000}\u{10ffff}",
+    "e\u{301}\u{301}a\u{300}\u{323}",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "don't 'tis o'clock ''",
+    "\u{3000}\u{a0}\u{2028}\u{feff}",
+];
+
+#[test]
+fn edge_cases_identical() {
+    let mut failures = Vec::new();
+    for pair in all_pairs() {
+        let mut state = EncodeState::default();
+        for text in EDGES {
+            if let Err(e) = pair.check(text, &mut state) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn corpus_excerpt_identical() {
+    let texts = excerpt();
+    let mut failures = Vec::new();
+    for (n, pair) in all_pairs().iter().enumerate() {
+        let mut state = EncodeState::default();
+        // The shipped files see every document, the edits a part (a debug
+        // build of HF is slow).
+        let take = if pair.name.contains('+') { 60 } else { texts.len() };
+        for text in texts.iter().skip(n % 7 * 40).take(take) {
+            if let Err(e) = pair.check(text, &mut state) {
+                failures.push(e);
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Long words go through the heap merge, and a long piece is cut inside.
+#[test]
+fn long_runs_identical() {
+    let mut texts = vec![
+        " ".repeat(5000),
+        " ".repeat(3000) + "x" + &" ".repeat(37),
+        "\u{2581}".repeat(1000),
+        "a".repeat(3000),
+        "\n".repeat(2000),
+        "\t \n".repeat(700),
+        "the ".repeat(2000),
+        "中".repeat(2000),
+        "中文数据获取一个日本語のテキスト".repeat(100),
+        "supercalifragilistic".repeat(200),
+        "0123456789".repeat(300),
+        "😀".repeat(500),
+        "<s>".repeat(300) + &"x ".repeat(300),
+    ];
+    let mut next = common::xorshift(11);
+    texts.push(
+        (0..20000)
+            .map(|_| char::from(b"abcdefgh ijk\nTHE."[(next() % 17) as usize]))
+            .collect(),
+    );
+    let mut failures = Vec::new();
+    for pair in all_pairs() {
+        let mut state = EncodeState::default();
+        for text in &texts {
+            if let Err(e) = pair.check(text, &mut state) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Fragments that meet every branch: scripts, marks, spaces, `▁`, added
+/// tokens, characters no vocabulary has.
+fn fragment() -> impl Strategy<Value = String> {
+    let words = proptest::sample::select(vec![
+        "the", " the", "The", "THE", "ing", "ing the", "aaa", "one", "and", "in",
+        "\u{2581}", "\u{2581}\u{2581}", "\u{2581}the", "<s>", "</s>", "<unk>", "<|user|>",
+        "<|end|>", "<|endoftext|>", "<|im_start|>", "<sep>", "<0x0A>", "école", "Straße",
+        "中文", "数据", "日本語の", "한국어", "русский", "ддд", "ελληνικά", "עברית",
+        "العربية", "हिन्दी", "ไทย", "e\u{301}", "\u{301}", "\u{200b}", "\u{200d}",
+        "👩\u{200d}💻", "😀", "🇩🇪", "\u{fffd}", "\u{0}", "\u{1b}", "\u{e000}", "𝔘", "don't",
+        "'", "''", "123", "١٢٣", "http://example.org/a?b=c", "/usr/share/doc", "...",
+    ]);
+    prop_oneof![
+        4 => words.prop_map(str::to_owned),
+        2 => (proptest::sample::select(vec![" ", "\n", "\t", "\r\n", "\u{a0}", "\u{3000}", "\u{2581}"]), 1..20usize)
+            .prop_map(|(s, n)| s.repeat(n)),
+        1 => "[a-zA-Z0-9 .,;:!?'\"()\\-]{1,12}",
+        1 => any::<char>().prop_map(String::from),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn adversarial_text_identical(parts in proptest::collection::vec(fragment(), 0..24)) {
+        let text = parts.concat();
+        thread_local! {
+            static PAIRS: Vec<Pair> = all_pairs();
+        }
+        PAIRS.with(|pairs| {
+            let mut state = EncodeState::default();
+            for pair in pairs {
+                if let Err(e) = pair.check(&text, &mut state) {
+                    return Err(TestCaseError::fail(e));
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
+
+/// Options the engine does not run exactly are refused (HF then runs).
+#[test]
+fn unsupported_options_are_refused() {
+    type Change = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Change)> = vec![
+        ("dropout", Box::new(|j| j["model"]["dropout"] = 0.1.into())),
+        (
+            "continuing_subword_prefix",
+            Box::new(|j| j["model"]["continuing_subword_prefix"] = "##".into()),
+        ),
+        (
+            "end_of_word_suffix",
+            Box::new(|j| j["model"]["end_of_word_suffix"] = "</w>".into()),
+        ),
+        (
+            "unk_token not in the vocabulary",
+            Box::new(|j| j["model"]["unk_token"] = "<nope>".into()),
+        ),
+        (
+            "merge of unknown tokens",
+            Box::new(|j| {
+                j["model"]["merges"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push("qq zz".into())
+            }),
+        ),
+    ];
+    for (name, change) in cases {
+        let mut j = mini();
+        change(&mut j);
+        let refused = FastTokenizer::from_json(&serde_json::to_vec(&j).unwrap());
+        assert!(refused.is_err(), "{name}: accepted");
+    }
+    // Dropout 0 is no dropout, in HF as here.
+    let mut j = mini();
+    j["model"]["dropout"] = 0.0.into();
+    Pair::new("mini+dropout-0", &serde_json::to_vec(&j).unwrap())
+        .check("the aaaa", &mut EncodeState::default())
+        .unwrap();
+}
+
+/// The Python package (what `prep tokenize --engine hf` users compare
+/// with) gives the `tokenizers` crate's ids on these files: run when the
+/// reference venv (`make target/venv/.installed`) is there.
+#[test]
+fn python_package_agrees() {
+    let python = common::root().join("target/venv/bin/python");
+    if !python.exists() {
+        eprintln!("skipped: {} is not here", python.display());
+        return;
+    }
+    let dir = common::TestDir::new();
+    let mut texts: Vec<String> = EDGES.iter().map(|s| s.to_string()).collect();
+    texts.extend(excerpt().into_iter().take(40));
+    texts.push(" ".repeat(300) + "a  b");
+    let lines: String = texts
+        .iter()
+        .map(|t| json!({ "text": t }).to_string() + "\n")
+        .collect();
+    let input = dir.write("texts.jsonl", lines);
+    let mut bases = vec![("mini".to_owned(), mini())];
+    for name in ["mistral-7b-v0.1", "phi-3-mini"] {
+        bases.extend(shared(name).map(|b| (name.to_owned(), b)));
+    }
+    for (name, base) in bases {
+        let file = dir.write(&format!("{name}.json"), serde_json::to_vec(&base).unwrap());
+        let script = "import json, sys\n\
+            from tokenizers import Tokenizer\n\
+            t = Tokenizer.from_file(sys.argv[1])\n\
+            t.no_truncation(); t.no_padding()\n\
+            for line in open(sys.argv[2], encoding='utf-8'):\n\
+            \x20   print(json.dumps(t.encode(json.loads(line)['text'], add_special_tokens=False).ids))\n";
+        let out = std::process::Command::new(&python)
+            .args(["-c", script])
+            .arg(&file)
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pair = Pair::new(&name, &serde_json::to_vec(&base).unwrap());
+        let got: Vec<Vec<u32>> = out
+            .stdout
+            .as_slice()
+            .lines()
+            .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+            .collect();
+        assert_eq!(got.len(), texts.len());
+        for (text, ids) in texts.iter().zip(got) {
+            assert_eq!(ids, pair.want(text), "{name}: on {text:?}");
+        }
+    }
+}
+
+/// The whole shared corpus (tens of MB; run in release with `--ignored`).
+#[test]
+#[ignore]
+fn shared_corpus_identical() {
+    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
+    if !path.exists() {
+        eprintln!("skipped: {} is not here", path.display());
+        return;
+    }
+    let corpus = read_zst(&path);
+    let mut failures = Vec::new();
+    for pair in all_pairs() {
+        if pair.name.contains('+') {
+            continue;
+        }
+        let mut state = EncodeState::default();
+        let (mut bad, mut seen) = (0, 0);
+        for text in texts(&corpus) {
+            seen += 1;
+            if let Err(e) = pair.check(&text, &mut state) {
+                bad += 1;
+                if bad <= 3 {
+                    failures.push(e);
+                }
+            }
+        }
+        eprintln!("{}: {seen} documents compared, {bad} differ", pair.name);
+        if bad > 0 {
+            failures.push(format!("{}: {bad} documents differ", pair.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Encode speed on the corpus excerpt beside HF's in the same run, one
+/// thread each (release, `--ignored --nocapture`); prints, asserts nothing
+/// about time.
+#[test]
+#[ignore]
+fn speed_on_excerpt() {
+    let texts = excerpt();
+    let bytes: usize = texts.iter().map(String::len).sum();
+    let mb = bytes as f64 / 1e6;
+    for name in ["mistral-7b-v0.1", "phi-3-mini"] {
+        let Some(base) = shared(name) else { continue };
+        let pair = Pair::new(name, &serde_json::to_vec(&base).unwrap());
+        let best = |f: &mut dyn FnMut() -> usize| {
+            (0..3)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    let n = f();
+                    (start.elapsed().as_secs_f64(), n)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .unwrap()
+        };
+        let (hf, hf_ids) = best(&mut || texts.iter().map(|t| pair.want(t).len()).sum::<usize>());
+        let mut state = EncodeState::default();
+        let (fast, fast_ids) = best(&mut || {
+            let mut out = Vec::new();
+            texts
+                .iter()
+                .map(|t| {
+                    out.clear();
+                    pair.fast.encode(t, &mut state, &mut out);
+                    out.len()
+                })
+                .sum::<usize>()
+        });
+        // A cold cache: the first pass over text it has not seen.
+        let cold = {
+            let mut state = EncodeState::default();
+            let mut out = Vec::new();
+            let start = std::time::Instant::now();
+            for t in &texts {
+                out.clear();
+                pair.fast.encode(t, &mut state, &mut out);
+            }
+            start.elapsed().as_secs_f64()
+        };
+        assert_eq!(hf_ids, fast_ids);
+        println!(
+            "{name}: {mb:.1} MB, {hf_ids} ids; HF {:.1} MB/s, fast {:.1} MB/s warm ({:.1}x), {:.1} MB/s cold ({:.1}x)",
+            mb / hf,
+            mb / fast,
+            hf / fast,
+            mb / cold,
+            hf / cold
+        );
+    }
+}
