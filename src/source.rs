@@ -370,7 +370,7 @@ pub enum Chunks<'a> {
     },
 }
 
-impl Chunks<'_> {
+impl<'a> Chunks<'a> {
     /// The next chunk (never empty), or `None` at the end of the range.
     ///
     /// # Errors
@@ -381,7 +381,8 @@ impl Chunks<'_> {
                 if rest.is_empty() {
                     return Ok(None);
                 }
-                let (chunk, after) = rest.split_at(rest.len().min((*size).max(1)));
+                let all: &'a [u8] = *rest;
+                let (chunk, after) = all.split_at(all.len().min((*size).max(1)));
                 *rest = after;
                 Ok(Some(chunk))
             }

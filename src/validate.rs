@@ -849,10 +849,15 @@ fn check_shard(
     let mut probes = match (sound, &segments) {
         (false, _) => Probes::None,
         (true, Some((seg, header))) => {
-            Probes::Rows(RowProbes::new(manifest, &idx, seg, header, cap))
+            Probes::Rows(Box::new(RowProbes::new(manifest, &idx, seg, header, cap)))
         }
         (true, None) if packed => Probes::None,
-        (true, None) => Probes::Records(RecordProbes::new(manifest, &idx, s, &mut problems)),
+        (true, None) => Probes::Records(Box::new(RecordProbes::new(
+            manifest,
+            &idx,
+            s,
+            &mut problems,
+        ))),
     };
     let mut blocks = TokenBlocks::new(&bin, dtype);
     while let Some(block) = blocks.next()? {
@@ -1131,8 +1136,8 @@ impl<'a> RecordWalk<'a> {
 /// reaches them.
 enum Probes<'a> {
     None,
-    Records(RecordProbes<'a>),
-    Rows(RowProbes<'a>),
+    Records(Box<RecordProbes<'a>>),
+    Rows(Box<RowProbes<'a>>),
 }
 
 impl Probes<'_> {
@@ -1257,7 +1262,7 @@ impl<'a> RecordProbes<'a> {
                         found.map_or("the record is empty".to_owned(), |f| format!("found {f}"));
                     let mut p = problem(
                         kind,
-                        Some(&info.bin),
+                        Some(info.bin.as_str()),
                         Some(s),
                         format!("record does not {verb} with {name} {id}: {what}"),
                     );
@@ -1383,7 +1388,7 @@ impl<'a> RowProbes<'a> {
                 if found != eos {
                     let mut p = problem(
                         ProblemKind::MissingEos,
-                        Some(&info.bin),
+                        Some(info.bin.as_str()),
                         Some(s),
                         format!(
                             "piece {k} (document {}) is followed by {} but does not end with eos {eos}: found {found}",
@@ -1407,7 +1412,7 @@ impl<'a> RowProbes<'a> {
                     let used = self.pieces.last().map_or(0, |p| p.end());
                     let mut p = problem(
                         ProblemKind::Padding,
-                        Some(&info.bin),
+                        Some(info.bin.as_str()),
                         Some(s),
                         format!(
                             "token {found} at position {pos} follows the last piece (which ends at {used}) but is not the pad token {}",
