@@ -883,7 +883,9 @@ fn check_shard(
                 if let Some(walk) = records.as_mut() {
                     match walk.record_of(token) {
                         Ok(r) => p.record = Some(r),
-                        Err(e) => failed = failed.or(Some(e)),
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
                     }
                 }
                 out_of_range.push(p);

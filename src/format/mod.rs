@@ -40,15 +40,6 @@ pub(crate) fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
     mmap::cast(bytes)
 }
 
-/// Views mapped bytes as segment entries (None if misaligned or of ragged length).
-pub(crate) fn mmap_cast_segments(bytes: &[u8]) -> Option<&[Segment]> {
-    mmap::cast(bytes)
-}
-
-/// Views mapped bytes as u64 offsets (None if misaligned or of ragged length).
-pub(crate) fn mmap_cast_u64(bytes: &[u8]) -> Option<&[u64]> {
-    mmap::cast(bytes)
-}
 pub use writer::{atomic_write, hash_file, AtomicFile, DatasetWriter, ShardWriter};
 
 /// The type of every token in a dataset's `.bin` files.
