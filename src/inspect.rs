@@ -3,13 +3,16 @@
 //! Everything is computed from the manifest and the record offsets, in one
 //! pass over the indexes and in memory that does not grow with the dataset:
 //! record lengths go into a log-linear histogram (exact below 256 tokens,
-//! within 1% above), from which the percentiles are read.
+//! within 1% above), from which the percentiles are read. A dataset in
+//! object storage is read in place: its manifest and indexes, streamed, and
+//! for `--record` only that record's index entries and tokens.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::format::{Dataset, FormatError, Manifest};
+use crate::source::{Source, SourceError, StoreDataset};
 
 /// Context lengths whose overflow `inspect` reports.
 pub const CONTEXT_LENGTHS: [u64; 4] = [2048, 4096, 8192, 32768];
@@ -23,6 +26,11 @@ pub enum InspectError {
     /// or the record's segment entries break the rules of their row.
     #[error("{0} (prep validate tells every problem)")]
     Open(#[from] FormatError),
+    /// A dataset in object storage could not be read: a missing bucket or
+    /// manifest, refused credentials, a dropped connection (the message
+    /// names the object), or a shard that breaks the reader's checks.
+    #[error("{0}")]
+    Store(#[from] SourceError),
     /// `--record` past the end.
     #[error("record {index} does not exist: the dataset has {len} records")]
     NoRecord {
@@ -109,7 +117,7 @@ pub struct RecordView {
 /// schemas/inspect.schema.json.
 #[derive(Debug, Clone, Serialize)]
 pub struct Inspection {
-    /// The dataset directory.
+    /// The dataset directory (or its object-storage address).
     pub dataset: String,
     /// The manifest, as read.
     pub manifest: Manifest,
@@ -179,14 +187,83 @@ impl LogLinear {
     }
 }
 
-/// Inspects the dataset in `dir`; with `record`, also shows that record,
-/// decoded with `tokenizer` (or the dataset's own copy) when one loads.
+/// A dataset opened for inspection: mapped from a directory, or read in
+/// place from object storage (the manifest, then only the ranges asked for).
+enum Opened {
+    Mapped(Dataset),
+    Store(StoreDataset),
+}
+
+impl Opened {
+    fn open(dir: &Path) -> Result<Opened, InspectError> {
+        match Source::new(dir).map_err(SourceError::from)? {
+            Source::Dir(dir) => Ok(Opened::Mapped(Dataset::open(dir)?)),
+            source => Ok(Opened::Store(StoreDataset::open(source)?)),
+        }
+    }
+
+    fn manifest(&self) -> &Manifest {
+        match self {
+            Opened::Mapped(ds) => ds.manifest(),
+            Opened::Store(ds) => ds.manifest(),
+        }
+    }
+
+    fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), InspectError> {
+        match self {
+            Opened::Mapped(ds) => ds.record_lengths().for_each(f),
+            Opened::Store(ds) => ds.for_each_length(&mut f)?,
+        }
+        Ok(())
+    }
+
+    fn record(&self, index: u64) -> Result<Vec<u32>, InspectError> {
+        Ok(match self {
+            Opened::Mapped(ds) => ds.record(index)?.to_vec(),
+            Opened::Store(ds) => ds.record(index)?,
+        })
+    }
+
+    fn segments(&self, index: u64) -> Result<Vec<crate::format::Segment>, InspectError> {
+        Ok(match self {
+            Opened::Mapped(ds) => ds.segments(index)?.to_vec(),
+            Opened::Store(ds) => ds.segments(index)?,
+        })
+    }
+
+    /// The dataset's own tokenizer copy as (its path, its JSON), when the
+    /// manifest names one and it is there.
+    fn tokenizer_copy(&self, dir: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, InspectError> {
+        match self {
+            Opened::Mapped(ds) => {
+                let Some(path) = ds.manifest().tokenizer.file.as_ref().map(|f| dir.join(f)) else {
+                    return Ok(None);
+                };
+                if !path.is_file() {
+                    return Ok(None);
+                }
+                let json = crate::engine::read_tokenizer_bytes(&path).map_err(|e| {
+                    InspectError::Tokenizer {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                Ok(Some((path, json)))
+            }
+            Opened::Store(ds) => Ok(ds.tokenizer_copy()?),
+        }
+    }
+}
+
+/// Inspects the dataset in `dir` (a directory, or an object-storage address
+/// read in place); with `record`, also shows that record, decoded with
+/// `tokenizer` (or the dataset's own copy) when one loads.
 pub fn inspect(
     dir: &Path,
     record: Option<u64>,
     tokenizer: Option<&Path>,
 ) -> Result<Inspection, InspectError> {
-    let ds = Dataset::open(dir)?;
+    let ds = Opened::open(dir)?;
     let m = ds.manifest().clone();
     let shards = m
         .shards
@@ -202,7 +279,7 @@ pub fn inspect(
     let mut hist = LogLinear::new();
     let (mut min, mut max) = (u64::MAX, 0u64);
     let mut over = [(0u64, 0u64); CONTEXT_LENGTHS.len()];
-    for len in ds.record_lengths() {
+    ds.for_each_length(|len| {
         hist.add(len);
         min = min.min(len);
         max = max.max(len);
@@ -212,8 +289,8 @@ pub fn inspect(
                 over[k].1 += len;
             }
         }
-    }
-    let n = ds.len();
+    })?;
+    let n = m.n_records;
     let lengths = (n > 0).then(|| {
         let mut histogram = Vec::new();
         let mut lo = 0u64;
@@ -267,20 +344,27 @@ pub fn inspect(
 
     let record = match record {
         None => None,
+        Some(index) if index >= n => return Err(InspectError::NoRecord { index, len: n }),
         Some(index) => {
-            let tokens = ds
-                .record(index)
-                .map_err(|_| InspectError::NoRecord { index, len: n })?;
-            let ids = tokens.to_vec();
-            let path = tokenizer
-                .map(Path::to_path_buf)
-                .or_else(|| m.tokenizer.file.as_ref().map(|f| dir.join(f)));
-            let text = match path {
-                Some(path) if tokenizer.is_some() || path.is_file() => Some(decode(&path, &ids)?),
-                _ => None,
+            let ids = ds.record(index)?;
+            let json = match tokenizer {
+                Some(path) => {
+                    let json = crate::engine::read_tokenizer_bytes(path).map_err(|e| {
+                        InspectError::Tokenizer {
+                            path: path.into(),
+                            message: e.to_string(),
+                        }
+                    })?;
+                    Some((path.to_path_buf(), json))
+                }
+                None => ds.tokenizer_copy(dir)?,
+            };
+            let text = match json {
+                Some((path, json)) => Some(decode(&path, &json, &ids)?),
+                None => None,
             };
             let segments = match m.kind.as_str() {
-                "packed" => Some(ds.segments(index)?.to_vec()),
+                "packed" => Some(ds.segments(index)?),
                 _ => None,
             };
             Some(RecordView {
@@ -301,13 +385,13 @@ pub fn inspect(
     })
 }
 
-fn decode(path: &Path, ids: &[u32]) -> Result<String, InspectError> {
+/// `json` (a tokenizer.json, from `path`) decoding `ids`.
+fn decode(path: &Path, json: &[u8], ids: &[u32]) -> Result<String, InspectError> {
     let bad = |message: String| InspectError::Tokenizer {
         path: path.into(),
         message,
     };
-    let json = crate::engine::read_tokenizer_bytes(path).map_err(|e| bad(e.to_string()))?;
-    let tokenizer = tokenizers::Tokenizer::from_bytes(&json).map_err(|e| bad(e.to_string()))?;
+    let tokenizer = tokenizers::Tokenizer::from_bytes(json).map_err(|e| bad(e.to_string()))?;
     tokenizer.decode(ids, false).map_err(|e| bad(e.to_string()))
 }
 

@@ -29,6 +29,7 @@ pub mod progress;
 pub mod sampler;
 pub mod shuffle;
 pub mod size;
+pub mod source;
 pub mod split;
 pub mod store;
 pub mod tokenize;

@@ -548,6 +548,32 @@ impl ObjectReader {
     }
 }
 
+impl ObjectReader {
+    /// The next block of the range as it was fetched, without a copy, or
+    /// `None` at its end: for callers that consume bytes in blocks (hashing,
+    /// scanning) rather than into a buffer of their own. Blocks are at most
+    /// [`CHUNK`] bytes (or what [`CHUNK_VAR`] says); their sizes carry no
+    /// meaning. Errors as [`Read::read`]'s.
+    pub fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
+        if self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => return Err(e.into()),
+                None if self.read < self.expected => {
+                    return Err(std::io::Error::other(format!(
+                        "{}: the transfer stopped after {} of {} bytes",
+                        self.url, self.read, self.expected
+                    )))
+                }
+                None => return Ok(None),
+            }
+        }
+        let chunk = std::mem::take(&mut self.current);
+        self.read += chunk.len() as u64;
+        Ok(Some(chunk))
+    }
+}
+
 impl Read for ObjectReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.current.is_empty() {

@@ -1,6 +1,11 @@
 //! `prep validate`: everything a reader relies on, checked in one pass per
 //! file, shards in parallel, with every problem reported (capped per kind).
 //!
+//! The dataset is a local directory or an address in object storage; the
+//! checks are the same code for both ([`crate::source`]): each file is read
+//! in order as a sequence of chunks (slices of a mapping, or ranged GETs),
+//! so a remote shard is never held whole.
+//!
 //! The checks share their primitives with the reader ([`IdxHeader::parse`],
 //! [`offset_violations`], [`Manifest::consistency_problems`]), so what
 //! `validate` accepts the reader opens, and what the reader refuses
@@ -14,9 +19,11 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::format::{
-    checksum_hex, offset_violations, segment_violations, Dtype, FormatError, IdxHeader, Manifest,
-    SegHeader, ShardInfo, FORMAT_VERSION, IDX_HEADER_LEN, MANIFEST_FILE, SEG_HEADER_LEN,
+    checksum_hex, row_index_end, row_index_start, row_violation, row_window, FormatError,
+    IdxHeader, Manifest, OffsetRules, SegHeader, Segment, ShardInfo, Tokens, FORMAT_VERSION,
+    IDX_HEADER_LEN, MANIFEST_FILE, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
+use crate::source::{Entries, File, Source, SourceError, TokenBlocks};
 
 /// The manifest schema, compiled into the binary so `validate` needs no files beside it.
 pub const MANIFEST_SCHEMA: &str = include_str!("../schemas/manifest.schema.json");
@@ -24,7 +31,8 @@ pub const MANIFEST_SCHEMA: &str = include_str!("../schemas/manifest.schema.json"
 /// What `prep validate` is asked to do.
 #[derive(Debug, Clone)]
 pub struct ValidateConfig {
-    /// The dataset directory.
+    /// The dataset directory, or its object-storage address
+    /// (`s3://bucket/prefix`, `gs://`, `az://`, `https://`).
     pub dir: PathBuf,
     /// Skip the checksums (everything else is still checked).
     pub quick: bool,
@@ -58,6 +66,11 @@ pub enum ValidateError {
     /// The worker threads could not be started.
     #[error("cannot start worker threads: {0}")]
     Threads(String),
+    /// A dataset in object storage could not be read: a missing bucket,
+    /// refused credentials, a dropped connection (the message names the
+    /// object).
+    #[error(transparent)]
+    Source(#[from] SourceError),
 }
 
 impl ValidateError {
@@ -73,6 +86,8 @@ impl ValidateError {
                 _ => FailureKind::BadManifest,
             },
             ValidateError::Threads(_) => FailureKind::Threads,
+            ValidateError::Source(SourceError::NoManifest { .. }) => FailureKind::NoManifest,
+            ValidateError::Source(_) => FailureKind::Io,
         }
     }
 
@@ -88,6 +103,7 @@ impl ValidateError {
                 _ => None,
             },
             ValidateError::Threads(_) => None,
+            ValidateError::Source(e) => e.path(),
         }
     }
 }
@@ -105,7 +121,8 @@ pub enum FailureKind {
     BadManifest,
     /// The manifest has a version newer than this build reads.
     UnsupportedVersion,
-    /// The manifest could not be read from disk.
+    /// The manifest could not be read from disk, or the dataset from
+    /// object storage (a missing bucket, refused credentials, no connection).
     Io,
     /// The worker threads could not be started.
     Threads,
@@ -320,18 +337,24 @@ fn problem(
     }
 }
 
-/// Runs every check on the dataset in `config.dir`.
+/// Runs every check on the dataset in `config.dir`: a local directory, or
+/// an object-storage address (`s3://bucket/prefix`, `gs://`, `az://`,
+/// `https://`) read in place, each object streamed through the same checks
+/// by ranged GETs of bounded size.
 ///
 /// Returns a report (valid or not) whenever the manifest could be read as
-/// JSON of a known version; an error only when there is nothing to check.
+/// JSON of a known version; an error only when there is nothing to check,
+/// or when the store fails (a missing bucket, refused credentials, a
+/// dropped connection): then nothing was checked to the end.
 pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
     let started = Instant::now();
     let dir = &config.dir;
-    if !dir.is_dir() {
+    let source = Source::new(dir).map_err(SourceError::from)?;
+    if !source.is_remote() && !dir.is_dir() {
         return Err(ValidateError::NoDirectory(dir.clone()));
     }
     let mut problems = Problems::new(config.max_per_kind.max(1));
-    let Some(manifest) = read_manifest(dir, &mut problems)? else {
+    let Some(manifest) = read_manifest(&source, dir, &mut problems)? else {
         let checked = Checked {
             checksums: !config.quick,
             seconds: started.elapsed().as_secs_f64(),
@@ -347,7 +370,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
             message,
         ));
     }
-    unlisted_files(dir, &manifest, &mut problems);
+    unlisted_files(&source, &manifest, &mut problems)?;
     let packed = manifest.kind == "packed";
     if packed {
         for message in packed_manifest_problems(&manifest) {
@@ -371,9 +394,9 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
             .shards
             .par_iter()
             .enumerate()
-            .map(|(s, shard)| check_shard(dir, &manifest, s, shard, config.quick, cap))
-            .collect()
-    });
+            .map(|(s, shard)| check_shard(&source, &manifest, s, shard, config.quick, cap))
+            .collect::<Result<_, SourceError>>()
+    })?;
     let mut checked = Checked {
         shards: manifest.shards.len() as u64,
         checksums: !config.quick,
@@ -404,7 +427,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
             }
         }
     }
-    checked.bytes += check_tokenizer(dir, &manifest, config.quick, &mut problems);
+    checked.bytes += check_tokenizer(&source, &manifest, config.quick, &mut problems)?;
     checked.seconds = started.elapsed().as_secs_f64();
     Ok(problems.into_report(dir.display().to_string(), checked))
 }
@@ -488,14 +511,20 @@ fn packed_manifest_problems(m: &Manifest) -> Vec<String> {
 ///
 /// Missing, unreadable, not JSON, or of a newer version: an error (nothing
 /// to check). Not of the schema's shape: problems, and `None`.
-fn read_manifest(dir: &Path, problems: &mut Problems) -> Result<Option<Manifest>, ValidateError> {
-    let path = dir.join(MANIFEST_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+fn read_manifest(
+    source: &Source,
+    dir: &Path,
+    problems: &mut Problems,
+) -> Result<Option<Manifest>, ValidateError> {
+    let path = source.path_of(MANIFEST_FILE);
+    let bytes = match source.manifest_bytes("") {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) if !source.is_remote() => {
             return Err(FormatError::NoManifest { dir: dir.into() }.into())
         }
-        Err(e) => return Err(FormatError::Io { path, source: e }.into()),
+        Ok(None) => return Err(source.no_manifest().into()),
+        Err(SourceError::Format(e)) => return Err(e.into()),
+        Err(e) => return Err(e.into()),
     };
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| FormatError::BadManifest {
@@ -547,17 +576,26 @@ fn read_manifest(dir: &Path, problems: &mut Problems) -> Result<Option<Manifest>
     }
 }
 
-/// Files under `dir` that look like shards (`.bin`, `.idx`, or their `.tmp`
-/// forms) but are not listed. A partial dataset's record hashes count as
-/// listed; so do the files of the parts a merged dataset names (a shard that
-/// `--dedup` rewrote without some records leaves the part's own in place).
-fn unlisted_files(dir: &Path, manifest: &Manifest, problems: &mut Problems) {
+/// Files of the dataset (a directory's walk, a prefix's listing) that look
+/// like shards (`.bin`, `.idx`, `.seg`, or their `.tmp` forms) but are not
+/// listed. A partial dataset's record hashes count as listed; so do the
+/// files of the parts a merged dataset names (a shard that `--dedup`
+/// rewrote without some records leaves the part's own in place).
+fn unlisted_files(
+    source: &Source,
+    manifest: &Manifest,
+    problems: &mut Problems,
+) -> Result<(), SourceError> {
     let mut hashes = Vec::new();
     if let Some(h) = manifest.partition.as_ref().and_then(|p| p.hashes.as_ref()) {
         hashes.push(h.file.clone());
     }
     for part in &manifest.provenance.merged {
-        let Ok(m) = Manifest::read(&dir.join(&part.path)) else {
+        // A part whose manifest cannot be read lists nothing more.
+        let Ok(Some(bytes)) = source.manifest_bytes(&part.path) else {
+            continue;
+        };
+        let Ok(m) = Manifest::parse(&source.path_of(&part.path), &bytes) else {
             continue;
         };
         let files = m
@@ -580,10 +618,7 @@ fn unlisted_files(dir: &Path, manifest: &Manifest, problems: &mut Problems) {
         .flatten()
         .chain(hashes.iter().map(String::as_str))
         .collect();
-    let mut found = Vec::new();
-    walk(dir, dir, &mut found);
-    found.sort();
-    for rel in found {
+    for rel in source.files()? {
         let looks_like_shard = [".bin", ".idx", ".seg", ".bin.tmp", ".idx.tmp", ".seg.tmp"]
             .iter()
             .any(|ext| rel.ends_with(ext));
@@ -596,29 +631,19 @@ fn unlisted_files(dir: &Path, manifest: &Manifest, problems: &mut Problems) {
             ));
         }
     }
+    Ok(())
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            walk(root, &path, out);
-        } else if let Ok(rel) = path.strip_prefix(root) {
-            out.push(rel.to_string_lossy().replace('\\', "/"));
-        }
-    }
-}
-
-/// The tokenizer copy, when the manifest names one: present, and its checksum.
-fn check_tokenizer(dir: &Path, manifest: &Manifest, quick: bool, problems: &mut Problems) -> u64 {
+/// The tokenizer copy, when the manifest names one: present, and its
+/// checksum. Returns the bytes read.
+fn check_tokenizer(
+    source: &Source,
+    manifest: &Manifest,
+    quick: bool,
+    problems: &mut Problems,
+) -> Result<u64, SourceError> {
     let Some(file) = &manifest.tokenizer.file else {
-        return 0;
+        return Ok(0);
     };
     if !crate::format::is_safe_relative(file) {
         problems.push(problem(
@@ -627,59 +652,42 @@ fn check_tokenizer(dir: &Path, manifest: &Manifest, quick: bool, problems: &mut 
             None,
             format!("tokenizer path {file:?} is not a plain relative path"),
         ));
-        return 0;
+        return Ok(0);
     }
-    let path = dir.join(file);
-    if !path.is_file() {
+    let Some(copy) = open(source, file, None, problems)? else {
+        return Ok(0);
+    };
+    if quick {
+        return Ok(0);
+    }
+    let found = checksum_hex(copy.xxh3()?);
+    if found != manifest.tokenizer.xxh3 {
         problems.push(problem(
-            ProblemKind::MissingFile,
+            ProblemKind::Checksum,
             Some(file),
             None,
-            "the tokenizer copy is missing".into(),
+            format!(
+                "XXH3 is {found}, the manifest says {}",
+                manifest.tokenizer.xxh3
+            ),
         ));
-        return 0;
     }
-    if quick {
-        return 0;
-    }
-    match crate::format::hash_file(&path) {
-        Ok((hash, len)) => {
-            let found = checksum_hex(hash);
-            if found != manifest.tokenizer.xxh3 {
-                problems.push(problem(
-                    ProblemKind::Checksum,
-                    Some(file),
-                    None,
-                    format!(
-                        "XXH3 is {found}, the manifest says {}",
-                        manifest.tokenizer.xxh3
-                    ),
-                ));
-            }
-            len
-        }
-        Err(e) => {
-            problems.push(problem(
-                ProblemKind::MissingFile,
-                Some(file),
-                None,
-                e.to_string(),
-            ));
-            0
-        }
-    }
+    Ok(copy.len())
 }
 
-/// Every check of one shard. Files are mapped and each is read once: the
-/// checksum and the token scan share the pass over the `.bin`.
+/// Every check of one shard. Each file is read in order, in chunks (a
+/// mapped file's slices, an object's ranged GETs): the `.idx` for its
+/// checksum and for its offsets, the `.seg` of a packed shard likewise,
+/// then the `.bin` once, its checksum, token scan and the records' checks
+/// sharing the pass, with the offsets (and segments) read alongside.
 fn check_shard(
-    dir: &Path,
+    source: &Source,
     manifest: &Manifest,
     s: usize,
     info: &ShardInfo,
     quick: bool,
     cap: usize,
-) -> (Problems, Checked, Pieces) {
+) -> Result<(Problems, Checked, Pieces), SourceError> {
     let mut problems = Problems::new(cap);
     let mut checked = Checked::default();
     let packed = manifest.kind == "packed";
@@ -688,7 +696,8 @@ fn check_shard(
         ..Pieces::default()
     };
     if !crate::format::is_safe_relative(&info.bin) || !crate::format::is_safe_relative(&info.idx) {
-        return (problems, checked, pieces); // reported with the manifest's consistency problems
+        // Reported with the manifest's consistency problems.
+        return Ok((problems, checked, pieces));
     }
     let at = |kind, file: &str, message: String| problem(kind, Some(file), Some(s), message);
     let dtype = manifest.dtype;
@@ -705,33 +714,31 @@ fn check_shard(
             ),
         ));
     }
-    let (Some(bin), Some(idx)) = (
-        open(dir, &info.bin, s, &mut problems),
-        open(dir, &info.idx, s, &mut problems),
-    ) else {
-        return (problems, checked, pieces);
+    let bin = open(source, &info.bin, Some(s), &mut problems)?;
+    let idx = open(source, &info.idx, Some(s), &mut problems)?;
+    let (Some(bin), Some(idx)) = (bin, idx) else {
+        return Ok((problems, checked, pieces));
     };
-    for (name, map, listed) in [
+    for (name, file, listed) in [
         (&info.bin, &bin, info.bin_bytes),
         (&info.idx, &idx, info.idx_bytes),
     ] {
-        let len = map.bytes().len() as u64;
-        if len != listed {
+        if file.len() != listed {
             problems.push(at(
                 ProblemKind::FileSize,
                 name,
-                format!("{len} bytes, the manifest says {listed}"),
+                format!("{} bytes, the manifest says {listed}", file.len()),
             ));
         }
     }
 
     // The index: header, agreement with the manifest and the .bin, offsets.
-    let idx_bytes = idx.bytes();
-    checked.bytes += idx_bytes.len() as u64;
+    checked.bytes += idx.len();
     if !quick {
-        verify_checksum(idx_bytes, &info.idx, &info.idx_xxh3, s, &mut problems);
+        verify_checksum(&idx, &info.idx, &info.idx_xxh3, Some(s), &mut problems)?;
     }
-    let header = match IdxHeader::parse(Path::new(&info.idx), idx_bytes) {
+    let head = idx.read(0..IDX_HEADER_LEN as u64)?;
+    let header = match IdxHeader::parse_head(Path::new(&info.idx), &head, idx.len()) {
         Ok(h) => Some(h),
         Err(e) => {
             problems.push(at(
@@ -742,9 +749,10 @@ fn check_shard(
             None
         }
     };
-    let bin_bytes = bin.bytes();
-    checked.bytes += bin_bytes.len() as u64;
-    let mut offsets: Option<&[u64]> = None;
+    checked.bytes += bin.len();
+    // Row lengths of a packed shard, reported only when the offsets are sound.
+    let mut rows = Problems::new(cap);
+    let mut sound = false;
     if let Some(h) = header {
         if h.dtype != dtype {
             problems.push(at(
@@ -764,161 +772,172 @@ fn check_shard(
             ));
         }
         let needed = h.n_tokens.checked_mul(h.dtype.size() as u64);
-        if needed != Some(bin_bytes.len() as u64) {
+        if needed != Some(bin.len()) {
             problems.push(at(
                 ProblemKind::BinSize,
                 &info.bin,
                 format!(
                     "{} bytes, but the index's {} tokens of {} take {}",
-                    bin_bytes.len(),
+                    bin.len(),
                     h.n_tokens,
                     h.dtype,
                     needed.map_or("more than a u64".into(), |b| b.to_string())
                 ),
             ));
         }
-        let view = crate::format::mmap_cast_u64(&idx_bytes[IDX_HEADER_LEN..]);
-        if let Some(view) = view {
-            let mut any = false;
-            for v in offset_violations(view, h.n_tokens) {
-                any = true;
-                let mut p = at(
-                    ProblemKind::Offsets,
-                    &info.idx,
-                    format!("offsets[{}] = {}: {}", v.position, v.found, v.expected),
-                );
-                p.record = Some(v.position);
-                problems.push(p);
-            }
-            // Per-record checks need offsets that are sound and inside the .bin.
-            let bin_tokens = bin_bytes.len() as u64 / dtype.size() as u64;
-            if !any && h.dtype == dtype && h.n_tokens <= bin_tokens {
-                offsets = Some(view);
-            }
-        }
-    }
-
-    // The .bin: checksum and token ids in one pass.
-    if !quick {
-        verify_checksum(bin_bytes, &info.bin, &info.bin_xxh3, s, &mut problems);
-    }
-    let whole = bin_bytes.len() - bin_bytes.len() % dtype.size();
-    let tokens = scan_tokens(
-        &bin_bytes[..whole],
-        dtype,
-        manifest.vocab_size,
-        |token, id| {
-            let mut p = at(
-                ProblemKind::TokenOutOfRange,
-                &info.bin,
-                format!(
-                    "token id {id} is not below vocab_size {}",
-                    manifest.vocab_size
-                ),
-            );
-            p.token = Some(token);
-            p.record = offsets.map(|o| record_of(o, token));
-            problems.push(p);
-        },
-    );
-    checked.tokens += tokens;
-
-    if let (true, Some(offsets)) = (packed, offsets) {
-        checked.records += offsets.len() as u64 - 1;
-        pieces = check_packed(
-            dir,
-            manifest,
-            s,
-            info,
-            offsets,
-            bin_bytes,
-            quick,
-            &mut problems,
-        );
-    } else if let Some(offsets) = offsets {
-        checked.records += offsets.len() as u64 - 1;
-        let special = &manifest.special_tokens;
-        let checks = [
-            (
-                manifest.eos_appended,
-                special.eos,
-                ProblemKind::MissingEos,
-                "eos",
-            ),
-            (
-                manifest.bos_prepended,
-                special.bos,
-                ProblemKind::MissingBos,
-                "bos",
-            ),
-        ];
-        for (wanted, id, kind, name) in checks {
-            if !wanted {
-                continue;
-            }
-            let Some(id) = id else {
-                problems.push(at(
-                    ProblemKind::ManifestCounts,
-                    MANIFEST_FILE,
-                    format!("{name} is said to be added but special_tokens.{name} is null"),
-                ));
-                continue;
-            };
-            for (r, w) in offsets.windows(2).enumerate() {
-                let (lo, hi) = (w[0], w[1]);
-                let pos = if kind == ProblemKind::MissingEos {
-                    hi.checked_sub(1)
-                } else {
-                    Some(lo)
-                };
-                let found = pos
-                    .filter(|&p| p < hi && p >= lo)
-                    .map(|p| token_at(bin_bytes, dtype, p));
-                if found != Some(id) {
-                    let what =
-                        found.map_or("the record is empty".to_owned(), |f| format!("found {f}"));
+        let seq_len = manifest
+            .seq_len
+            .filter(|&l| l > 0 && l <= u64::from(u32::MAX));
+        let mut rules = OffsetRules::new(h.n_tokens);
+        let mut offsets = Entries::<8>::new(&idx, IDX_HEADER_LEN as u64..idx.len());
+        let mut violations = Vec::new();
+        let (mut r, mut previous) = (0u64, None);
+        while let Some(offset) = offsets.next_u64()? {
+            violations.extend(rules.push(offset));
+            if let (true, Some(l), Some(lo)) = (packed, seq_len, previous) {
+                if offset >= lo && offset - lo != l {
                     let mut p = at(
-                        kind,
+                        ProblemKind::RowLength,
                         &info.bin,
-                        format!(
-                            "record does not {} with {name} {id}: {what}",
-                            if kind == ProblemKind::MissingEos {
-                                "end"
-                            } else {
-                                "start"
-                            }
-                        ),
+                        format!("row of {} tokens, seq_len is {l}", offset - lo),
                     );
-                    p.record = Some(r as u64);
-                    p.token = pos;
-                    problems.push(p);
+                    p.record = Some(r);
+                    rows.push(p);
                 }
             }
+            if previous.is_some() {
+                r += 1;
+            }
+            previous = Some(offset);
+        }
+        violations.extend(rules.finish());
+        let any = !violations.is_empty();
+        for v in violations {
+            let mut p = at(
+                ProblemKind::Offsets,
+                &info.idx,
+                format!("offsets[{}] = {}: {}", v.position, v.found, v.expected),
+            );
+            p.record = Some(v.position);
+            problems.push(p);
+        }
+        // Per-record checks need offsets that are sound and inside the .bin.
+        let bin_tokens = bin.len() / dtype.size() as u64;
+        sound = !any && h.dtype == dtype && h.n_tokens <= bin_tokens;
+        if sound {
+            checked.records += h.n_records;
         }
     }
-    (problems, checked, pieces)
+
+    // A packed shard's segment index, before the .bin whose rows it describes.
+    let mut seg_problems = Problems::new(cap);
+    let segments = match (packed, sound) {
+        (true, true) => {
+            problems.merge(std::mem::replace(&mut rows, Problems::new(cap)));
+            check_segment_index(source, manifest, s, info, quick, &mut seg_problems)?
+        }
+        _ => None,
+    };
+
+    // The .bin: checksum, token ids and the records' checks in one pass.
+    let mut hasher = (!quick).then(xxhash_rust::xxh3::Xxh3::new);
+    let mut out_of_range = Problems::new(cap);
+    let mut records = match sound {
+        true => Some(RecordWalk::new(&idx)),
+        false => None,
+    };
+    let mut probes = match (sound, &segments) {
+        (false, _) => Probes::None,
+        (true, Some((seg, header))) => {
+            Probes::Rows(Box::new(RowProbes::new(manifest, &idx, seg, header, cap)))
+        }
+        (true, None) if packed => Probes::None,
+        (true, None) => Probes::Records(Box::new(RecordProbes::new(
+            manifest,
+            &idx,
+            s,
+            &mut problems,
+        ))),
+    };
+    let mut blocks = TokenBlocks::new(&bin, dtype);
+    while let Some(block) = blocks.next()? {
+        if let Some(h) = hasher.as_mut() {
+            h.update(block.raw);
+        }
+        checked.tokens += block.tokens.len() as u64;
+        let mut failed = None;
+        scan_tokens(
+            block.tokens,
+            block.start,
+            manifest.vocab_size,
+            |token, id| {
+                let mut p = at(
+                    ProblemKind::TokenOutOfRange,
+                    &info.bin,
+                    format!(
+                        "token id {id} is not below vocab_size {}",
+                        manifest.vocab_size
+                    ),
+                );
+                p.token = Some(token);
+                if let Some(walk) = records.as_mut() {
+                    match walk.record_of(token) {
+                        Ok(r) => p.record = Some(r),
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+                out_of_range.push(p);
+            },
+        );
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        probes.check(block.start, block.tokens, s, info)?;
+    }
+    if let Some(h) = hasher {
+        verify_digest(
+            h.digest(),
+            &info.bin,
+            &info.bin_xxh3,
+            Some(s),
+            &mut problems,
+        );
+    }
+    problems.merge(out_of_range);
+    problems.merge(seg_problems);
+    match probes {
+        Probes::None => {}
+        Probes::Records(p) => {
+            problems.merge(p.eos);
+            problems.merge(p.bos);
+        }
+        Probes::Rows(p) => {
+            problems.merge(p.padding_problems);
+            problems.merge(p.eos_problems);
+            pieces = Pieces {
+                complete: true,
+                segments: segments.as_ref().map_or(0, |(_, h)| h.n_segments),
+                padding: p.padding,
+            };
+        }
+    }
+    Ok((problems, checked, pieces))
 }
 
-/// The checks of a packed shard whose offsets are sound: rows of `seq_len`;
-/// a segment index that matches the shard, whose pieces tile each row from
-/// position 0; pad tokens after the last piece; and, when documents end
-/// with eos, eos at the end of every piece followed by another piece or by
-/// padding (such a piece ends its document, in both modes).
-#[allow(clippy::too_many_arguments)]
-fn check_packed(
-    dir: &Path,
+/// The checks of a packed shard's segment index, the rows' own checks
+/// aside: present, of the listed size and checksum, a header that matches
+/// the shard, and pieces that tile each row from position 0. Returns the
+/// file and its header when they are sound, for the pass over the `.bin`.
+fn check_segment_index(
+    source: &Source,
     manifest: &Manifest,
     s: usize,
     info: &ShardInfo,
-    offsets: &[u64],
-    bin: &[u8],
     quick: bool,
     problems: &mut Problems,
-) -> Pieces {
-    let mut counts = Pieces {
-        complete: false,
-        ..Pieces::default()
-    };
+) -> Result<Option<(File, SegHeader)>, SourceError> {
     let at = |kind, file: &str, record: Option<u64>, message: String| {
         let mut p = problem(kind, Some(file), Some(s), message);
         p.record = record;
@@ -928,63 +947,44 @@ fn check_packed(
         .seq_len
         .filter(|&l| l > 0 && l <= u64::from(u32::MAX))
     else {
-        return counts; // reported with the manifest
+        return Ok(None); // reported with the manifest
     };
-    for (r, w) in offsets.windows(2).enumerate() {
-        if w[1] - w[0] != l {
-            problems.push(at(
-                ProblemKind::RowLength,
-                &info.bin,
-                Some(r as u64),
-                format!("row of {} tokens, seq_len is {l}", w[1] - w[0]),
-            ));
-        }
-    }
     let Some(name) = info
         .seg
         .as_deref()
         .filter(|n| crate::format::is_safe_relative(n))
     else {
-        return counts; // reported with the manifest
+        return Ok(None); // reported with the manifest
     };
-    let Some(map) = open(dir, name, s, problems) else {
-        return counts;
+    let Some(file) = open(source, name, Some(s), problems)? else {
+        return Ok(None);
     };
-    let bytes = map.bytes();
-    if Some(bytes.len() as u64) != info.seg_bytes {
+    if Some(file.len()) != info.seg_bytes {
         problems.push(at(
             ProblemKind::FileSize,
             name,
             None,
             format!(
                 "{} bytes, the manifest says {}",
-                bytes.len(),
+                file.len(),
                 info.seg_bytes.map_or("nothing".into(), |b| b.to_string())
             ),
         ));
     }
     if !quick {
-        verify_checksum(
-            bytes,
-            name,
-            info.seg_xxh3.as_deref().unwrap_or(""),
-            s,
-            problems,
-        );
+        let listed = info.seg_xxh3.as_deref().unwrap_or("");
+        verify_checksum(&file, name, listed, Some(s), problems)?;
     }
-    let header = match SegHeader::parse(Path::new(name), bytes) {
+    let head = file.read(0..SEG_HEADER_LEN as u64)?;
+    let header = match SegHeader::parse_head(Path::new(name), &head, file.len()) {
         Ok(h) => h,
         Err(e) => {
-            problems.push(at(
-                ProblemKind::Segments,
-                name,
-                None,
-                strip_path(&e.to_string(), name),
-            ));
-            return counts;
+            let message = strip_path(&e.to_string(), name);
+            problems.push(at(ProblemKind::Segments, name, None, message));
+            return Ok(None);
         }
     };
-    let rows = offsets.len() as u64 - 1;
+    let rows = info.n_records;
     if header.n_rows != rows || u64::from(header.seq_len) != l {
         problems.push(at(
             ProblemKind::Segments,
@@ -995,153 +995,526 @@ fn check_packed(
                 header.n_rows, header.seq_len
             ),
         ));
-        return counts;
+        return Ok(None);
     }
-    let split = header.segments_offset();
-    let (Some(row_index), Some(segments)) = (
-        crate::format::mmap_cast_u64(&bytes[SEG_HEADER_LEN..split]),
-        crate::format::mmap_cast_segments(&bytes[split..]),
-    ) else {
-        problems.push(at(
-            ProblemKind::Segments,
-            name,
-            None,
-            "not aligned in memory".into(),
-        ));
-        return counts;
-    };
-    let mut sound = true;
-    for (r, message) in segment_violations(row_index, segments, header.seq_len) {
-        sound = false;
-        problems.push(at(ProblemKind::Segments, name, Some(r), message));
-    }
-    if !sound {
-        return counts;
-    }
-    let dtype = manifest.dtype;
-    let pad = manifest.special_tokens.pad;
-    let eos = manifest
-        .eos_appended
-        .then_some(manifest.special_tokens.eos)
-        .flatten();
-    for (r, w) in row_index.windows(2).enumerate() {
-        let row = &segments[w[0] as usize..w[1] as usize];
-        let base = offsets[r];
-        let used = row.last().map_or(0, |p| p.end());
-        counts.padding += l - used;
-        for pos in used..l {
-            let found = token_at(bin, dtype, base + pos);
-            if Some(found) != pad {
-                let mut p = at(
-                    ProblemKind::Padding,
-                    &info.bin,
-                    Some(r as u64),
-                    format!(
-                        "token {found} at position {pos} follows the last piece (which ends at {used}) but is not the pad token {}",
-                        pad.map_or("(none)".into(), |p| p.to_string())
-                    ),
-                );
-                p.token = Some(base + pos);
-                problems.push(p);
-                break;
-            }
-        }
-        if let Some(eos) = eos {
-            for (k, piece) in row.iter().enumerate() {
-                let ends_document = k + 1 < row.len() || used < l;
-                let last = base + piece.end() - 1;
-                if ends_document && token_at(bin, dtype, last) != eos {
-                    let mut p = at(
-                        ProblemKind::MissingEos,
-                        &info.bin,
-                        Some(r as u64),
-                        format!(
-                            "piece {k} (document {}) is followed by {} but does not end with eos {eos}: found {}",
-                            piece.doc,
-                            if k + 1 < row.len() { "another piece" } else { "padding" },
-                            token_at(bin, dtype, last)
-                        ),
-                    );
-                    p.token = Some(last);
-                    problems.push(p);
+    // The rules of format::segment_violations, a row at a time.
+    let n = header.n_segments;
+    let split = header.segments_offset() as u64;
+    let mut index = Entries::<8>::new(&file, SEG_HEADER_LEN as u64..split);
+    let mut cursor = SegmentCursor::new(&file, split);
+    let mut violations = Vec::new();
+    let first = index.next_u64()?;
+    violations.extend(row_index_start(first));
+    let (mut previous, mut entries, mut r) = (first, u64::from(first.is_some()), 0u64);
+    while let Some(hi) = index.next_u64()? {
+        entries += 1;
+        let lo = previous.expect("a row index entry before this one");
+        match row_window(r, lo, hi, n) {
+            Err(violation) => violations.push(violation),
+            Ok(None) => {}
+            Ok(Some(range)) => {
+                let pieces = cursor.read(range)?;
+                if let Some((_, message)) = row_violation(pieces, header.seq_len) {
+                    violations.push((r, message));
                 }
             }
         }
+        previous = Some(hi);
+        r += 1;
     }
-    counts.segments = segments.len() as u64;
-    counts.complete = true;
-    counts
+    violations.extend(row_index_end(entries, previous, n));
+    let sound = violations.is_empty();
+    for (r, message) in violations {
+        problems.push(at(ProblemKind::Segments, name, Some(r), message));
+    }
+    Ok(sound.then_some((file, header)))
 }
 
-fn open(
-    dir: &Path,
-    name: &str,
-    s: usize,
-    problems: &mut Problems,
-) -> Option<crate::format::MappedFile> {
-    match crate::format::MappedFile::open(&dir.join(name)) {
-        Ok(m) => Some(m),
-        Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            problems.push(problem(
-                ProblemKind::MissingFile,
-                Some(name),
-                Some(s),
-                "listed in the manifest but missing".into(),
-            ));
-            None
+/// Segment entries read in order, a row's worth at a time; a row that does
+/// not start where the previous one ended (only in a broken index) starts
+/// a new read there.
+struct SegmentCursor<'a> {
+    file: &'a File,
+    /// Byte offset of entry 0.
+    base: u64,
+    entries: Entries<'a, SEGMENT_BYTES>,
+    /// The entry `entries` reads next.
+    next: u64,
+    row: Vec<Segment>,
+}
+
+impl<'a> SegmentCursor<'a> {
+    fn new(file: &'a File, base: u64) -> SegmentCursor<'a> {
+        SegmentCursor {
+            file,
+            base,
+            entries: Entries::new(file, base..file.len()),
+            next: 0,
+            row: Vec::new(),
         }
-        Err(e) => {
+    }
+
+    /// Entries `range` (within the file, as [`row_window`] promises).
+    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[Segment], SourceError> {
+        if range.start != self.next {
+            let at = self.base + range.start * SEGMENT_BYTES as u64;
+            self.entries = Entries::new(self.file, at..self.file.len());
+            self.next = range.start;
+        }
+        self.row.clear();
+        while self.next < range.end {
+            let Some(segment) = self.entries.next_segment()? else {
+                break;
+            };
+            self.row.push(segment);
+            self.next += 1;
+        }
+        Ok(&self.row)
+    }
+}
+
+/// The records of a shard whose offsets are sound, walked forward: which
+/// record holds a token, for positions asked in increasing order.
+struct RecordWalk<'a> {
+    idx: &'a File,
+    /// The offsets, read from the first call on (an object is not asked
+    /// for them unless they are needed).
+    offsets: Option<Entries<'a, 8>>,
+    started: bool,
+    /// The current record, its first token, and the next record's first
+    /// (`None` past the last record).
+    record: u64,
+    lo: u64,
+    hi: Option<u64>,
+}
+
+impl<'a> RecordWalk<'a> {
+    fn new(idx: &'a File) -> RecordWalk<'a> {
+        RecordWalk {
+            idx,
+            offsets: None,
+            started: false,
+            record: 0,
+            lo: 0,
+            hi: None,
+        }
+    }
+
+    /// Moves to the next record: `(record, lo, hi)`, or `None` past the last.
+    fn advance(&mut self) -> Result<Option<(u64, u64, u64)>, SourceError> {
+        let idx = self.idx;
+        let offsets = self
+            .offsets
+            .get_or_insert_with(|| Entries::new(idx, IDX_HEADER_LEN as u64..idx.len()));
+        if !self.started {
+            self.started = true;
+            self.lo = offsets.next_u64()?.unwrap_or(0);
+        } else if let Some(hi) = self.hi {
+            self.record += 1;
+            self.lo = hi;
+        } else {
+            return Ok(None);
+        }
+        self.hi = offsets.next_u64()?;
+        Ok(self.hi.map(|hi| (self.record, self.lo, hi)))
+    }
+
+    /// The record holding token `token`: the last whose first token is at
+    /// or before it (past the last record: the number of records), for
+    /// tokens asked in increasing order.
+    fn record_of(&mut self, token: u64) -> Result<u64, SourceError> {
+        if !self.started {
+            self.advance()?;
+        }
+        while self.hi.is_some_and(|hi| hi <= token) {
+            self.advance()?;
+        }
+        Ok(self.record)
+    }
+}
+
+/// The checks of the `.bin` that look at single tokens the offsets (and a
+/// packed shard's segments) point to, made as the pass over the `.bin`
+/// reaches them.
+enum Probes<'a> {
+    None,
+    Records(Box<RecordProbes<'a>>),
+    Rows(Box<RowProbes<'a>>),
+}
+
+impl Probes<'_> {
+    fn check(
+        &mut self,
+        start: u64,
+        tokens: Tokens<'_>,
+        s: usize,
+        info: &ShardInfo,
+    ) -> Result<(), SourceError> {
+        match self {
+            Probes::None => Ok(()),
+            Probes::Records(p) => p.check(start, tokens, s, info),
+            Probes::Rows(p) => p.check(start, tokens, s, info),
+        }
+    }
+}
+
+/// eos at the end (bos at the start) of every record, when the manifest
+/// says they were added.
+struct RecordProbes<'a> {
+    walk: RecordWalk<'a>,
+    eos_id: Option<u32>,
+    bos_id: Option<u32>,
+    /// The record being checked, and which of its ends are done.
+    current: Option<(u64, u64, u64)>,
+    started: bool,
+    bos_done: bool,
+    eos_done: bool,
+    eos: Problems,
+    bos: Problems,
+}
+
+impl<'a> RecordProbes<'a> {
+    fn new(
+        manifest: &Manifest,
+        idx: &'a File,
+        s: usize,
+        problems: &mut Problems,
+    ) -> RecordProbes<'a> {
+        let special = &manifest.special_tokens;
+        let mut wanted = |added: bool, id: Option<u32>, name: &str| {
+            if added && id.is_none() {
+                problems.push(problem(
+                    ProblemKind::ManifestCounts,
+                    Some(MANIFEST_FILE),
+                    Some(s),
+                    format!("{name} is said to be added but special_tokens.{name} is null"),
+                ));
+            }
+            id.filter(|_| added)
+        };
+        let eos_id = wanted(manifest.eos_appended, special.eos, "eos");
+        let bos_id = wanted(manifest.bos_prepended, special.bos, "bos");
+        RecordProbes {
+            walk: RecordWalk::new(idx),
+            eos_id,
+            bos_id,
+            current: None,
+            started: false,
+            bos_done: false,
+            eos_done: false,
+            eos: Problems::new(problems.cap),
+            bos: Problems::new(problems.cap),
+        }
+    }
+
+    fn check(
+        &mut self,
+        start: u64,
+        tokens: Tokens<'_>,
+        s: usize,
+        info: &ShardInfo,
+    ) -> Result<(), SourceError> {
+        if self.eos_id.is_none() && self.bos_id.is_none() {
+            return Ok(());
+        }
+        let end = start + tokens.len() as u64;
+        if !self.started {
+            self.started = true;
+            self.current = self.walk.advance()?;
+        }
+        while let Some((r, lo, hi)) = self.current {
+            let ends = [
+                (
+                    &mut self.bos_done,
+                    self.bos_id,
+                    Some(lo),
+                    &mut self.bos,
+                    ProblemKind::MissingBos,
+                ),
+                (
+                    &mut self.eos_done,
+                    self.eos_id,
+                    hi.checked_sub(1),
+                    &mut self.eos,
+                    ProblemKind::MissingEos,
+                ),
+            ];
+            let mut waiting = false;
+            for (done, id, pos, problems, kind) in ends {
+                let Some(id) = id.filter(|_| !*done) else {
+                    *done = true;
+                    continue;
+                };
+                let inside = pos.filter(|&p| p < hi && p >= lo);
+                let found = match inside {
+                    None => None,
+                    Some(p) if p < end => tokens.get((p - start) as usize),
+                    Some(_) => {
+                        waiting = true;
+                        break;
+                    }
+                };
+                *done = true;
+                if found != Some(id) {
+                    let (name, verb) = match kind {
+                        ProblemKind::MissingEos => ("eos", "end"),
+                        _ => ("bos", "start"),
+                    };
+                    let what =
+                        found.map_or("the record is empty".to_owned(), |f| format!("found {f}"));
+                    let mut p = problem(
+                        kind,
+                        Some(info.bin.as_str()),
+                        Some(s),
+                        format!("record does not {verb} with {name} {id}: {what}"),
+                    );
+                    p.record = Some(r);
+                    p.token = pos;
+                    problems.push(p);
+                }
+            }
+            if waiting {
+                break;
+            }
+            self.current = self.walk.advance()?;
+            self.bos_done = false;
+            self.eos_done = false;
+        }
+        Ok(())
+    }
+}
+
+/// The rows of a packed shard whose offsets and segment index are sound:
+/// pad tokens after the last piece, and, when documents end with eos, eos
+/// at the end of every piece followed by another piece or by padding (such
+/// a piece ends its document, in both modes).
+struct RowProbes<'a> {
+    walk: RecordWalk<'a>,
+    index: Entries<'a, 8>,
+    segments: SegmentCursor<'a>,
+    seq_len: u64,
+    pad: Option<u32>,
+    eos: Option<u32>,
+    /// The row being checked: number, first token, pieces, the next piece
+    /// whose end is to be looked at, the next padding position (None once
+    /// the padding is checked).
+    row: Option<(u64, u64)>,
+    pieces: Vec<Segment>,
+    next_piece: usize,
+    next_pad: Option<u64>,
+    started: bool,
+    previous_entry: u64,
+    padding: u64,
+    padding_problems: Problems,
+    eos_problems: Problems,
+}
+
+impl<'a> RowProbes<'a> {
+    fn new(
+        manifest: &Manifest,
+        idx: &'a File,
+        seg: &'a File,
+        header: &SegHeader,
+        cap: usize,
+    ) -> RowProbes<'a> {
+        let split = header.segments_offset() as u64;
+        RowProbes {
+            walk: RecordWalk::new(idx),
+            index: Entries::new(seg, SEG_HEADER_LEN as u64..split),
+            segments: SegmentCursor::new(seg, split),
+            seq_len: u64::from(header.seq_len),
+            pad: manifest.special_tokens.pad,
+            eos: manifest
+                .eos_appended
+                .then_some(manifest.special_tokens.eos)
+                .flatten(),
+            row: None,
+            pieces: Vec::new(),
+            next_piece: 0,
+            next_pad: None,
+            started: false,
+            previous_entry: 0,
+            padding: 0,
+            padding_problems: Problems::new(cap),
+            eos_problems: Problems::new(cap),
+        }
+    }
+
+    /// Moves to the next row and reads its pieces.
+    fn next_row(&mut self) -> Result<(), SourceError> {
+        self.row = self.walk.advance()?.map(|(r, lo, _)| (r, lo));
+        if self.row.is_none() {
+            return Ok(());
+        }
+        if !self.started {
+            self.started = true;
+            self.previous_entry = self.index.next_u64()?.unwrap_or(0);
+        }
+        let hi = self.index.next_u64()?.unwrap_or(self.previous_entry);
+        self.pieces = self.segments.read(self.previous_entry..hi)?.to_vec();
+        self.previous_entry = hi;
+        let used = self.pieces.last().map_or(0, |p| p.end());
+        self.padding += self.seq_len - used;
+        self.next_piece = 0;
+        self.next_pad = Some(used);
+        Ok(())
+    }
+
+    fn check(
+        &mut self,
+        start: u64,
+        tokens: Tokens<'_>,
+        s: usize,
+        info: &ShardInfo,
+    ) -> Result<(), SourceError> {
+        let end = start + tokens.len() as u64;
+        let token = |p: u64| tokens.get((p - start) as usize).unwrap_or(0);
+        if !self.started {
+            self.next_row()?;
+        }
+        while let Some((r, base)) = self.row {
+            // Piece ends, in order.
+            while let (Some(eos), Some(piece)) = (self.eos, self.pieces.get(self.next_piece)) {
+                let k = self.next_piece;
+                let used = self.pieces.last().map_or(0, |p| p.end());
+                let ends_document = k + 1 < self.pieces.len() || used < self.seq_len;
+                let last = base + piece.end() - 1;
+                if !ends_document {
+                    self.next_piece += 1;
+                    continue;
+                }
+                if last >= end {
+                    return Ok(());
+                }
+                let found = token(last);
+                if found != eos {
+                    let mut p = problem(
+                        ProblemKind::MissingEos,
+                        Some(info.bin.as_str()),
+                        Some(s),
+                        format!(
+                            "piece {k} (document {}) is followed by {} but does not end with eos {eos}: found {found}",
+                            piece.doc,
+                            if k + 1 < self.pieces.len() { "another piece" } else { "padding" },
+                        ),
+                    );
+                    p.record = Some(r);
+                    p.token = Some(last);
+                    self.eos_problems.push(p);
+                }
+                self.next_piece += 1;
+            }
+            // Padding, up to the first token that is not the pad token.
+            while let Some(pos) = self.next_pad.filter(|&pos| pos < self.seq_len) {
+                if base + pos >= end {
+                    return Ok(());
+                }
+                let found = token(base + pos);
+                if Some(found) != self.pad {
+                    let used = self.pieces.last().map_or(0, |p| p.end());
+                    let mut p = problem(
+                        ProblemKind::Padding,
+                        Some(info.bin.as_str()),
+                        Some(s),
+                        format!(
+                            "token {found} at position {pos} follows the last piece (which ends at {used}) but is not the pad token {}",
+                            self.pad.map_or("(none)".into(), |p| p.to_string())
+                        ),
+                    );
+                    p.record = Some(r);
+                    p.token = Some(base + pos);
+                    self.padding_problems.push(p);
+                    self.next_pad = None;
+                } else {
+                    self.next_pad = Some(pos + 1);
+                }
+            }
+            self.next_row()?;
+        }
+        Ok(())
+    }
+}
+
+/// The file `name` of the dataset; a missing (or, locally, unreadable) one
+/// is a problem and `None`. A store's failure is the caller's error.
+fn open(
+    source: &Source,
+    name: &str,
+    s: Option<usize>,
+    problems: &mut Problems,
+) -> Result<Option<File>, SourceError> {
+    match source.open(name) {
+        Ok(Some(file)) => Ok(Some(file)),
+        Ok(None) => {
+            let message = match s {
+                Some(_) => "listed in the manifest but missing",
+                None => "the tokenizer copy is missing",
+            };
             problems.push(problem(
                 ProblemKind::MissingFile,
                 Some(name),
-                Some(s),
+                s,
+                message.into(),
+            ));
+            Ok(None)
+        }
+        Err(SourceError::Format(e)) => {
+            problems.push(problem(
+                ProblemKind::MissingFile,
+                Some(name),
+                s,
                 e.to_string(),
             ));
-            None
+            Ok(None)
         }
+        Err(e) => Err(e),
     }
 }
 
-fn verify_checksum(bytes: &[u8], name: &str, listed: &str, s: usize, problems: &mut Problems) {
-    let found = checksum_hex(xxhash_rust::xxh3::xxh3_64(bytes));
+fn verify_checksum(
+    file: &File,
+    name: &str,
+    listed: &str,
+    s: Option<usize>,
+    problems: &mut Problems,
+) -> Result<(), SourceError> {
+    verify_digest(file.xxh3()?, name, listed, s, problems);
+    Ok(())
+}
+
+fn verify_digest(hash: u64, name: &str, listed: &str, s: Option<usize>, problems: &mut Problems) {
+    let found = checksum_hex(hash);
     if found != listed {
         problems.push(problem(
             ProblemKind::Checksum,
             Some(name),
-            Some(s),
+            s,
             format!("XXH3 is {found}, the manifest says {listed}"),
         ));
     }
 }
 
 /// Scans token ids for values not below `vocab_size`, calling `bad(token
-/// offset, id)` for each; returns the number of tokens.
+/// offset, id)` for each, offsets counted from `start`.
 ///
 /// Works in blocks: the maximum of a block is cheap to compute (the
 /// compiler vectorises it), and only a block whose maximum is too large is
 /// looked at token by token.
-fn scan_tokens(bytes: &[u8], dtype: Dtype, vocab_size: u64, bad: impl FnMut(u64, u64)) -> u64 {
-    match dtype {
-        Dtype::U16 => scan_ids(
-            crate::format::mmap_cast_u16(bytes).expect("mapped files are page-aligned"),
-            vocab_size,
-            bad,
-        ),
-        Dtype::U32 => scan_ids(
-            crate::format::mmap_cast_u32(bytes).expect("mapped files are page-aligned"),
-            vocab_size,
-            bad,
-        ),
+fn scan_tokens(tokens: Tokens<'_>, start: u64, vocab_size: u64, bad: impl FnMut(u64, u64)) {
+    match tokens {
+        Tokens::U16(ids) => scan_ids(ids, start, vocab_size, bad),
+        Tokens::U32(ids) => scan_ids(ids, start, vocab_size, bad),
     }
 }
 
 fn scan_ids<T: Copy + Ord + Default + Into<u64>>(
     ids: &[T],
+    start: u64,
     vocab_size: u64,
     mut bad: impl FnMut(u64, u64),
-) -> u64 {
+) {
     const BLOCK: usize = 1 << 16;
-    let mut base = 0u64;
+    let mut base = start;
     for block in ids.chunks(BLOCK) {
         if block.iter().copied().max().unwrap_or_default().into() >= vocab_size {
             for (i, &id) in block.iter().enumerate() {
@@ -1151,20 +1524,6 @@ fn scan_ids<T: Copy + Ord + Default + Into<u64>>(
             }
         }
         base += block.len() as u64;
-    }
-    ids.len() as u64
-}
-
-/// The record holding token offset `token`, given sound offsets.
-fn record_of(offsets: &[u64], token: u64) -> u64 {
-    (offsets.partition_point(|&o| o <= token) as u64).saturating_sub(1)
-}
-
-fn token_at(bytes: &[u8], dtype: Dtype, token: u64) -> u32 {
-    let i = token as usize * dtype.size();
-    match dtype {
-        Dtype::U16 => u32::from(u16::from_le_bytes([bytes[i], bytes[i + 1]])),
-        Dtype::U32 => u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]),
     }
 }
 

@@ -17,7 +17,9 @@ use prep::size::format_bytes;
     after_help = "Exit codes: 0 success, 2 the dataset cannot be opened or the record does not exist."
 )]
 pub(crate) struct Args {
-    /// The dataset directory.
+    /// The dataset directory, or an object-storage address
+    /// (s3://bucket/prefix, gs://, az://, https://) read in place: the
+    /// manifest, the indexes, and only the ranges --record needs.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
 

@@ -18,7 +18,8 @@ use prep::sampler::Sampler;
 #[derive(Debug, Parser)]
 #[command(after_help = "Exit codes: 0 success, 2 usage error or a dataset that cannot be read.")]
 pub(crate) struct Args {
-    /// The dataset.
+    /// The dataset: a directory, or an object-storage address
+    /// (s3://bucket/prefix, gs://, az://, https://) read in place.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
 
@@ -58,8 +59,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.world_size
         );
     }
-    let ds = prep::format::Dataset::open(&args.dir)?;
-    let sampler = Sampler::new(ds.len(), args.seed, args.epoch, args.rank, args.world_size);
+    let n = prep::source::record_count(&args.dir)?;
+    let sampler = Sampler::new(n, args.seed, args.epoch, args.rank, args.world_size);
     let mut out = BufWriter::new(std::io::stdout().lock());
     let count = args.count.unwrap_or(u64::MAX);
     for index in sampler

@@ -19,10 +19,12 @@ use prep::validate::{self, Report, ValidateConfig};
 /// reported with its file and position, up to a number per kind.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Exit codes: 0 valid, 1 problems found, 2 could not run (no such directory, unreadable manifest)."
+    after_help = "Exit codes: 0 valid, 1 problems found, 2 could not run (no such directory, unreadable manifest; for a dataset in object storage also a missing bucket, refused credentials, a dropped connection)."
 )]
 pub(crate) struct Args {
-    /// The dataset directory.
+    /// The dataset directory, or an object-storage address
+    /// (s3://bucket/prefix, gs://, az://, https://) checked in place: each
+    /// object is streamed through the checks by ranged GETs, never held whole.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
 

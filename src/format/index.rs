@@ -39,9 +39,16 @@ impl IdxHeader {
     ///
     /// `path` only names the file in errors.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<IdxHeader, FormatError> {
-        let len = bytes.len() as u64;
-        let head = bytes
+        Self::parse_head(path, bytes, bytes.len() as u64)
+    }
+
+    /// [`IdxHeader::parse`] for a file not held in memory: `head` is its
+    /// first bytes (at least the header's, when the file has them) and `len`
+    /// its length. The same checks, for a file read as a stream.
+    pub fn parse_head(path: &Path, head: &[u8], len: u64) -> Result<IdxHeader, FormatError> {
+        let head = head
             .get(..IDX_HEADER_LEN)
+            .filter(|_| len >= IDX_HEADER_LEN as u64)
             .ok_or_else(|| FormatError::IdxTooShort {
                 path: path.into(),
                 len,
@@ -112,40 +119,85 @@ pub fn offset_violations(
     offsets: &[u64],
     n_tokens: u64,
 ) -> impl Iterator<Item = OffsetViolation> + '_ {
-    let first = match offsets.first() {
-        None => Some(OffsetViolation {
-            position: 0,
-            found: 0,
-            expected: "the index has no offsets".into(),
-        }),
-        Some(&0) => None,
-        Some(&f) => Some(OffsetViolation {
-            position: 0,
-            found: f,
-            expected: "expected 0".into(),
-        }),
-    };
-    let decreasing = offsets
-        .windows(2)
-        .enumerate()
-        .filter(|(_, w)| w[1] < w[0])
-        .map(|(i, w)| OffsetViolation {
-            position: i as u64 + 1,
-            found: w[1],
-            expected: format!(
-                "smaller than offsets[{i}] = {}; offsets must not decrease",
-                w[0]
-            ),
-        });
-    let last = offsets
-        .last()
-        .filter(|&&l| l != n_tokens)
-        .map(|&l| OffsetViolation {
-            position: offsets.len() as u64 - 1,
-            found: l,
-            expected: format!("expected the header's token count {n_tokens}"),
-        });
-    first.into_iter().chain(decreasing).chain(last)
+    let mut rules = OffsetRules::new(n_tokens);
+    let mut rest = offsets.iter();
+    let mut finished = false;
+    std::iter::from_fn(move || {
+        for &offset in rest.by_ref() {
+            if let Some(v) = rules.push(offset) {
+                return Some(v);
+            }
+        }
+        if finished {
+            return None;
+        }
+        finished = true;
+        rules.finish()
+    })
+}
+
+/// The rules of [`offset_violations`], one offset at a time, for an index
+/// read as a stream: [`OffsetRules::push`] each offset in order, then
+/// [`OffsetRules::finish`]. Holds two numbers, whatever the index's size.
+#[derive(Debug, Clone)]
+pub struct OffsetRules {
+    n_tokens: u64,
+    /// Offsets pushed so far.
+    seen: u64,
+    previous: Option<u64>,
+}
+
+impl OffsetRules {
+    /// Rules for the offsets of an index whose header counts `n_tokens`.
+    pub fn new(n_tokens: u64) -> OffsetRules {
+        OffsetRules {
+            n_tokens,
+            seen: 0,
+            previous: None,
+        }
+    }
+
+    /// The rule the next offset breaks, if any: the first is not 0, or it
+    /// is smaller than the one before it.
+    pub fn push(&mut self, offset: u64) -> Option<OffsetViolation> {
+        let position = self.seen;
+        self.seen += 1;
+        let previous = self.previous.replace(offset);
+        match previous {
+            None if offset != 0 => Some(OffsetViolation {
+                position,
+                found: offset,
+                expected: "expected 0".into(),
+            }),
+            Some(p) if offset < p => Some(OffsetViolation {
+                position,
+                found: offset,
+                expected: format!(
+                    "smaller than offsets[{}] = {p}; offsets must not decrease",
+                    position - 1
+                ),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The rule the offsets break as a whole, once all are pushed: there
+    /// are none, or the last is not the header's token count.
+    pub fn finish(&self) -> Option<OffsetViolation> {
+        match self.previous {
+            None => Some(OffsetViolation {
+                position: 0,
+                found: 0,
+                expected: "the index has no offsets".into(),
+            }),
+            Some(last) if last != self.n_tokens => Some(OffsetViolation {
+                position: self.seen - 1,
+                found: last,
+                expected: format!("expected the header's token count {}", self.n_tokens),
+            }),
+            Some(_) => None,
+        }
+    }
 }
 
 /// Parses a whole `.idx` file held in memory, at any alignment, and checks

@@ -14,8 +14,8 @@ mod segments;
 mod writer;
 
 pub use index::{
-    check_index, offset_violations, IdxHeader, OffsetViolation, IDX_HEADER_LEN, IDX_MAGIC,
-    IDX_VERSION,
+    check_index, offset_violations, IdxHeader, OffsetRules, OffsetViolation, IDX_HEADER_LEN,
+    IDX_MAGIC, IDX_VERSION,
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
@@ -25,8 +25,8 @@ pub use manifest::{
 pub(crate) use mmap::Mapped as MappedFile;
 pub use reader::{Dataset, Tokens};
 pub use segments::{
-    check_segments, row_violation, segment_violations, SegHeader, SegWriter, Segment,
-    SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
+    check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,
+    SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
 pub(crate) use writer::TMP_SUFFIX;
 
@@ -40,15 +40,6 @@ pub(crate) fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
     mmap::cast(bytes)
 }
 
-/// Views mapped bytes as segment entries (None if misaligned or of ragged length).
-pub(crate) fn mmap_cast_segments(bytes: &[u8]) -> Option<&[Segment]> {
-    mmap::cast(bytes)
-}
-
-/// Views mapped bytes as u64 offsets (None if misaligned or of ragged length).
-pub(crate) fn mmap_cast_u64(bytes: &[u8]) -> Option<&[u64]> {
-    mmap::cast(bytes)
-}
 pub use writer::{atomic_write, hash_file, AtomicFile, DatasetWriter, ShardWriter};
 
 /// The type of every token in a dataset's `.bin` files.

@@ -50,6 +50,19 @@ impl Segment {
         out[20..24].copy_from_slice(&self.length.to_le_bytes());
         out
     }
+
+    /// The entry stored in `bytes` (the inverse of [`Segment::encode`]), at
+    /// any alignment.
+    pub fn decode(bytes: &[u8; SEGMENT_BYTES]) -> Segment {
+        let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let half = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        Segment {
+            doc: word(0),
+            doc_offset: word(8),
+            start: half(16),
+            length: half(20),
+        }
+    }
 }
 
 /// The fixed-size header of a `.seg` file.
@@ -80,16 +93,25 @@ impl SegHeader {
     ///
     /// `path` only names the file in errors.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<SegHeader, FormatError> {
+        Self::parse_head(path, bytes, bytes.len() as u64)
+    }
+
+    /// [`SegHeader::parse`] for a file not held in memory: `head` is its
+    /// first bytes (at least the header's, when the file has them) and `len`
+    /// its length. The same checks, for a file read as a stream.
+    pub fn parse_head(path: &Path, head: &[u8], len: u64) -> Result<SegHeader, FormatError> {
         let bad = |message: String| FormatError::Mismatch {
             path: path.into(),
             message,
         };
-        let len = bytes.len() as u64;
-        let head = bytes.get(..SEG_HEADER_LEN).ok_or_else(|| {
-            bad(format!(
-                "segment index is {len} bytes, shorter than its {SEG_HEADER_LEN}-byte header"
-            ))
-        })?;
+        let head = head
+            .get(..SEG_HEADER_LEN)
+            .filter(|_| len >= SEG_HEADER_LEN as u64)
+            .ok_or_else(|| {
+                bad(format!(
+                    "segment index is {len} bytes, shorter than its {SEG_HEADER_LEN}-byte header"
+                ))
+            })?;
         if head[0..8] != SEG_MAGIC {
             return Err(bad("not a prep segment index (bad magic bytes)".into()));
         }
@@ -171,33 +193,64 @@ pub fn segment_violations<'a>(
     seq_len: u32,
 ) -> impl Iterator<Item = (u64, String)> + 'a {
     let n = segments.len() as u64;
-    let first = match row_index.first() {
-        Some(0) => None,
-        Some(&f) => Some((0, format!("row_index[0] = {f}, expected 0"))),
-        None => Some((0, "the row index is empty".into())),
-    };
-    let last = match row_index.last() {
-        Some(&l) if l != n => Some((
-            row_index.len().saturating_sub(2) as u64,
-            format!("the row index ends at {l}, expected {n} (the number of segments)"),
-        )),
-        _ => None,
-    };
+    let first = row_index_start(row_index.first().copied());
+    let last = row_index_end(row_index.len() as u64, row_index.last().copied(), n);
     let rows = row_index.windows(2).enumerate().filter_map(move |(r, w)| {
-        let (lo, hi) = (w[0], w[1]);
-        if hi < lo {
-            return Some((
-                r as u64,
-                format!(
-                    "row_index[{}] = {hi} is smaller than row_index[{r}] = {lo}",
-                    r + 1
-                ),
-            ));
+        match row_window(r as u64, w[0], w[1], n) {
+            Err(violation) => Some(violation),
+            Ok(None) => None,
+            Ok(Some(pieces)) => {
+                let pieces = &segments[pieces.start as usize..pieces.end as usize];
+                row_violation(pieces, seq_len).map(|(_, message)| (r as u64, message))
+            }
         }
-        let pieces = segments.get(lo as usize..hi as usize)?;
-        row_violation(pieces, seq_len).map(|(_, message)| (r as u64, message))
     });
     first.into_iter().chain(rows).chain(last)
+}
+
+/// The rule of [`segment_violations`] for the row index's first entry,
+/// which must be 0 (`None`: the row index is empty).
+pub fn row_index_start(first: Option<u64>) -> Option<(u64, String)> {
+    match first {
+        Some(0) => None,
+        Some(f) => Some((0, format!("row_index[0] = {f}, expected 0"))),
+        None => Some((0, "the row index is empty".into())),
+    }
+}
+
+/// The rule of [`segment_violations`] for row `r`, whose entries run from
+/// row-index entry `lo` to `hi`: a violation when `hi < lo`; otherwise the
+/// entries holding its pieces, to be checked with [`row_violation`], or
+/// `None` when they lie past the `n_segments` entries (the row index's end
+/// is then reported by [`row_index_end`]).
+pub fn row_window(
+    r: u64,
+    lo: u64,
+    hi: u64,
+    n_segments: u64,
+) -> Result<Option<std::ops::Range<u64>>, (u64, String)> {
+    if hi < lo {
+        return Err((
+            r,
+            format!(
+                "row_index[{}] = {hi} is smaller than row_index[{r}] = {lo}",
+                r + 1
+            ),
+        ));
+    }
+    Ok((hi <= n_segments).then_some(lo..hi))
+}
+
+/// The rule of [`segment_violations`] for the row index's last entry (of
+/// `entries`), which must be the number of segments.
+pub fn row_index_end(entries: u64, last: Option<u64>, n_segments: u64) -> Option<(u64, String)> {
+    match last {
+        Some(l) if l != n_segments => Some((
+            entries.saturating_sub(2),
+            format!("the row index ends at {l}, expected {n_segments} (the number of segments)"),
+        )),
+        _ => None,
+    }
 }
 
 /// Parses a whole `.seg` file and checks every rule of FORMAT.md on it: the
@@ -214,12 +267,7 @@ pub fn check_segments(path: &Path, bytes: &[u8]) -> Result<SegHeader, FormatErro
         .collect();
     let segments: Vec<Segment> = bytes[at..]
         .chunks_exact(SEGMENT_BYTES)
-        .map(|c| Segment {
-            doc: word(&c[0..8]),
-            doc_offset: word(&c[8..16]),
-            start: u32::from_le_bytes(c[16..20].try_into().expect("4 bytes")),
-            length: u32::from_le_bytes(c[20..24].try_into().expect("4 bytes")),
-        })
+        .map(|c| Segment::decode(c.try_into().expect("24 bytes")))
         .collect();
     let first = segment_violations(&rows, &segments, header.seq_len).next();
     match first {

@@ -355,3 +355,182 @@ def test_fetch_of_a_missing_dataset_is_exit_2(s3, bucket, tmp_path):
     proc = prep("fetch", "s3://data/nothing-here", dest, env=store_env(s3.url))
     assert_failed_cleanly(proc, dest, "s3://data/nothing-here/manifest.json")
     assert not dest.exists()
+
+
+# --- validate, inspect and sample read a dataset in place -------------------
+
+# An odd chunk size: ranged GETs then split tokens, offsets and segment
+# entries between chunks, which the in-place checks must put back together.
+ODD_CHUNK = 1031
+
+
+def in_place_env(s3) -> dict[str, str]:
+    return {**store_env(s3.url), "PREP_STORE_CHUNK_BYTES": str(ODD_CHUNK)}
+
+
+def same_output(local: subprocess.CompletedProcess, remote: subprocess.CompletedProcess, local_name, remote_name):
+    """The two runs print the same, once the dataset's name is swapped and
+    the wall time (and the speed computed from it) are left out."""
+    import json
+    import re
+
+    def clean(text: str, name: str) -> str:
+        text = text.replace(str(name), "DATASET")
+        try:
+            report = json.loads(text)
+        except ValueError:
+            return re.sub(r" in [0-9.]+s: [0-9]+ MB/s\.", " in Ts.", text)
+        if isinstance(report.get("checked"), dict):
+            report["checked"].pop("seconds", None)
+        return json.dumps(report, sort_keys=True, indent=1)
+
+    assert remote.returncode == local.returncode, f"local exit {local.returncode}, remote {remote.returncode}: {remote.stderr}"
+    assert clean(remote.stdout, remote_name) == clean(local.stdout, local_name)
+
+
+def upload_dataset(s3, local: Path, prefix: str) -> str:
+    upload_dir(s3.client(), "data", local, prefix)
+    return f"s3://data/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def packed_dataset(s3, remote_dataset, tmp_path_factory):
+    """The tokenized dataset packed into rows (a .seg per shard), locally and at packed/."""
+    local = tmp_path_factory.mktemp("packed") / "packed"
+    ok(prep("pack", remote_dataset, local, "--seq-len", 128, "--shard-size", "64KiB", "--threads", 2))
+    assert any(p.suffix == ".seg" for p in local.iterdir())
+    upload_dataset(s3, local, "packed")
+    return local
+
+
+@pytest.mark.parametrize("which", ["documents", "packed"])
+def test_validate_inspect_and_sample_in_place_equal_them_on_disk(s3, remote_dataset, packed_dataset, which):
+    env = in_place_env(s3)
+    local, url = (remote_dataset, "s3://data/ds") if which == "documents" else (packed_dataset, "s3://data/packed")
+    runs = [
+        ["validate"],
+        ["validate", "--json"],
+        ["validate", "--quick", "--json"],
+        ["inspect"],
+        ["inspect", "--json"],
+        ["inspect", "--record", "3"],
+        ["inspect", "--json", "--record", "0"],
+        ["sample", "--seed", "7", "--world-size", "2", "--rank", "1"],
+    ]
+    for args in runs:
+        here = prep(*args, local)
+        there = prep(*args, url, env=env)
+        assert here.returncode == 0, f"{args}: {here.stderr}"
+        same_output(here, there, local, url)
+    # The last record: its tokens end the last shard's .bin.
+    last = int(json_of(prep("inspect", "--json", local))["manifest"]["n_records"]) - 1
+    same_output(prep("inspect", "--json", "--record", last, local),
+                prep("inspect", "--json", "--record", last, url, env=env), local, url)
+
+
+def json_of(proc: subprocess.CompletedProcess):
+    import json
+
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def corrupt(path: Path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "flip":
+        data[len(data) // 2 + 1] ^= 0xFF
+    else:
+        data = data[: len(data) - 13]
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "which,suffix,how",
+    [
+        ("documents", ".bin", "flip"),
+        ("documents", ".bin", "truncate"),
+        ("documents", ".idx", "flip"),
+        ("documents", ".idx", "truncate"),
+        ("packed", ".seg", "flip"),
+        ("packed", ".seg", "truncate"),
+        ("packed", ".bin", "flip"),
+    ],
+)
+def test_a_corrupt_object_gives_the_problems_of_the_same_corruption_on_disk(
+    s3, remote_dataset, packed_dataset, tmp_path, which, suffix, how
+):
+    import shutil
+
+    source = remote_dataset if which == "documents" else packed_dataset
+    local = tmp_path / "ds"
+    shutil.copytree(source, local)
+    victim = sorted(p for p in local.iterdir() if p.suffix == suffix)[1]
+    corrupt(victim, how)
+    prefix = f"corrupt-{which}-{suffix[1:]}-{how}"
+    url = upload_dataset(s3, local, prefix)
+    env = in_place_env(s3)
+    here = prep("validate", "--json", local)
+    assert here.returncode == 1, here.stdout
+    assert victim.name in here.stdout
+    same_output(here, prep("validate", "--json", url, env=env), local, url)
+    same_output(prep("validate", local), prep("validate", url, env=env), local, url)
+
+
+def test_an_object_prep_did_not_write_is_reported_as_an_unlisted_file(s3, remote_dataset, tmp_path):
+    import shutil
+
+    local = tmp_path / "ds"
+    shutil.copytree(remote_dataset, local)
+    (local / "shard-99999.bin").write_bytes(b"\0\0")
+    url = upload_dataset(s3, local, "extra")
+    here = prep("validate", "--json", local)
+    assert "unlisted_file" in here.stdout and "shard-99999.bin" in here.stdout
+    same_output(here, prep("validate", "--json", url, env=in_place_env(s3)), local, url)
+
+
+@pytest.mark.parametrize("command", [["validate"], ["validate", "--json"], ["inspect"], ["sample", "--seed", "1"]])
+def test_a_missing_bucket_or_manifest_in_place_is_exit_2_naming_the_manifest(s3, remote_dataset, command):
+    env = in_place_env(s3)
+    for url, words in [
+        ("s3://no-such-bucket/ds", ["s3://no-such-bucket/ds/manifest.json", "no such bucket"]),
+        ("s3://data/nothing-here", ["s3://data/nothing-here/manifest.json", "no manifest.json"]),
+    ]:
+        proc = prep(*command, url, env=env)
+        assert proc.returncode == 2, f"{command} {url}: exit {proc.returncode}: {proc.stderr}"
+        for word in words:
+            assert word in proc.stderr, proc.stderr
+
+
+def test_bad_credentials_in_place_are_exit_2_naming_the_object(s3, remote_dataset, tmp_path):
+    server = Server(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        env = store_env(server.url, key="AKIAWRONGWRONGWRONG1")
+        for command in (["validate"], ["inspect"], ["sample", "--seed", "1"]):
+            proc = prep(*command, "s3://data/ds", env=env)
+            assert proc.returncode == 2, f"{command}: exit {proc.returncode}: {proc.stderr}"
+            assert "s3://data/ds/manifest.json" in proc.stderr and "credentials" in proc.stderr, proc.stderr
+    finally:
+        server.stop()
+
+
+def test_a_server_stopped_mid_validate_is_exit_2_naming_the_object(remote_dataset, tmp_path):
+    """The connection drops while the shards are streamed: exit 2 (not a
+    verdict on the dataset), the object that was being read named."""
+    server = Server()
+    client = server.client()
+    client.create_bucket(Bucket="data")
+    upload_dir(client, "data", remote_dataset, "ds")
+    # Tiny GETs, one thread: the checks take long enough to be cut.
+    env = {**store_env(server.url), "PREP_STORE_CHUNK_BYTES": "257"}
+    proc = subprocess.Popen(
+        [str(PREP_BIN), "validate", "--threads", "1", "s3://data/ds"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    time.sleep(1.5)
+    server.stop()
+    stdout, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("validate finished before the server stopped; nothing dropped")
+    assert proc.returncode == 2, stdout + stderr
+    assert "s3://data/ds/" in stderr, stderr
+    assert "INVALID" not in stdout

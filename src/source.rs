@@ -1,0 +1,960 @@
+//! A dataset's files as `validate`, `inspect` and `sample` read them:
+//! mapped from a local directory, or fetched from object storage
+//! (`s3://bucket/prefix`, `gs://`, `az://`, `https://`) by ranged GETs.
+//!
+//! The checks are written once, over what both kinds of file offer: a
+//! length, a small range read at once ([`File::read`]), and any range read
+//! in order as a sequence of chunks ([`File::chunks`]). A mapped file hands
+//! out slices of its mapping, [`LOCAL_CHUNK`] bytes at a time (no copy); an
+//! object hands out the blocks of its ranged GETs ([`crate::store::ObjectReader`]),
+//! so memory stays bounded however large a shard is. [`Entries`] and
+//! [`TokenBlocks`] decode chunks into offsets, segment entries and tokens,
+//! whatever the chunk boundaries and the alignment of the bytes.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::format::{
+    Dtype, FormatError, IdxHeader, Manifest, MappedFile, SegHeader, Segment, ShardInfo, Tokens,
+    IDX_HEADER_LEN, SEGMENT_BYTES, SEG_HEADER_LEN,
+};
+use crate::store::{Object, ObjectReader, StoreError};
+
+/// Bytes of a mapped file handed out as one chunk.
+pub const LOCAL_CHUNK: usize = 8 << 20;
+
+/// Manifests are small; a larger file is not one of prep's.
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+
+/// Why a dataset's file could not be read (as opposed to what is wrong with
+/// its bytes, which the callers report in their own terms).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A local file could not be opened or mapped, or a file's bytes
+    /// break the format where a reader of single records needs them sound.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A request to object storage failed (a missing bucket, refused
+    /// credentials, no connection), after the store's retries.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// There is no `manifest.json` at the dataset's address (its bucket
+    /// exists: a missing bucket is a [`StoreError::NoBucket`]).
+    #[error("{url}: no such object: not a prep dataset (no manifest.json at this address)")]
+    NoManifest {
+        /// The manifest's address.
+        url: String,
+    },
+    /// The transfer of an object's range failed part way (a dropped
+    /// connection, an object that changed while it was read).
+    #[error("{url}: reading failed after {at} bytes: {source}")]
+    Read {
+        /// The object.
+        url: String,
+        /// Bytes of the range received before the failure.
+        at: u64,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SourceError {
+    /// The file or object the failure is about.
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            SourceError::Format(FormatError::Io { path, .. }) => Some(path.clone()),
+            SourceError::Format(e) => format_path(e),
+            SourceError::Store(e) => Some(PathBuf::from(store_url(e))),
+            SourceError::Read { url, .. } | SourceError::NoManifest { url } => {
+                Some(PathBuf::from(url))
+            }
+        }
+    }
+}
+
+fn format_path(e: &FormatError) -> Option<PathBuf> {
+    match e {
+        FormatError::Io { path, .. }
+        | FormatError::BadManifest { path, .. }
+        | FormatError::UnsupportedVersion { path, .. }
+        | FormatError::IdxTooShort { path, .. }
+        | FormatError::IdxBadMagic { path }
+        | FormatError::IdxBadTokenSize { path, .. }
+        | FormatError::IdxReserved { path }
+        | FormatError::IdxSize { path, .. }
+        | FormatError::IdxOffsets { path, .. }
+        | FormatError::Mismatch { path, .. }
+        | FormatError::BadSegment { path, .. } => Some(path.clone()),
+        FormatError::NoManifest { dir } => Some(dir.join(crate::format::MANIFEST_FILE)),
+        FormatError::RecordOutOfRange { .. } | FormatError::BigEndian => None,
+    }
+}
+
+fn store_url(e: &StoreError) -> &str {
+    match e {
+        StoreError::BadUrl { url, .. }
+        | StoreError::NotFound { url, .. }
+        | StoreError::NoBucket { url, .. }
+        | StoreError::Denied { url, .. }
+        | StoreError::Request { url, .. }
+        | StoreError::Changed { url, .. } => url,
+    }
+}
+
+/// Where a dataset lies: a local directory or an object-storage prefix.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A local directory; files are mapped.
+    Dir(PathBuf),
+    /// The "folder" in object storage that holds `manifest.json`.
+    Store(Object),
+}
+
+impl Source {
+    /// The dataset at `location`: an object-storage address when
+    /// [`crate::store::is_url`] says it is one, else a local directory.
+    ///
+    /// # Errors
+    /// [`StoreError::BadUrl`] for an address the store cannot use.
+    pub fn new(location: &Path) -> Result<Source, StoreError> {
+        match location.to_str().filter(|s| crate::store::is_url(s)) {
+            Some(url) => Ok(Source::Store(Object::at(url.trim_end_matches('/'))?)),
+            None => Ok(Source::Dir(location.to_path_buf())),
+        }
+    }
+
+    /// Whether the dataset is read from object storage.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Source::Store(_))
+    }
+
+    /// How `name` (relative to the dataset) is called in messages: a local
+    /// path or the object's address.
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        match self {
+            Source::Dir(dir) => dir.join(name),
+            Source::Store(root) => PathBuf::from(format!("{}/{name}", root.url())),
+        }
+    }
+
+    /// The file `name` (relative to the dataset), or `None` when there is
+    /// no such file.
+    ///
+    /// # Errors
+    /// A local file that cannot be opened or mapped; the store's failure
+    /// (a missing bucket, refused credentials, no connection).
+    pub fn open(&self, name: &str) -> Result<Option<File>, SourceError> {
+        match self {
+            Source::Dir(dir) => {
+                let path = dir.join(name);
+                match MappedFile::open(&path) {
+                    Ok(map) => Ok(Some(File(Kind::Mapped(map)))),
+                    Err(FormatError::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Source::Store(root) => {
+                let object = root.child(name)?;
+                match object.size() {
+                    Ok(len) => Ok(Some(File(Kind::Object { object, len }))),
+                    Err(StoreError::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// The bytes of the manifest in the folder `sub` of the dataset (`""`
+    /// for its own), or `None` when there is none.
+    ///
+    /// # Errors
+    /// A manifest larger than [`MAX_MANIFEST_BYTES`] is a
+    /// [`FormatError::BadManifest`]; otherwise as [`Source::open`].
+    pub fn manifest_bytes(&self, sub: &str) -> Result<Option<Vec<u8>>, SourceError> {
+        let name = if sub.is_empty() {
+            crate::format::MANIFEST_FILE.to_owned()
+        } else {
+            format!(
+                "{}/{}",
+                sub.trim_end_matches('/'),
+                crate::format::MANIFEST_FILE
+            )
+        };
+        let Some(file) = self.open(&name)? else {
+            return Ok(None);
+        };
+        if file.len() > MAX_MANIFEST_BYTES {
+            return Err(FormatError::BadManifest {
+                path: self.path_of(&name),
+                message: format!("{} bytes, more than any manifest needs", file.len()),
+            }
+            .into());
+        }
+        Ok(Some(file.read(0..file.len())?.into_owned()))
+    }
+
+    /// The error for a dataset without a manifest: for a local directory,
+    /// [`FormatError::NoManifest`]; in a store, [`SourceError::NoManifest`]
+    /// naming the manifest's address, or the listing's failure when the
+    /// prefix cannot even be listed (a missing bucket says so by name).
+    pub fn no_manifest(&self) -> SourceError {
+        match self {
+            Source::Dir(dir) => FormatError::NoManifest { dir: dir.clone() }.into(),
+            Source::Store(root) => {
+                let url = self
+                    .path_of(crate::format::MANIFEST_FILE)
+                    .display()
+                    .to_string();
+                match crate::store::list(root.url(), |_| true) {
+                    // Name the manifest, the object that was asked for.
+                    Err(StoreError::NoBucket { op, .. }) => StoreError::NoBucket { url, op }.into(),
+                    Err(e @ StoreError::Denied { .. }) => e.into(),
+                    Ok(_) | Err(_) => SourceError::NoManifest { url },
+                }
+            }
+        }
+    }
+
+    /// Every file of the dataset, relative to it, `/`-separated, sorted: a
+    /// walk of the directory, or a listing of the prefix.
+    ///
+    /// # Errors
+    /// The listing's failure (a store's; an unreadable local directory is
+    /// skipped, as a walk skips what it cannot read).
+    pub fn files(&self) -> Result<Vec<String>, SourceError> {
+        let mut found = Vec::new();
+        match self {
+            Source::Dir(dir) => walk(dir, dir, &mut found),
+            Source::Store(root) => {
+                let prefix = format!("{}/", root.url());
+                for listed in crate::store::list(root.url(), |_| true)? {
+                    if let Some(rel) = listed.url.strip_prefix(&prefix) {
+                        found.push(rel.to_owned());
+                    }
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            walk(root, &path, out);
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// One file of a dataset: mapped, or an object of known size.
+#[derive(Debug)]
+pub struct File(Kind);
+
+#[derive(Debug)]
+enum Kind {
+    /// A local file, mapped.
+    Mapped(MappedFile),
+    /// An object in storage, and its size from a HEAD request.
+    Object { object: Object, len: u64 },
+}
+
+impl File {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        match &self.0 {
+            Kind::Mapped(map) => map.bytes().len() as u64,
+            Kind::Object { len, .. } => *len,
+        }
+    }
+
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of `range` (clamped to the file), at once: for small
+    /// ranges (a header, one record), as one ranged GET.
+    ///
+    /// # Errors
+    /// The store's failure.
+    pub fn read(&self, range: Range<u64>) -> Result<Cow<'_, [u8]>, SourceError> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        match &self.0 {
+            Kind::Mapped(map) => Ok(Cow::Borrowed(&map.bytes()[start as usize..end as usize])),
+            Kind::Object { .. } if start == end => Ok(Cow::Borrowed(&[])),
+            Kind::Object { object, .. } => {
+                let bytes = object.get_range(start..end)?;
+                if bytes.len() as u64 != end - start {
+                    return Err(StoreError::Changed {
+                        url: object.url().to_owned(),
+                        expected: self.len(),
+                        found: start + bytes.len() as u64,
+                    }
+                    .into());
+                }
+                Ok(Cow::Owned(bytes.to_vec()))
+            }
+        }
+    }
+
+    /// The bytes of `range` (clamped to the file), in order, in chunks.
+    pub fn chunks(&self, range: Range<u64>) -> Chunks<'_> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        match &self.0 {
+            Kind::Mapped(map) => Chunks::Mapped {
+                rest: &map.bytes()[start as usize..end as usize],
+                size: LOCAL_CHUNK,
+            },
+            Kind::Object { object, .. } => Chunks::Object {
+                reader: object.reader(start, end),
+                url: object.url().to_owned(),
+                at: 0,
+                current: Bytes::new(),
+            },
+        }
+    }
+
+    /// The XXH3-64 of the whole file and its length, read in chunks.
+    ///
+    /// # Errors
+    /// The transfer's failure.
+    pub fn xxh3(&self) -> Result<u64, SourceError> {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut chunks = self.chunks(0..self.len());
+        while let Some(chunk) = chunks.next()? {
+            hasher.update(chunk);
+        }
+        Ok(hasher.digest())
+    }
+}
+
+/// A range of a [`File`], handed out in order, a chunk at a time.
+pub enum Chunks<'a> {
+    /// What is left of a mapped range, handed out `size` bytes at a time.
+    Mapped {
+        /// The bytes not handed out yet.
+        rest: &'a [u8],
+        /// Bytes per chunk.
+        size: usize,
+    },
+    /// An object's range, by ranged GETs.
+    Object {
+        /// The GETs in flight.
+        reader: ObjectReader,
+        /// The object, for messages.
+        url: String,
+        /// Bytes handed out so far.
+        at: u64,
+        /// The chunk last handed out.
+        current: Bytes,
+    },
+}
+
+impl<'a> Chunks<'a> {
+    /// The next chunk (never empty), or `None` at the end of the range.
+    ///
+    /// # Errors
+    /// [`SourceError::Read`] naming the object when a GET fails.
+    pub fn next(&mut self) -> Result<Option<&[u8]>, SourceError> {
+        match self {
+            Chunks::Mapped { rest, size } => {
+                if rest.is_empty() {
+                    return Ok(None);
+                }
+                let all: &'a [u8] = *rest;
+                let (chunk, after) = all.split_at(all.len().min((*size).max(1)));
+                *rest = after;
+                Ok(Some(chunk))
+            }
+            Chunks::Object {
+                reader,
+                url,
+                at,
+                current,
+            } => match reader.next_chunk() {
+                Ok(Some(chunk)) => {
+                    *at += chunk.len() as u64;
+                    *current = chunk;
+                    Ok(Some(&current[..]))
+                }
+                Ok(None) => Ok(None),
+                Err(source) => Err(SourceError::Read {
+                    url: url.clone(),
+                    at: *at,
+                    source,
+                }),
+            },
+        }
+    }
+}
+
+/// Fixed-size entries of `N` bytes read in order from a range: an index's
+/// offsets (`N` = 8), a segment index's entries (`N` = 24). Holds one chunk.
+pub struct Entries<'a, const N: usize> {
+    chunks: Chunks<'a>,
+    block: Vec<u8>,
+    at: usize,
+}
+
+impl<'a, const N: usize> Entries<'a, N> {
+    /// The entries of `range` of `file`.
+    pub fn new(file: &'a File, range: Range<u64>) -> Entries<'a, N> {
+        Entries::of(file.chunks(range))
+    }
+
+    fn of(chunks: Chunks<'a>) -> Entries<'a, N> {
+        Entries {
+            chunks,
+            block: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// The next entry's bytes, or `None` at the end (a trailing partial
+    /// entry is not one).
+    ///
+    /// # Errors
+    /// The transfer's failure.
+    pub fn next_bytes(&mut self) -> Result<Option<[u8; N]>, SourceError> {
+        while self.block.len() - self.at < N {
+            self.block.drain(..self.at);
+            self.at = 0;
+            match self.chunks.next()? {
+                Some(chunk) => self.block.extend_from_slice(chunk),
+                None => return Ok(None),
+            }
+        }
+        let entry = self.block[self.at..self.at + N]
+            .try_into()
+            .expect("N bytes");
+        self.at += N;
+        Ok(Some(entry))
+    }
+}
+
+impl Entries<'_, 8> {
+    /// The next little-endian u64.
+    ///
+    /// # Errors
+    /// The transfer's failure.
+    pub fn next_u64(&mut self) -> Result<Option<u64>, SourceError> {
+        Ok(self.next_bytes()?.map(u64::from_le_bytes))
+    }
+}
+
+impl Entries<'_, SEGMENT_BYTES> {
+    /// The next segment entry.
+    ///
+    /// # Errors
+    /// The transfer's failure.
+    pub fn next_segment(&mut self) -> Result<Option<Segment>, SourceError> {
+        Ok(self.next_bytes()?.map(|b| Segment::decode(&b)))
+    }
+}
+
+/// Tokens of a `.bin` read in order, a block at a time, together with the
+/// raw chunk each block came from (for the checksum). A chunk that is
+/// aligned and whole is viewed in place; otherwise its tokens are decoded
+/// into a buffer, with a token split between two chunks carried over.
+pub struct TokenBlocks<'a> {
+    chunks: Chunks<'a>,
+    dtype: Dtype,
+    carry: Vec<u8>,
+    u16s: Vec<u16>,
+    u32s: Vec<u32>,
+    /// The position of the next block's first token.
+    at: u64,
+}
+
+/// One step of [`TokenBlocks`].
+pub struct TokenBlock<'b> {
+    /// The chunk's bytes as read.
+    pub raw: &'b [u8],
+    /// Position in the file of the first token of `tokens`.
+    pub start: u64,
+    /// The whole tokens completed by this chunk (possibly none).
+    pub tokens: Tokens<'b>,
+}
+
+impl<'a> TokenBlocks<'a> {
+    /// The tokens of the whole of `file`, of type `dtype`.
+    pub fn new(file: &'a File, dtype: Dtype) -> TokenBlocks<'a> {
+        TokenBlocks::of(file.chunks(0..file.len()), dtype)
+    }
+
+    fn of(chunks: Chunks<'a>, dtype: Dtype) -> TokenBlocks<'a> {
+        TokenBlocks {
+            chunks,
+            dtype,
+            carry: Vec::new(),
+            u16s: Vec::new(),
+            u32s: Vec::new(),
+            at: 0,
+        }
+    }
+
+    /// The next chunk and its tokens, or `None` at the end of the file (a
+    /// trailing partial token is in the last chunk's `raw` only).
+    ///
+    /// # Errors
+    /// The transfer's failure.
+    pub fn next(&mut self) -> Result<Option<TokenBlock<'_>>, SourceError> {
+        let size = self.dtype.size();
+        let Some(raw) = self.chunks.next()? else {
+            return Ok(None);
+        };
+        let start = self.at;
+        let in_place = if self.carry.is_empty() && raw.len() % size == 0 {
+            match self.dtype {
+                Dtype::U16 => crate::format::mmap_cast_u16(raw).map(Tokens::U16),
+                Dtype::U32 => crate::format::mmap_cast_u32(raw).map(Tokens::U32),
+            }
+        } else {
+            None
+        };
+        let tokens = match in_place {
+            Some(tokens) => tokens,
+            None => {
+                // Decode the carried bytes with this chunk's, keeping what
+                // does not make a whole token for the next chunk.
+                let need = (size - self.carry.len()) % size;
+                let (head, body) = raw.split_at(need.min(raw.len()));
+                self.carry.extend_from_slice(head);
+                let whole = body.len() - body.len() % size;
+                let mut bytes = Vec::new();
+                if self.carry.len() == size {
+                    bytes.append(&mut self.carry);
+                }
+                let (body, tail) = body.split_at(whole);
+                let dtype = self.dtype;
+                let decode = |b: &[u8], out16: &mut Vec<u16>, out32: &mut Vec<u32>| match dtype {
+                    Dtype::U16 => {
+                        out16.extend(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))
+                    }
+                    Dtype::U32 => out32.extend(
+                        b.chunks_exact(4)
+                            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                    ),
+                };
+                self.u16s.clear();
+                self.u32s.clear();
+                decode(&bytes, &mut self.u16s, &mut self.u32s);
+                decode(body, &mut self.u16s, &mut self.u32s);
+                self.carry.extend_from_slice(tail);
+                match self.dtype {
+                    Dtype::U16 => Tokens::U16(&self.u16s),
+                    Dtype::U32 => Tokens::U32(&self.u32s),
+                }
+            }
+        };
+        self.at += tokens.len() as u64;
+        Ok(Some(TokenBlock { raw, start, tokens }))
+    }
+}
+
+/// A dataset in object storage opened to read single records and the
+/// record lengths, for `inspect` and `sample`: the manifest, and the
+/// reader's quick checks of each shard that need no pass over its data
+/// (index header against the manifest, sizes of the `.bin`, a packed
+/// shard's `.seg` header). Offsets are checked as
+/// [`StoreDataset::for_each_length`] reads them, a row's pieces as
+/// [`StoreDataset::segments`] reads them. Memory holds the manifest only.
+#[derive(Debug)]
+pub struct StoreDataset {
+    source: Source,
+    manifest: Manifest,
+    shards: Vec<StoreShard>,
+    /// `starts[s]` is the number of shard `s`'s first record; one extra
+    /// entry holds the total.
+    starts: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct StoreShard {
+    idx: File,
+    bin: File,
+    seg: Option<(File, SegHeader)>,
+}
+
+impl StoreDataset {
+    /// Opens the dataset at `source` (an object-storage address).
+    ///
+    /// # Errors
+    /// [`FormatError::NoManifest`] when there is no manifest, the format's
+    /// errors for a manifest or shard header that breaks its rules, and the
+    /// store's failures naming the object.
+    pub fn open(source: Source) -> Result<StoreDataset, SourceError> {
+        let manifest_path = source.path_of(crate::format::MANIFEST_FILE);
+        let Some(bytes) = source.manifest_bytes("")? else {
+            return Err(source.no_manifest());
+        };
+        let manifest = Manifest::parse(&manifest_path, &bytes)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        let mut starts = vec![0u64];
+        for info in &manifest.shards {
+            shards.push(open_shard(&source, &manifest, info)?);
+            starts.push(starts[starts.len() - 1] + info.n_records);
+        }
+        Ok(StoreDataset {
+            source,
+            manifest,
+            shards,
+            starts,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.manifest.n_records
+    }
+
+    /// True when the dataset has no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with the length in tokens of every record, in order, read
+    /// from the indexes alone (streamed), checking their offsets as the
+    /// reader does.
+    ///
+    /// # Errors
+    /// [`FormatError::IdxOffsets`] for offsets that break the rules; the
+    /// transfer's failure.
+    pub fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), SourceError> {
+        for (s, shard) in self.shards.iter().enumerate() {
+            let info = &self.manifest.shards[s];
+            let mut rules = crate::format::OffsetRules::new(info.n_tokens);
+            let mut offsets = Entries::<8>::new(&shard.idx, IDX_HEADER_LEN as u64..shard.idx.len());
+            let mut previous = None;
+            let bad = |v: crate::format::OffsetViolation| FormatError::IdxOffsets {
+                path: self.source.path_of(&info.idx),
+                position: v.position,
+                found: v.found,
+                expected: v.expected,
+            };
+            while let Some(offset) = offsets.next_u64()? {
+                if let Some(v) = rules.push(offset) {
+                    return Err(bad(v).into());
+                }
+                if let Some(lo) = previous {
+                    f(offset - lo);
+                }
+                previous = Some(offset);
+            }
+            if let Some(v) = rules.finish() {
+                return Err(bad(v).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The shard holding record `index`, and the record's number within it.
+    fn locate(&self, index: u64) -> Result<(usize, u64), SourceError> {
+        if index >= self.len() {
+            return Err(FormatError::RecordOutOfRange {
+                index,
+                len: self.len(),
+            }
+            .into());
+        }
+        let s = self.starts.partition_point(|&start| start <= index) - 1;
+        Ok((s, index - self.starts[s]))
+    }
+
+    /// Record `index`'s tokens: two ranged GETs, its index entries then
+    /// its tokens.
+    ///
+    /// # Errors
+    /// [`FormatError::RecordOutOfRange`]; [`FormatError::IdxOffsets`] for
+    /// entries that do not bound a range of the `.bin`; the store's failure.
+    pub fn record(&self, index: u64) -> Result<Vec<u32>, SourceError> {
+        let (s, local) = self.locate(index)?;
+        let shard = &self.shards[s];
+        let info = &self.manifest.shards[s];
+        let at = IDX_HEADER_LEN as u64 + 8 * local;
+        let entries = shard.idx.read(at..at + 16)?;
+        let word = |i: usize| u64::from_le_bytes(entries[i..i + 8].try_into().expect("8 bytes"));
+        let (lo, hi) = (word(0), word(8));
+        if hi < lo || hi > info.n_tokens {
+            return Err(FormatError::IdxOffsets {
+                path: self.source.path_of(&info.idx),
+                position: local + 1,
+                found: hi,
+                expected: format!("between offsets[{local}] = {lo} and {}", info.n_tokens),
+            }
+            .into());
+        }
+        let size = self.manifest.dtype.size() as u64;
+        let bytes = shard.bin.read(lo * size..hi * size)?;
+        Ok(match self.manifest.dtype {
+            Dtype::U16 => bytes
+                .chunks_exact(2)
+                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            Dtype::U32 => bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        })
+    }
+
+    /// The document pieces of row `index` of a packed dataset, checked as
+    /// [`crate::format::Dataset::segments`] checks them.
+    ///
+    /// # Errors
+    /// As [`crate::format::Dataset::segments`]'s, and the store's failure.
+    pub fn segments(&self, index: u64) -> Result<Vec<Segment>, SourceError> {
+        let (s, local) = self.locate(index)?;
+        let info = &self.manifest.shards[s];
+        let Some((seg, header)) = &self.shards[s].seg else {
+            return Err(FormatError::Mismatch {
+                path: self.source.path_of(&info.idx),
+                message: "this shard has no segment index (only packed datasets have one)".into(),
+            }
+            .into());
+        };
+        let seg_path = self.source.path_of(info.seg.as_deref().unwrap_or(""));
+        let at = SEG_HEADER_LEN as u64 + 8 * local;
+        let rows = seg.read(at..at + 16)?;
+        let word = |i: usize| u64::from_le_bytes(rows[i..i + 8].try_into().expect("8 bytes"));
+        let (first, end) = (word(0), word(8));
+        let range = crate::format::row_window(local, first, end, header.n_segments)
+            .map_err(|(_, message)| FormatError::Mismatch {
+                path: seg_path.clone(),
+                message,
+            })?
+            .ok_or_else(|| FormatError::Mismatch {
+                path: seg_path.clone(),
+                message: format!(
+                    "row {local}'s entries end at {end}, past the {} segments",
+                    header.n_segments
+                ),
+            })?;
+        let base = header.segments_offset() as u64;
+        let bytes = seg.read(
+            base + range.start * SEGMENT_BYTES as u64..base + range.end * SEGMENT_BYTES as u64,
+        )?;
+        let pieces: Vec<Segment> = bytes
+            .chunks_exact(SEGMENT_BYTES)
+            .map(|c| Segment::decode(c.try_into().expect("24 bytes")))
+            .collect();
+        match crate::format::row_violation(&pieces, header.seq_len) {
+            None => Ok(pieces),
+            Some((k, message)) => Err(FormatError::BadSegment {
+                path: seg_path,
+                row: local,
+                entry: first + k as u64,
+                message,
+            }
+            .into()),
+        }
+    }
+
+    /// The dataset's copy of its tokenizer, as stored (`None` when the
+    /// manifest names none or it is missing), with its address.
+    ///
+    /// # Errors
+    /// The store's failure.
+    pub fn tokenizer_copy(&self) -> Result<Option<(PathBuf, Vec<u8>)>, SourceError> {
+        let Some(name) = &self.manifest.tokenizer.file else {
+            return Ok(None);
+        };
+        let Some(file) = self.source.open(name)? else {
+            return Ok(None);
+        };
+        let bytes = file.read(0..file.len())?.into_owned();
+        Ok(Some((self.source.path_of(name), bytes)))
+    }
+}
+
+/// The quick checks of one shard, as the mapped reader makes them on open.
+fn open_shard(
+    source: &Source,
+    manifest: &Manifest,
+    info: &ShardInfo,
+) -> Result<StoreShard, SourceError> {
+    let dtype = manifest.dtype;
+    let must = |name: &str| -> Result<File, SourceError> {
+        source.open(name)?.ok_or_else(|| {
+            FormatError::Io {
+                path: source.path_of(name),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+            }
+            .into()
+        })
+    };
+    let mismatch = |name: &str, message: String| FormatError::Mismatch {
+        path: source.path_of(name),
+        message,
+    };
+    let idx = must(&info.idx)?;
+    let head = idx.read(0..IDX_HEADER_LEN as u64)?;
+    let header = IdxHeader::parse_head(&source.path_of(&info.idx), &head, idx.len())?;
+    if header.dtype != dtype {
+        return Err(mismatch(
+            &info.idx,
+            format!("header says {} but the manifest says {dtype}", header.dtype),
+        )
+        .into());
+    }
+    if header.n_records != info.n_records || header.n_tokens != info.n_tokens {
+        return Err(mismatch(
+            &info.idx,
+            format!(
+                "header has {} records and {} tokens but the manifest lists {} and {}",
+                header.n_records, header.n_tokens, info.n_records, info.n_tokens
+            ),
+        )
+        .into());
+    }
+    let bin = must(&info.bin)?;
+    let expected = header.n_tokens.checked_mul(dtype.size() as u64);
+    if expected != Some(bin.len()) {
+        return Err(mismatch(
+            &info.bin,
+            format!(
+                "{} bytes, but {} tokens of {dtype} need {}",
+                bin.len(),
+                header.n_tokens,
+                expected.map_or_else(|| "more than a u64".into(), |e| e.to_string())
+            ),
+        )
+        .into());
+    }
+    let seg = match &info.seg {
+        None => None,
+        Some(name) => {
+            let seg = must(name)?;
+            let head = seg.read(0..SEG_HEADER_LEN as u64)?;
+            let header_seg = SegHeader::parse_head(&source.path_of(name), &head, seg.len())?;
+            if header_seg.n_rows != header.n_records {
+                return Err(mismatch(
+                    name,
+                    format!(
+                        "{} rows, but the shard's index has {} records",
+                        header_seg.n_rows, header.n_records
+                    ),
+                )
+                .into());
+            }
+            if Some(u64::from(header_seg.seq_len)) != manifest.seq_len {
+                return Err(mismatch(
+                    name,
+                    format!(
+                        "rows of {} tokens, but the manifest's seq_len is {:?}",
+                        header_seg.seq_len, manifest.seq_len
+                    ),
+                )
+                .into());
+            }
+            Some((seg, header_seg))
+        }
+    };
+    Ok(StoreShard { idx, bin, seg })
+}
+
+/// The number of records of the dataset at `location` (a directory, or an
+/// object-storage address read in place), once the reader's checks pass:
+/// what `prep sample` draws its order from.
+///
+/// # Errors
+/// What opening the dataset meets ([`crate::format::Dataset::open`]'s
+/// errors; for a store also its failures, naming the object).
+pub fn record_count(location: &Path) -> Result<u64, SourceError> {
+    match Source::new(location)? {
+        Source::Dir(dir) => Ok(crate::format::Dataset::open(dir)?.len()),
+        source => {
+            let ds = StoreDataset::open(source)?;
+            ds.for_each_length(|_| {})?;
+            Ok(ds.len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes whose value is their position (mod 251): every split shows.
+    fn bytes(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn entries_come_back_whole_whatever_the_chunk_size() {
+        let data = bytes(8 * 37 + 5); // and a trailing partial entry
+        let whole: Vec<u64> = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        for size in 1..=20 {
+            let mut entries = Entries::<8>::of(Chunks::Mapped { rest: &data, size });
+            let mut got = Vec::new();
+            while let Some(v) = entries.next_u64().unwrap() {
+                got.push(v);
+            }
+            assert_eq!(got, whole, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn tokens_come_back_whole_and_raw_bytes_in_order_whatever_the_chunk_size() {
+        for (dtype, n) in [(Dtype::U16, 2 * 41 + 1), (Dtype::U32, 4 * 23 + 3)] {
+            let data = bytes(n);
+            let size = dtype.size();
+            let whole: Vec<u32> = data
+                .chunks_exact(size)
+                .map(|c| match dtype {
+                    Dtype::U16 => u32::from(u16::from_le_bytes([c[0], c[1]])),
+                    Dtype::U32 => u32::from_le_bytes(c.try_into().unwrap()),
+                })
+                .collect();
+            for chunk in [1, 2, 3, 5, 7, 8, 13, 64, 1000] {
+                let mut blocks = TokenBlocks::of(
+                    Chunks::Mapped {
+                        rest: &data,
+                        size: chunk,
+                    },
+                    dtype,
+                );
+                let (mut raw, mut tokens) = (Vec::new(), Vec::new());
+                while let Some(block) = blocks.next().unwrap() {
+                    raw.extend_from_slice(block.raw);
+                    assert_eq!(
+                        block.start,
+                        tokens.len() as u64,
+                        "{dtype} in chunks of {chunk}"
+                    );
+                    tokens.extend(block.tokens.iter());
+                }
+                assert_eq!(raw, data, "{dtype} in chunks of {chunk}");
+                assert_eq!(tokens, whole, "{dtype} in chunks of {chunk}");
+            }
+        }
+    }
+}
