@@ -283,7 +283,7 @@ impl Model {
                 joins,
                 unk_ends,
                 // Without a complete byte fallback a character can be unknown.
-                pending_unk: unk.is_some() && !bytes.as_ref().is_some_and(|b| !b.contains(&NONE)),
+                pending_unk: unk.is_some() && bytes.as_ref().is_none_or(|b| b.contains(&NONE)),
             }),
             _ => None,
         };
