@@ -301,13 +301,6 @@ impl Model {
         Ok((model, vocab))
     }
 
-    /// Whether the fast engine cuts words for this vocabulary (see the
-    /// module's docs); without, each word merges whole, as in HF.
-    #[allow(dead_code)]
-    pub(crate) fn cuts_words(&self) -> bool {
-        self.cuts.is_some()
-    }
-
     #[inline(always)]
     fn token(&self, c: char) -> u32 {
         match self.bmp.get(c as usize) {
