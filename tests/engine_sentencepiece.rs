@@ -198,11 +198,30 @@ fn mini() -> Value {
     })
 }
 
+/// Gives the added tokens the ids HF gives them: a token of the model's
+/// vocabulary keeps its id there, the others take the next ids from the
+/// vocabulary's size on (HF ignores the file's ids; an edit that changes
+/// the vocabulary's size moves them).
+fn hf_added_ids(j: &mut Value) {
+    let vocab = j["model"]["vocab"].as_object().unwrap().clone();
+    let mut next = vocab.len() as u64;
+    for t in j["added_tokens"].as_array_mut().unwrap() {
+        t["id"] = match vocab.get(t["content"].as_str().unwrap()) {
+            Some(id) => id.clone(),
+            None => {
+                next += 1;
+                (next - 1).into()
+            }
+        };
+    }
+}
+
 /// The tokenizers of one base, as shipped and edited.
 fn variants(name: &str, base: &Value) -> Vec<(String, Value)> {
     let edit = |what: &str, change: &dyn Fn(&mut Value)| {
         let mut j = base.clone();
         change(&mut j);
+        hf_added_ids(&mut j);
         (format!("{name}+{what}"), j)
     };
     let model = |j: &mut Value, key: &str, value: Value| j["model"][key] = value;
@@ -235,7 +254,9 @@ fn variants(name: &str, base: &Value) -> Vec<(String, Value)> {
             }
             model(j, "unk_token", Value::Null);
         }),
-        edit("ignore-merges", &|j: &mut Value| model(j, "ignore_merges", true.into())),
+        edit("ignore-merges", &|j: &mut Value| {
+            model(j, "ignore_merges", true.into())
+        }),
         edit("prepend-always", &|j: &mut Value| {
             j["normalizer"] = Value::Null;
             j["pre_tokenizer"] = metaspace("always", false);
@@ -251,11 +272,11 @@ fn variants(name: &str, base: &Value) -> Vec<(String, Value)> {
         edit("added-in-words", &|j: &mut Value| {
             // Tokens inside text, of both passes: the text after one does
             // not start the input (Metaspace's `first`).
-            let next = 40000;
+            // (Their ids are set by `hf_added_ids`.)
             let list = j["added_tokens"].as_array_mut().unwrap();
-            list.push(added(next, "<|im_start|>", false, true, false));
-            list.push(added(next + 1, "ing the", true, false, false));
-            list.push(added(next + 2, "<sep>", false, true, true));
+            list.push(added(0, "<|im_start|>", false, true, false));
+            list.push(added(0, "ing the", true, false, false));
+            list.push(added(0, "<sep>", false, true, true));
         }),
         edit("merges-across-words", &|j: &mut Value| {
             // Merges that join a letter to a following `▁` and a `▁` to
@@ -295,7 +316,10 @@ fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
 }
 
 fn excerpt() -> Vec<String> {
-    texts(&read_zst(&common::fixture("corpus/debian-sample.jsonl.zst"))).collect()
+    texts(&read_zst(&common::fixture(
+        "corpus/debian-sample.jsonl.zst",
+    )))
+    .collect()
 }
 
 /// Edge cases each named in the task: spaces, `▁` itself, whitespace only,
@@ -365,7 +389,11 @@ fn corpus_excerpt_identical() {
         let mut state = EncodeState::default();
         // The shipped files see every document, the edits a part (a debug
         // build of HF is slow).
-        let take = if pair.name.contains('+') { 60 } else { texts.len() };
+        let take = if pair.name.contains('+') {
+            60
+        } else {
+            texts.len()
+        };
         for text in texts.iter().skip(n % 7 * 40).take(take) {
             if let Err(e) = pair.check(text, &mut state) {
                 failures.push(e);
@@ -416,13 +444,61 @@ fn long_runs_identical() {
 /// tokens, characters no vocabulary has.
 fn fragment() -> impl Strategy<Value = String> {
     let words = proptest::sample::select(vec![
-        "the", " the", "The", "THE", "ing", "ing the", "aaa", "one", "and", "in",
-        "\u{2581}", "\u{2581}\u{2581}", "\u{2581}the", "<s>", "</s>", "<unk>", "<|user|>",
-        "<|end|>", "<|endoftext|>", "<|im_start|>", "<sep>", "<0x0A>", "école", "Straße",
-        "中文", "数据", "日本語の", "한국어", "русский", "ддд", "ελληνικά", "עברית",
-        "العربية", "हिन्दी", "ไทย", "e\u{301}", "\u{301}", "\u{200b}", "\u{200d}",
-        "👩\u{200d}💻", "😀", "🇩🇪", "\u{fffd}", "\u{0}", "\u{1b}", "\u{e000}", "𝔘", "don't",
-        "'", "''", "123", "١٢٣", "http://example.org/a?b=c", "/usr/share/doc", "...",
+        "the",
+        " the",
+        "The",
+        "THE",
+        "ing",
+        "ing the",
+        "aaa",
+        "one",
+        "and",
+        "in",
+        "\u{2581}",
+        "\u{2581}\u{2581}",
+        "\u{2581}the",
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<|user|>",
+        "<|end|>",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<sep>",
+        "<0x0A>",
+        "école",
+        "Straße",
+        "中文",
+        "数据",
+        "日本語の",
+        "한국어",
+        "русский",
+        "ддд",
+        "ελληνικά",
+        "עברית",
+        "العربية",
+        "हिन्दी",
+        "ไทย",
+        "e\u{301}",
+        "\u{301}",
+        "\u{200b}",
+        "\u{200d}",
+        "👩\u{200d}💻",
+        "😀",
+        "🇩🇪",
+        "\u{fffd}",
+        "\u{0}",
+        "\u{1b}",
+        "\u{e000}",
+        "𝔘",
+        "don't",
+        "'",
+        "''",
+        "123",
+        "١٢٣",
+        "http://example.org/a?b=c",
+        "/usr/share/doc",
+        "...",
     ]);
     prop_oneof![
         4 => words.prop_map(str::to_owned),

@@ -283,8 +283,7 @@ impl Model {
                 joins,
                 unk_ends,
                 // Without a complete byte fallback a character can be unknown.
-                pending_unk: unk.is_some()
-                    && !bytes.as_ref().is_some_and(|b| !b.contains(&NONE)),
+                pending_unk: unk.is_some() && bytes.as_ref().is_none_or(|b| b.contains(&NONE)),
             }),
             _ => None,
         };
@@ -300,13 +299,6 @@ impl Model {
             cuts,
         };
         Ok((model, vocab))
-    }
-
-    /// Whether the fast engine cuts words for this vocabulary (see the
-    /// module's docs); without, each word merges whole, as in HF.
-    #[allow(dead_code)]
-    pub(crate) fn cuts_words(&self) -> bool {
-        self.cuts.is_some()
     }
 
     #[inline(always)]
@@ -516,7 +508,11 @@ impl Model {
         nodes.extend(ids.iter().enumerate().map(|(i, &id)| Node {
             id,
             prev: if i == 0 { NONE } else { i as u32 - 1 },
-            next: if i as u32 + 1 == n { NONE } else { i as u32 + 1 },
+            next: if i as u32 + 1 == n {
+                NONE
+            } else {
+                i as u32 + 1
+            },
             alive: true,
         }));
         for i in 0..nodes.len().saturating_sub(1) {
