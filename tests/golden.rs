@@ -130,13 +130,8 @@ fn window(ids: &[u32], at: usize) -> String {
 /// Tokenizes the golden texts with the default engine and compares every
 /// record with the reference.
 fn check(case: &Case, with_bos: bool) {
-    // The fast engine supports the byte-level BPE files; auto picks it.
-    let ran = if case.name == "minilm-wordpiece" {
-        "hf"
-    } else {
-        "fast"
-    };
-    check_engine(case, with_bos, "auto", ran);
+    // The fast engine supports every golden tokenizer; auto picks it.
+    check_engine(case, with_bos, "auto", "fast");
 }
 
 /// The same with `--engine engine`, which must record `ran` in the manifest.
