@@ -86,7 +86,9 @@ impl BertNormalizer {
     pub(crate) fn from_json(n: &Value) -> Result<BertNormalizer, Unsupported> {
         let flag = |key: &str| {
             n[key].as_bool().ok_or_else(|| {
-                Unsupported(format!("normalizer: BertNormalizer {key} is not true or false"))
+                Unsupported(format!(
+                    "normalizer: BertNormalizer {key} is not true or false"
+                ))
             })
         };
         let lowercase = flag("lowercase")?;

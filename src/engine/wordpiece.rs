@@ -152,7 +152,11 @@ mod tests {
 
     #[test]
     fn longest_match_first_with_prefix() {
-        let m = model(&["[UNK]", "un", "unaff", "##aff", "##able", "##a", "é", "##é"], "##", 100);
+        let m = model(
+            &["[UNK]", "un", "unaff", "##aff", "##able", "##a", "é", "##é"],
+            "##",
+            100,
+        );
         assert_eq!(ids(&m, "unaffable"), [2, 4]);
         assert_eq!(ids(&m, "unaable"), [1, 5, 4]);
         assert_eq!(ids(&m, "éé"), [6, 7]);
