@@ -172,6 +172,73 @@ fn split(pattern: &str, behavior: &str, invert: bool) -> Value {
     json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": behavior, "invert": invert})
 }
 
+/// GPT-2's vocabulary with the spellings a `continuing_subword_prefix` and
+/// an `end_of_word_suffix` need: every byte with the prefix, the suffix or
+/// both, and the first merges again with them (ranked after GPT-2's own), so
+/// that both affixes change which merges apply.
+fn gpt2_with_affixes(prefix: &str, suffix: &str) -> Value {
+    let mut j = gpt2_json();
+    let model = j["model"].as_object_mut().unwrap();
+    let mut vocab: std::collections::BTreeMap<String, u64> =
+        serde_json::from_value(model["vocab"].clone()).unwrap();
+    let mut next = vocab.values().max().unwrap() + 1;
+    let mut add = |vocab: &mut std::collections::BTreeMap<String, u64>, t: String| {
+        vocab.entry(t).or_insert_with(|| {
+            next += 1;
+            next - 1
+        });
+    };
+    let bytes: Vec<String> = vocab
+        .iter()
+        .filter(|(_, &id)| id < 256)
+        .map(|(t, _)| t.clone())
+        .collect();
+    for b in &bytes {
+        add(&mut vocab, format!("{prefix}{b}"));
+        add(&mut vocab, format!("{b}{suffix}"));
+        add(&mut vocab, format!("{prefix}{b}{suffix}"));
+    }
+    let merges = model["merges"].as_array().unwrap().clone();
+    let mut extra = Vec::new();
+    for m in merges.iter().take(3000) {
+        let (a, b) = (m[0].as_str().unwrap(), m[1].as_str().unwrap());
+        let (p, x) = (!prefix.is_empty(), !suffix.is_empty());
+        let pairs = [
+            (p, a.to_owned(), format!("{prefix}{b}")),
+            (x, a.to_owned(), format!("{prefix}{b}{suffix}")),
+            (p, format!("{prefix}{a}"), format!("{prefix}{b}")),
+            (
+                p && x,
+                format!("{prefix}{a}"),
+                format!("{prefix}{b}{suffix}"),
+            ),
+        ];
+        for (left, right) in pairs.into_iter().filter(|p| p.0).map(|p| (p.1, p.2)) {
+            let right_rest = right.strip_prefix(prefix).unwrap_or(&right).to_owned();
+            add(&mut vocab, left.clone());
+            add(&mut vocab, right.clone());
+            add(&mut vocab, format!("{left}{right_rest}"));
+            extra.push(json!([left, right]));
+        }
+    }
+    // HF strips the prefix from the right token of every merge.
+    let mut all = if prefix.is_empty() {
+        merges
+    } else {
+        Vec::new()
+    };
+    all.extend(extra);
+    model.insert("merges".into(), all.into());
+    model.insert("vocab".into(), serde_json::to_value(vocab).unwrap());
+    if !prefix.is_empty() {
+        model.insert("continuing_subword_prefix".into(), prefix.into());
+    }
+    if !suffix.is_empty() {
+        model.insert("end_of_word_suffix".into(), suffix.into());
+    }
+    j
+}
+
 /// Tokenizers made by editing real ones: the stages the shipped files do
 /// not cover between them, each checked against HF.
 fn edited() -> Vec<(String, Vec<u8>)> {
@@ -192,7 +259,72 @@ fn edited() -> Vec<(String, Vec<u8>)> {
         }
         added.push(t);
     }
-    vec![
+    let mut clip = gpt2_with_affixes("", "</w>");
+    clip["normalizer"] = norms(vec![
+        json!({"type": "NFC"}),
+        json!({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}),
+        json!({"type": "Lowercase"}),
+    ]);
+    clip["pre_tokenizer"] = seq(vec![split(CLIP, "Removed", true), byte_level(false, false)]);
+    let mut prefixed = gpt2_with_affixes("##", "");
+    prefixed["pre_tokenizer"] = seq(vec![
+        split(QWEN, "Isolated", false),
+        byte_level(false, false),
+    ]);
+    let mut both = gpt2_with_affixes("##", "</w>");
+    both["pre_tokenizer"] = seq(vec![
+        split(MADE_UP[0], "Isolated", false),
+        byte_level(false, false),
+    ]);
+    let mut patterns = Vec::new();
+    // Each pattern Isolated and Removed inverted (its two shapes in the
+    // wild), and one other behavior each, so that every behavior meets a
+    // pattern on the DFA.
+    let others = [
+        ("MergedWithPrevious", false),
+        ("MergedWithNext", true),
+        ("Contiguous", false),
+        ("Removed", false),
+        ("MergedWithPrevious", true),
+        ("Contiguous", true),
+        ("MergedWithNext", false),
+    ];
+    let named = [("qwen", QWEN), ("clip-pattern", CLIP), ("kimi", KIMI)]
+        .into_iter()
+        .chain(MADE_UP.iter().map(|p| ("made-up", *p)));
+    for (n, (name, pattern)) in named.enumerate() {
+        for (behavior, invert) in [("Isolated", false), ("Removed", true), others[n]] {
+            patterns.push((
+                format!(
+                    "{name}-{n}-{behavior}{}",
+                    if invert { "-inverted" } else { "" }
+                ),
+                gpt2_with(
+                    Value::Null,
+                    seq(vec![
+                        split(pattern, behavior, invert),
+                        byte_level(false, false),
+                    ]),
+                ),
+            ));
+        }
+    }
+    patterns.extend([
+        ("clip".to_owned(), serde_json::to_vec(&clip).unwrap()),
+        ("qwen+subword-prefix".to_owned(), serde_json::to_vec(&prefixed).unwrap()),
+        ("made-up+prefix+suffix".to_owned(), serde_json::to_vec(&both).unwrap()),
+        (
+            "gpt2+regex-replace-normalizer".to_owned(),
+            gpt2_with(
+                norms(vec![
+                    json!({"type": "Replace", "pattern": {"Regex": "(?i)the|\\p{N}+"}, "content": "#"}),
+                    json!({"type": "Replace", "pattern": {"Regex": "\\s+(?!\\S)"}, "content": ""}),
+                ]),
+                byte_level(false, true),
+            ),
+        ),
+    ]);
+    patterns.into_iter().chain(vec![
         (
             "gpt2+added-token-flags".into(),
             serde_json::to_vec(&with_flags).unwrap(),
@@ -293,8 +425,23 @@ fn edited() -> Vec<(String, Vec<u8>)> {
                 ]),
             ),
         ),
-    ]
+    ]).collect()
 }
+
+/// Qwen2, 2.5 and 3.
+const QWEN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// CLIP (`Removed`, inverted).
+const CLIP: &str = r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+";
+/// Kimi K2: class intersections and `\p{Han}`.
+const KIMI: &str = r"[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Patterns no tokenizer ships, mixing Perl and POSIX classes, `(?i)`,
+/// anchors, lazy repeats and lookaheads.
+const MADE_UP: [&str; 4] = [
+    r"(?i:kel)|\d+|\w+?x|[[:punct:]]+|\s+(?=\S)|\s",
+    r"^\w+|\s+$|\p{Lu}\p{Ll}*|[\p{Han}\p{Hiragana}]{2,}|.",
+    r"\S+\n?|[ \t]{1,4}(?![ \t])|\s",
+    r"\p{L}+(?:'\p{L}+)?| ?\p{N}{1,2}|[^\s\w]| +(?!\S)|\s+",
+];
 
 fn pairs() -> Vec<Pair> {
     let gpt2 = serde_json::to_vec(&gpt2_json()).unwrap();
@@ -557,10 +704,10 @@ fn unsupported_tokenizers_are_refused() {
     type Change = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, Change)> = vec![
         (
-            "regex Replace normalizer",
+            "regex Replace normalizer with a backreference",
             Box::new(|j| {
                 j["normalizer"] =
-                    json!({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "})
+                    json!({"type": "Replace", "pattern": {"Regex": "(a)\\1"}, "content": " "})
             }),
         ),
         ("dropout", Box::new(|j| j["model"]["dropout"] = 0.1.into())),
@@ -584,7 +731,7 @@ fn unsupported_tokenizers_are_refused() {
             "unknown split",
             Box::new(|j| {
                 j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false},
+                {"type": "Split", "pattern": {"Regex": "(?<=\\w)\\s"}, "behavior": "Isolated", "invert": false},
                 {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
             }),
         ),
@@ -603,5 +750,33 @@ fn unsupported_tokenizers_are_refused() {
         change(&mut j);
         let refused = FastTokenizer::from_json(&serde_json::to_vec(&j).unwrap());
         assert!(refused.is_err(), "{name}: accepted");
+    }
+}
+
+/// A split pattern the fast engine cannot run exactly is refused with the
+/// construct named, so a user knows why prep falls back to HF.
+#[test]
+fn refused_split_patterns_name_the_construct() {
+    for (pattern, named) in [
+        (r"(\w)\1", "backreference"),
+        (r"(?<=\w)\s", "lookbehind"),
+        (r"(?>\w+)", "atomic group"),
+        (r"\w++", "possessive"),
+        (r"\bthe\b", "word boundary"),
+        (r"(?!\s)\w+", "lookahead"),
+        (r"a(?i)b|c", "isolated flag"),
+        (r"(?i)ss|\w", "multi-character case fold"),
+        (r"\w*", "empty string"),
+    ] {
+        let json = gpt2_with(
+            Value::Null,
+            json!({"type": "Sequence", "pretokenizers": [split(pattern, "Isolated", false), byte_level(false, false)]}),
+        );
+        // HF takes every one of them.
+        Tokenizer::from_bytes(&json).unwrap_or_else(|e| panic!("{pattern}: HF refuses it: {e}"));
+        match FastTokenizer::from_json(&json) {
+            Ok(_) => panic!("{pattern}: accepted"),
+            Err(e) => assert!(e.0.contains(named), "{pattern}: {e}"),
+        }
     }
 }

@@ -1,11 +1,14 @@
 //! Any UTF-8 text through the fast engine and through HF tokenizers: the ids
-//! must be identical, for GPT-2, DeepSeek V3, and GPT-2's vocabulary under
-//! the cl100k and o200k split patterns. Invalid UTF-8 is not a text (prep
-//! refuses it before encoding).
+//! must be identical, for GPT-2, DeepSeek V3, GPT-2's vocabulary under the
+//! cl100k and o200k split patterns, and GPT-2's vocabulary under a split
+//! pattern, behavior, normalizer and added tokens the input's first four
+//! bytes pick from pieces (the pattern runs on the fast engine's lazy DFA).
+//! Invalid UTF-8 is not a text (prep refuses it before encoding).
 #![no_main]
 
+use std::collections::HashMap;
 use std::io::Read;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use prep::engine::{EncodeState, FastTokenizer};
@@ -58,15 +61,82 @@ fn tokenizers() -> &'static Vec<Both> {
     })
 }
 
+/// Alternatives of split patterns, each unable to match the empty string.
+const PIECES: [&str; 16] = [
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)",
+    r"[^\r\n\p{L}\p{N}]?\p{L}+",
+    r"\p{N}",
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
+    r"\s*[\r\n]+",
+    r"\s+(?!\S)",
+    r"\s+",
+    r"[\p{L}\p{M}&&[^\p{Han}]]+",
+    r"\p{Han}+",
+    r"\w+?",
+    r"[[:punct:]]{1,3}",
+    r"\d{2,}",
+    r"(?i:k)",
+    r"\p{Lu}\p{Ll}*",
+    r"[ \t]+(?=\S)",
+    r".",
+];
+
+/// GPT-2's vocabulary under a pre-tokenizer, normalizer and added tokens
+/// chosen by `pick`.
+fn picked(pick: [u8; 4]) -> Vec<u8> {
+    let mut j: Value = serde_json::from_slice(&fixture("gpt2.tokenizer.json.zst")).unwrap();
+    let mut alternatives: Vec<&str> = pick[1..].iter().map(|&b| PIECES[(b & 15) as usize]).collect();
+    alternatives.dedup();
+    let behavior = ["Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"]
+        [(pick[0] % 5) as usize];
+    j["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": alternatives.join("|")}, "behavior": behavior,
+         "invert": pick[0] & 8 != 0},
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
+    j["normalizer"] = match (pick[0] >> 4) & 3 {
+        0 => Value::Null,
+        1 => json!({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]}),
+        2 => json!({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}),
+        _ => json!({"type": "NFKC"}),
+    };
+    if pick[0] & 64 != 0 {
+        let added = j["added_tokens"].as_array_mut().unwrap();
+        for (id, content, normalized) in [(50257, "<|im_start|>", false), (50258, "ing the", true)] {
+            added.push(json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+                "rstrip": pick[0] & 128 != 0, "normalized": normalized, "special": !normalized}));
+        }
+    }
+    serde_json::to_vec(&j).unwrap()
+}
+
+fn check(both: &Both, text: &str, state: &mut EncodeState) {
+    let want = both.hf.encode_fast(text, false).unwrap().get_ids().to_vec();
+    let mut got = Vec::new();
+    both.fast.encode(text, state, &mut got);
+    assert_eq!(got, want, "{text:?}");
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
     let mut state = EncodeState::default();
+    if let [a, b, c, d, ..] = *data {
+        static PICKED: OnceLock<Mutex<HashMap<[u8; 4], Both>>> = OnceLock::new();
+        let mut cache = PICKED.get_or_init(Default::default).lock().unwrap();
+        if cache.len() > 64 {
+            cache.clear();
+        }
+        let both = cache.entry([a, b, c, d]).or_insert_with(|| {
+            let json = picked([a, b, c, d]);
+            Both {
+                hf: Tokenizer::from_bytes(&json).unwrap(),
+                fast: FastTokenizer::from_json(&json).unwrap(),
+            }
+        });
+        check(both, text, &mut state);
+    }
     for both in tokenizers() {
-        let want = both.hf.encode_fast(text, false).unwrap().get_ids().to_vec();
-        let mut got = Vec::new();
-        both.fast.encode(text, &mut state, &mut got);
-        assert_eq!(got, want, "{text:?}");
+        check(both, text, &mut state);
     }
 });
