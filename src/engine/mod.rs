@@ -585,6 +585,12 @@ fn added_tokens(
 ) -> Result<(AddedList, AddedList), Unsupported> {
     let (mut raw, mut normalized) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
+    // HF numbers an added token itself, whatever the file says: the model's
+    // id where the model has the token, else the next id after the largest
+    // added so far, from the vocabulary's size. A file whose ids are not
+    // that numbering is left to HF.
+    let size = vocab.len() as u64;
+    let mut largest: Option<u64> = None;
     for t in list {
         let (Some(content), Some(id)) = (t["content"].as_str(), t["id"].as_u64()) else {
             return Err(Unsupported("an added token without content or id".into()));
@@ -609,6 +615,19 @@ fn added_tokens(
                 "added token {content:?} is listed twice"
             )));
         }
+        let numbered = match vocab.get(content) {
+            Some(&v) => u64::from(v),
+            None => match largest {
+                Some(max) if max >= size || size == 0 => max + 1,
+                _ => size,
+            },
+        };
+        if numbered != id {
+            return Err(Unsupported(format!(
+                "added token {content:?} has id {id} in the file, and HF numbers it {numbered}"
+            )));
+        }
+        largest = Some(largest.map_or(id, |max| max.max(id)));
         // HF's default for a token that does not say is `!special`.
         let is_normalized = t["normalized"].as_bool().unwrap_or(t["special"] != true);
         if is_normalized {

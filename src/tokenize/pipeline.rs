@@ -71,7 +71,7 @@ fn choose_engine(
     match (fast, config.engine) {
         (Ok(fast), _) => {
             let note = format!(
-                "engine fast (byte-level BPE, {}; ids identical to HF tokenizers)",
+                "engine fast ({}; ids identical to HF tokenizers)",
                 fast.describe()
             );
             let states = (0..threads).map(|_| Mutex::new(EncodeState::default())).collect();
