@@ -341,7 +341,7 @@ impl File {
     pub fn xxh3(&self) -> Result<u64, SourceError> {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut chunks = self.chunks(0..self.len());
-        while let Some(chunk) = chunks.next()? {
+        while let Some(chunk) = chunks.next_chunk()? {
             hasher.update(chunk);
         }
         Ok(hasher.digest())
@@ -375,13 +375,13 @@ impl<'a> Chunks<'a> {
     ///
     /// # Errors
     /// [`SourceError::Read`] naming the object when a GET fails.
-    pub fn next(&mut self) -> Result<Option<&[u8]>, SourceError> {
+    pub fn next_chunk(&mut self) -> Result<Option<&[u8]>, SourceError> {
         match self {
             Chunks::Mapped { rest, size } => {
                 if rest.is_empty() {
                     return Ok(None);
                 }
-                let all: &'a [u8] = *rest;
+                let all: &'a [u8] = rest;
                 let (chunk, after) = all.split_at(all.len().min((*size).max(1)));
                 *rest = after;
                 Ok(Some(chunk))
@@ -439,7 +439,7 @@ impl<'a, const N: usize> Entries<'a, N> {
         while self.block.len() - self.at < N {
             self.block.drain(..self.at);
             self.at = 0;
-            match self.chunks.next()? {
+            match self.chunks.next_chunk()? {
                 Some(chunk) => self.block.extend_from_slice(chunk),
                 None => return Ok(None),
             }
@@ -518,9 +518,9 @@ impl<'a> TokenBlocks<'a> {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn next(&mut self) -> Result<Option<TokenBlock<'_>>, SourceError> {
+    pub fn next_block(&mut self) -> Result<Option<TokenBlock<'_>>, SourceError> {
         let size = self.dtype.size();
-        let Some(raw) = self.chunks.next()? else {
+        let Some(raw) = self.chunks.next_chunk()? else {
             return Ok(None);
         };
         let start = self.at;
@@ -943,7 +943,7 @@ mod tests {
                     dtype,
                 );
                 let (mut raw, mut tokens) = (Vec::new(), Vec::new());
-                while let Some(block) = blocks.next().unwrap() {
+                while let Some(block) = blocks.next_block().unwrap() {
                     raw.extend_from_slice(block.raw);
                     assert_eq!(
                         block.start,

@@ -860,7 +860,7 @@ fn check_shard(
         ))),
     };
     let mut blocks = TokenBlocks::new(&bin, dtype);
-    while let Some(block) = blocks.next()? {
+    while let Some(block) = blocks.next_block()? {
         if let Some(h) = hasher.as_mut() {
             h.update(block.raw);
         }
