@@ -58,7 +58,7 @@ impl std::fmt::Debug for Automaton {
 enum Segment {
     /// Alternatives with no lookaround, leftmost-first, anchored; the index
     /// of its cache.
-    Dfa(DFA, usize),
+    Dfa(Box<DFA>, usize),
     /// `X{min,max}` then a lookahead on one character.
     Ahead(Ahead),
 }
@@ -75,34 +75,28 @@ struct Ahead {
 /// A set of characters: a bitmap for ASCII, sorted ranges for the rest.
 #[derive(Clone)]
 struct Set {
-    ascii: [bool; 128],
+    ascii: u128,
     ranges: Vec<(u32, u32)>,
 }
 
 impl Set {
     fn new(class: &ClassUnicode) -> Set {
-        let mut ascii = [false; 128];
-        for (b, slot) in ascii.iter_mut().enumerate() {
-            *slot = class
-                .ranges()
-                .iter()
-                .any(|r| r.start() as usize <= b && b <= r.end() as usize);
-        }
-        Set {
-            ascii,
-            ranges: class
-                .ranges()
-                .iter()
-                .map(|r| (r.start() as u32, r.end() as u32))
-                .collect(),
-        }
+        let ranges: Vec<(u32, u32)> = class
+            .ranges()
+            .iter()
+            .map(|r| (r.start() as u32, r.end() as u32))
+            .collect();
+        let ascii = (0..128u32)
+            .filter(|&b| ranges.iter().any(|&(a, z)| a <= b && b <= z))
+            .fold(0u128, |bits, b| bits | 1 << b);
+        Set { ascii, ranges }
     }
 
     #[inline]
     fn contains(&self, c: char) -> bool {
         let cp = c as u32;
         if cp < 128 {
-            return self.ascii[cp as usize];
+            return self.ascii >> cp & 1 != 0;
         }
         self.ranges
             .binary_search_by(|&(a, b)| {
@@ -174,7 +168,7 @@ impl Automaton {
                 return Ok::<(), String>(());
             }
             let dfa = compile(Hir::alternation(std::mem::take(plain)))?;
-            segments.push(Segment::Dfa(dfa.clone(), dfas.len()));
+            segments.push(Segment::Dfa(Box::new(dfa.clone()), dfas.len()));
             dfas.push(dfa);
             Ok(())
         };
@@ -498,15 +492,13 @@ impl Translator<'_> {
             Ast::ClassBracketed(c) => c.span,
             Ast::ClassPerl(c) => c.span,
             Ast::ClassUnicode(c) => c.span,
-            Ast::Group(g) if matches!(g.kind, ast::GroupKind::NonCapturing(_)) => {
-                return match &g.kind {
-                    ast::GroupKind::NonCapturing(flags) => {
-                        self.class_of(&g.ast, fold_of(flags, fold)?)
-                    }
-                    _ => unreachable!(),
+            Ast::Group(g) => {
+                let fold = match &g.kind {
+                    ast::GroupKind::NonCapturing(flags) => fold_of(flags, fold)?,
+                    _ => fold,
                 };
+                return self.class_of(&g.ast, fold);
             }
-            Ast::Group(g) => return self.class_of(&g.ast, fold),
             _ => return Ok(None),
         };
         let text = &self.text[span.start.offset..span.end.offset];
