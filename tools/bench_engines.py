@@ -166,11 +166,16 @@ def refusal(cmd: list[str], env: dict, log: Path, prep: Path, tokenizer: Path | 
                             "Tokenizer(sys.argv[1])", tok], capture_output=True, text=True, env=env)
     if r.returncode == 0:
         return None
-    lines = (r.stderr or r.stdout).strip().splitlines()
-    # A Rust panic's message is the line after "panicked at".
+    lines = [line.strip() for line in (r.stderr or r.stdout).strip().splitlines() if line.strip()]
+    # A Python exception's message is its "SomethingError: ..." line (gigatoken's
+    # Rust errors are followed by their source location); a Rust panic's is the
+    # line after "panicked at".
+    for line in reversed(lines):
+        if line.split(":", 1)[0].endswith("Error") and ":" in line:
+            return line[:300]
     for i, line in enumerate(lines[:-1]):
         if "panicked at" in line:
-            return lines[i + 1].strip()[:300]
+            return lines[i + 1][:300]
     return lines[-1][:300] if lines else f"exit {r.returncode}"
 
 
