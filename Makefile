@@ -58,7 +58,9 @@ package: $(VENV)/.installed
 
 test: test-rust test-python test-ray test-compat test-slurm
 
-test-rust:
+# The venv first: the engine tests compare with the Python package's own ids
+# (target/venv/bin/python) and skip that check where it is missing.
+test-rust: $(VENV)/.installed
 ifeq ($(NEXTEST),yes)
 	$(CARGO) nextest run --no-fail-fast
 else
