@@ -14,69 +14,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use common::engine::{read_zst, texts, Pair};
 
 use prep::engine::{EncodeState, FastTokenizer, Pattern};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
-
-fn read_zst(path: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    zstd::Decoder::new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .read_to_end(&mut out)
-        .unwrap();
-    out
-}
-
-/// A tokenizer in both engines.
-struct Pair {
-    name: String,
-    hf: Tokenizer,
-    fast: FastTokenizer,
-}
-
-impl Pair {
-    fn new(name: &str, json: &[u8]) -> Pair {
-        let mut hf = Tokenizer::from_bytes(json).unwrap();
-        hf.with_truncation(None).unwrap();
-        hf.with_padding(None);
-        let fast = FastTokenizer::from_json(json)
-            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
-        Pair {
-            name: name.into(),
-            hf,
-            fast,
-        }
-    }
-
-    /// Encodes `text` with both; a message naming the first difference.
-    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
-        let want = self.hf.encode_fast(text, false).unwrap().get_ids().to_vec();
-        let mut got = Vec::new();
-        self.fast.encode(text, state, &mut got);
-        if got == want {
-            return Ok(());
-        }
-        let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
-        Err(format!(
-            "{}: ids differ at {at} on {:?}\n  hf:   {:?}\n  fast: {:?}",
-            self.name,
-            text.chars().take(200).collect::<String>(),
-            want[at.saturating_sub(2)..(at + 4).min(want.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-            got[at.saturating_sub(2)..(at + 4).min(got.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-        ))
-    }
-}
 
 fn gpt2_json() -> Value {
     serde_json::from_slice(&read_zst(&common::fixture(
@@ -490,14 +433,6 @@ fn recognised_patterns() {
     assert_eq!(by_name("o200k-removed-inverted"), Some(Pattern::O200k));
 }
 
-/// Texts of a JSONL file's `text` fields.
-fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
-    BufReader::new(jsonl).lines().map(|line| {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        v["text"].as_str().unwrap().to_owned()
-    })
-}
-
 #[test]
 fn corpus_excerpt_identical() {
     let corpus = read_zst(&common::fixture("golden/texts.jsonl.zst"));
@@ -655,15 +590,9 @@ proptest! {
         thread_local! {
             static PAIRS: Vec<Pair> = pairs();
         }
-        PAIRS.with(|pairs| {
-            let mut state = EncodeState::default();
-            for pair in pairs {
-                if let Err(e) = pair.check(&text, &mut state) {
-                    return Err(TestCaseError::fail(e));
-                }
-            }
-            Ok(())
-        })?;
+        PAIRS
+            .with(|pairs| common::engine::check_all(pairs, &text))
+            .map_err(TestCaseError::fail)?;
     }
 }
 

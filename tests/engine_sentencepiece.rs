@@ -21,74 +21,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use common::engine::{read_zst, texts, Pair};
+
+use std::io::BufRead;
 
 use prep::engine::{EncodeState, FastTokenizer};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tokenizers::Tokenizer;
-
-fn read_zst(path: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    zstd::Decoder::new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .read_to_end(&mut out)
-        .unwrap();
-    out
-}
-
-/// A tokenizer in both engines.
-struct Pair {
-    name: String,
-    hf: Tokenizer,
-    fast: FastTokenizer,
-}
-
-impl Pair {
-    fn new(name: &str, json: &[u8]) -> Pair {
-        let mut hf = Tokenizer::from_bytes(json).unwrap();
-        hf.with_truncation(None).unwrap();
-        hf.with_padding(None);
-        let fast = FastTokenizer::from_json(json)
-            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
-        Pair {
-            name: name.into(),
-            hf,
-            fast,
-        }
-    }
-
-    fn want(&self, text: &str) -> Vec<u32> {
-        self.hf.encode_fast(text, false).unwrap().get_ids().to_vec()
-    }
-
-    /// Encodes `text` with both; a message naming the first difference.
-    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
-        let want = self.want(text);
-        let mut got = Vec::new();
-        self.fast.encode(text, state, &mut got);
-        if got == want {
-            return Ok(());
-        }
-        let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
-        Err(format!(
-            "{}: ids differ at {at} of {} on {:?}\n  hf:   {:?}\n  fast: {:?}",
-            self.name,
-            want.len(),
-            text.chars().take(200).collect::<String>(),
-            want[at.saturating_sub(2)..(at + 4).min(want.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-            got[at.saturating_sub(2)..(at + 4).min(got.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-        ))
-    }
-}
 
 fn shared(name: &str) -> Option<Value> {
     let path = common::root()
@@ -307,19 +246,10 @@ fn all_pairs() -> Vec<Pair> {
         .collect()
 }
 
-/// Texts of a JSONL file's `text` fields.
-fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
-    BufReader::new(jsonl).lines().map(|line| {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        v["text"].as_str().unwrap().to_owned()
-    })
-}
-
 fn excerpt() -> Vec<String> {
     texts(&read_zst(&common::fixture(
         "corpus/debian-sample.jsonl.zst",
     )))
-    .collect()
 }
 
 /// Edge cases each named in the task: spaces, `▁` itself, whitespace only,
@@ -517,15 +447,9 @@ proptest! {
         thread_local! {
             static PAIRS: Vec<Pair> = all_pairs();
         }
-        PAIRS.with(|pairs| {
-            let mut state = EncodeState::default();
-            for pair in pairs {
-                if let Err(e) = pair.check(&text, &mut state) {
-                    return Err(TestCaseError::fail(e));
-                }
-            }
-            Ok(())
-        })?;
+        PAIRS
+            .with(|pairs| common::engine::check_all(pairs, &text))
+            .map_err(TestCaseError::fail)?;
     }
 }
 
@@ -622,7 +546,7 @@ fn python_package_agrees() {
             .collect();
         assert_eq!(got.len(), texts.len());
         for (text, ids) in texts.iter().zip(got) {
-            assert_eq!(ids, pair.want(text), "{name}: on {text:?}");
+            assert_eq!(ids, pair.hf_ids(text), "{name}: on {text:?}");
         }
     }
 }
@@ -683,7 +607,7 @@ fn speed_on_excerpt() {
                 .min_by(|a, b| a.0.total_cmp(&b.0))
                 .unwrap()
         };
-        let (hf, hf_ids) = best(&mut || texts.iter().map(|t| pair.want(t).len()).sum::<usize>());
+        let (hf, hf_ids) = best(&mut || texts.iter().map(|t| pair.hf_ids(t).len()).sum::<usize>());
         let mut state = EncodeState::default();
         let (fast, fast_ids) = best(&mut || {
             let mut out = Vec::new();

@@ -19,22 +19,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use common::engine::{read_zst, texts, Pair};
 
-use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer};
+use std::path::PathBuf;
+
+use prep::engine::{EncodeState, FastTokenizer};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
-
-fn read_zst(path: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    zstd::Decoder::new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .read_to_end(&mut out)
-        .unwrap();
-    out
-}
 
 /// T5's tokenizer.json, when `../shared` is there.
 fn t5_path() -> Option<PathBuf> {
@@ -51,69 +43,6 @@ fn t5_json() -> Option<Value> {
     Some(serde_json::from_slice(&read_zst(&t5_path()?)).unwrap())
 }
 
-/// prep's HF path: the tokenizer as `prep tokenize --engine hf` runs it.
-fn hf(json: &[u8]) -> Tokenizer {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tokenizer.json");
-    std::fs::write(&path, json).unwrap();
-    LoadedTokenizer::load(&path).unwrap().tokenizer
-}
-
-fn hf_ids(tok: &Tokenizer, text: &str) -> Vec<u32> {
-    tok.encode_fast(text, false).unwrap().get_ids().to_vec()
-}
-
-/// A tokenizer in prep's HF path and in the fast engine.
-struct Pair {
-    name: String,
-    hf: Tokenizer,
-    fast: FastTokenizer,
-}
-
-impl Pair {
-    fn new(name: &str, json: &[u8]) -> Pair {
-        let fast = FastTokenizer::from_json(json)
-            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
-        Pair {
-            name: name.into(),
-            hf: hf(json),
-            fast,
-        }
-    }
-
-    fn fast_ids(&self, text: &str, state: &mut EncodeState) -> Vec<u32> {
-        let mut got = Vec::new();
-        self.fast.encode(text, state, &mut got);
-        got
-    }
-
-    /// Encodes `text` with both; a message naming the first difference.
-    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
-        let want = hf_ids(&self.hf, text);
-        let got = self.fast_ids(text, state);
-        if got == want {
-            return Ok(());
-        }
-        let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
-        Err(format!(
-            "{}: ids differ at {at} on {:?}\n  hf:   {:?}\n  fast: {:?}",
-            self.name,
-            text.chars().take(200).collect::<String>(),
-            want[at.saturating_sub(2)..(at + 4).min(want.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-            got[at.saturating_sub(2)..(at + 4).min(got.len())]
-                .iter()
-                .map(token)
-                .collect::<Vec<_>>(),
-        ))
-    }
-}
-
-/// T5 edited to reach each branch: byte fallback (with `<0xXX>` pieces
-/// added), every Metaspace scheme, no split, no normalizer.
 fn edited(t5: &Value) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut with = |name: &str, edit: &dyn Fn(&mut Value)| {
@@ -162,14 +91,6 @@ fn pairs() -> Vec<Pair> {
         .collect()
 }
 
-/// Texts of a JSONL file's `text` fields.
-fn texts(jsonl: &[u8]) -> impl Iterator<Item = String> + '_ {
-    BufReader::new(jsonl).lines().map(|line| {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        v["text"].as_str().unwrap().to_owned()
-    })
-}
-
 /// `c` repeated 1 to 40 times: the near ties of the lattice.
 fn runs() -> Vec<String> {
     let mut out = Vec::new();
@@ -210,12 +131,12 @@ fn unigram_scores_read_as_python_reads_them() {
     assert_eq!(want.len(), 40);
     assert_eq!(want[6], [1, 4, 4, 2], "Python's ids for -------");
     let json = dashes_json();
-    let hf = hf(&json);
-    let fast = FastTokenizer::from_json(&json).unwrap();
+    let pair = Pair::new("dashes", &json);
+    let fast = &pair.fast;
     let mut state = EncodeState::default();
     for (n, want) in (1..=40).zip(&want) {
         let text = "-".repeat(n);
-        assert_eq!(&hf_ids(&hf, &text), want, "HF path, {n} dashes");
+        assert_eq!(&pair.hf_ids(&text), want, "HF path, {n} dashes");
         let mut got = Vec::new();
         fast.encode(&text, &mut state, &mut got);
         assert_eq!(&got, want, "fast engine, {n} dashes");
@@ -241,7 +162,7 @@ fn t5_dash_runs_are_pythons() {
     let mut state = EncodeState::default();
     for (n, want) in (1..=40).zip(&want) {
         let text = "-".repeat(n);
-        assert_eq!(&hf_ids(&pair.hf, &text), want, "HF path, {n} dashes");
+        assert_eq!(&pair.hf_ids(&text), want, "HF path, {n} dashes");
         assert_eq!(&pair.fast_ids(&text, &mut state), want, "fast, {n} dashes");
     }
 }
@@ -302,7 +223,7 @@ fn corpus_excerpt_is_pythons() {
     };
     let dir = tempfile::tempdir().unwrap();
     let corpus = read_zst(&common::fixture("corpus/debian-sample.jsonl.zst"));
-    let mut all: Vec<String> = texts(&corpus).collect();
+    let mut all: Vec<String> = texts(&corpus);
     all.extend(runs());
     let mut jsonl = String::new();
     for t in &all {
@@ -329,7 +250,7 @@ fn corpus_excerpt_is_pythons() {
     let mut state = EncodeState::default();
     let (mut hf_bad, mut fast_bad) = (0, 0);
     for (text, want) in all.iter().zip(&want) {
-        hf_bad += usize::from(hf_ids(&pair.hf, text) != *want);
+        hf_bad += usize::from(pair.hf_ids(text) != *want);
         fast_bad += usize::from(pair.fast_ids(text, &mut state) != *want);
     }
     assert_eq!(
@@ -445,15 +366,9 @@ proptest! {
         thread_local! {
             static PAIRS: Vec<Pair> = pairs();
         }
-        PAIRS.with(|pairs| {
-            let mut state = EncodeState::default();
-            for pair in pairs {
-                if let Err(e) = pair.check(&text, &mut state) {
-                    return Err(TestCaseError::fail(e));
-                }
-            }
-            Ok(())
-        })?;
+        PAIRS
+            .with(|pairs| common::engine::check_all(pairs, &text))
+            .map_err(TestCaseError::fail)?;
     }
 }
 
@@ -480,7 +395,7 @@ fn speed() {
     let json = read_zst(&path);
     let pair = Pair::new("t5", &json);
     let corpus = read_zst(&common::fixture("corpus/debian-sample.jsonl.zst"));
-    let docs: Vec<String> = texts(&corpus).collect();
+    let docs: Vec<String> = texts(&corpus);
     let bytes: usize = docs.iter().map(String::len).sum();
     let mb = bytes as f64 / 1e6;
     let time = |f: &mut dyn FnMut()| {

@@ -18,87 +18,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use common::engine::{read_zst, texts, Pair};
+
+use std::io::{BufRead, BufReader};
 
 use prep::engine::{EncodeState, FastTokenizer};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::{json, Value};
-use tokenizers::Tokenizer;
-
-fn read_zst(path: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    zstd::Decoder::new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .read_to_end(&mut out)
-        .unwrap();
-    out
-}
-
-/// A tokenizer in both engines.
-struct Pair {
-    name: String,
-    json: Vec<u8>,
-    hf: Tokenizer,
-    fast: FastTokenizer,
-}
-
-impl Pair {
-    fn new(name: &str, json: Vec<u8>) -> Pair {
-        let mut hf = Tokenizer::from_bytes(&json).unwrap();
-        hf.with_truncation(None).unwrap();
-        hf.with_padding(None);
-        let fast = FastTokenizer::from_json(&json)
-            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
-        Pair {
-            name: name.into(),
-            json,
-            hf,
-            fast,
-        }
-    }
-
-    fn hf_ids(&self, text: &str) -> Vec<u32> {
-        self.hf.encode_fast(text, false).unwrap().get_ids().to_vec()
-    }
-
-    /// Encodes `text` with the fast engine and compares with `want`; a
-    /// message naming the first difference.
-    fn compare(
-        &self,
-        text: &str,
-        want: &[u32],
-        state: &mut EncodeState,
-        got: &mut Vec<u32>,
-    ) -> Result<(), String> {
-        got.clear();
-        self.fast.encode(text, state, got);
-        if got == want {
-            return Ok(());
-        }
-        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
-        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
-        let around = |ids: &[u32]| -> Vec<String> {
-            ids[at.saturating_sub(3)..(at + 4).min(ids.len())]
-                .iter()
-                .map(token)
-                .collect()
-        };
-        Err(format!(
-            "{}: ids differ at {at} on {:?}\n  hf:   {:?}\n  fast: {:?}",
-            self.name,
-            text.chars().take(200).collect::<String>(),
-            around(want),
-            around(got),
-        ))
-    }
-
-    /// Encodes `text` with both.
-    fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
-        self.compare(text, &self.hf_ids(text), state, &mut Vec::new())
-    }
-}
 
 fn minilm_json() -> Value {
     serde_json::from_slice(&read_zst(&common::fixture(
@@ -201,26 +128,15 @@ fn edited() -> Vec<(String, Value)> {
 fn pairs() -> Vec<Pair> {
     let mut pairs = vec![Pair::new(
         "minilm",
-        serde_json::to_vec(&minilm_json()).unwrap(),
+        &serde_json::to_vec(&minilm_json()).unwrap(),
     )];
     if let Some(bert) = bert_json() {
-        pairs.push(Pair::new("bert-base-uncased", bert));
+        pairs.push(Pair::new("bert-base-uncased", &bert));
     }
     for (name, j) in edited() {
-        pairs.push(Pair::new(&name, serde_json::to_vec(&j).unwrap()));
+        pairs.push(Pair::new(&name, &serde_json::to_vec(&j).unwrap()));
     }
     pairs
-}
-
-/// Texts of a JSONL file's `text` fields.
-fn texts(jsonl: &[u8]) -> Vec<String> {
-    BufReader::new(jsonl)
-        .lines()
-        .map(|line| {
-            let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
-            v["text"].as_str().unwrap().to_owned()
-        })
-        .collect()
 }
 
 /// The committed texts: the corpus excerpt and the golden edge cases.
@@ -258,11 +174,10 @@ fn golden_minilm_ids_identical() {
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
         .collect();
     assert_eq!(texts.len(), want.len());
-    let minilm = Pair::new("minilm", serde_json::to_vec(&minilm_json()).unwrap());
+    let minilm = Pair::new("minilm", &serde_json::to_vec(&minilm_json()).unwrap());
     let mut state = EncodeState::default();
-    let mut got = Vec::new();
     for (text, want) in texts.iter().zip(&want) {
-        if let Err(e) = minilm.compare(text, want, &mut state, &mut got) {
+        if let Err(e) = minilm.compare(text, want, &mut state) {
             panic!("{e}");
         }
     }
@@ -334,7 +249,6 @@ json.dump(out, open(f"{d}/ids.json", "w"))
     let mut failures = Vec::new();
     for (pair, want) in pairs.iter().zip(&ids) {
         let mut state = EncodeState::default();
-        let mut got = Vec::new();
         for (text, want) in texts.iter().zip(want) {
             if pair.hf_ids(text) != *want {
                 failures.push(format!(
@@ -343,7 +257,7 @@ json.dump(out, open(f"{d}/ids.json", "w"))
                 ));
                 break;
             }
-            if let Err(e) = pair.compare(text, want, &mut state, &mut got) {
+            if let Err(e) = pair.compare(text, want, &mut state) {
                 failures.push(e);
                 break;
             }
@@ -533,15 +447,9 @@ proptest! {
         thread_local! {
             static PAIRS: Vec<Pair> = pairs();
         }
-        PAIRS.with(|pairs| {
-            let mut state = EncodeState::default();
-            for pair in pairs {
-                if let Err(e) = pair.check(&text, &mut state) {
-                    return Err(TestCaseError::fail(e));
-                }
-            }
-            Ok(())
-        })?;
+        PAIRS
+            .with(|pairs| common::engine::check_all(pairs, &text))
+            .map_err(TestCaseError::fail)?;
     }
 }
 
@@ -592,10 +500,10 @@ fn throughput_on_the_excerpt() {
     let bytes: usize = texts.iter().map(String::len).sum();
     let mut pairs = vec![Pair::new(
         "minilm",
-        serde_json::to_vec(&minilm_json()).unwrap(),
+        &serde_json::to_vec(&minilm_json()).unwrap(),
     )];
     if let Some(bert) = bert_json() {
-        pairs.push(Pair::new("bert-base-uncased", bert));
+        pairs.push(Pair::new("bert-base-uncased", &bert));
     }
     let mb = bytes as f64 / 1e6;
     for pair in &pairs {

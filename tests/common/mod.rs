@@ -2,6 +2,8 @@
 //! for the built `prep` binary.
 #![allow(dead_code)]
 
+pub mod engine;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

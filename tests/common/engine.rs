@@ -1,0 +1,108 @@
+//! The engine tests' differential harness: one text through prep's HF path
+//! (HF tokenizers as `prep tokenize --engine hf` loads it, whose ids are the
+//! Python package's) and through the fast engine, and the first difference
+//! named.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer};
+use tokenizers::Tokenizer;
+
+/// A zstd file's bytes.
+pub fn read_zst(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    zstd::Decoder::new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Texts of a JSONL file's `text` fields.
+pub fn texts(jsonl: &[u8]) -> Vec<String> {
+    BufReader::new(jsonl)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            v["text"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// A tokenizer in prep's HF path and in the fast engine, which must take it.
+pub struct Pair {
+    pub name: String,
+    pub json: Vec<u8>,
+    pub hf: Tokenizer,
+    pub fast: FastTokenizer,
+}
+
+impl Pair {
+    pub fn new(name: &str, json: &[u8]) -> Pair {
+        let fast = FastTokenizer::from_json(json)
+            .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, json).unwrap();
+        let hf = LoadedTokenizer::load(&path)
+            .unwrap_or_else(|e| panic!("{name}: HF tokenizers refuses it: {e}"))
+            .tokenizer;
+        Pair {
+            name: name.into(),
+            json: json.to_vec(),
+            hf,
+            fast,
+        }
+    }
+
+    /// The reference ids.
+    pub fn hf_ids(&self, text: &str) -> Vec<u32> {
+        self.hf.encode_fast(text, false).unwrap().get_ids().to_vec()
+    }
+
+    /// The fast engine's ids.
+    pub fn fast_ids(&self, text: &str, state: &mut EncodeState) -> Vec<u32> {
+        let mut got = Vec::new();
+        self.fast.encode(text, state, &mut got);
+        got
+    }
+
+    /// Encodes `text` with the fast engine and compares with `want`; a
+    /// message naming the first difference.
+    pub fn compare(&self, text: &str, want: &[u32], state: &mut EncodeState) -> Result<(), String> {
+        let got = self.fast_ids(text, state);
+        if got == want {
+            return Ok(());
+        }
+        let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+        let token = |id: &u32| self.hf.id_to_token(*id).unwrap_or_default();
+        let around = |ids: &[u32]| -> Vec<String> {
+            ids[at.saturating_sub(3)..(at + 4).min(ids.len())]
+                .iter()
+                .map(token)
+                .collect()
+        };
+        Err(format!(
+            "{}: ids differ at {at} on {:?}\n  hf:   {:?}\n  fast: {:?}",
+            self.name,
+            text.chars().take(200).collect::<String>(),
+            around(want),
+            around(&got),
+        ))
+    }
+
+    /// Encodes `text` with both.
+    pub fn check(&self, text: &str, state: &mut EncodeState) -> Result<(), String> {
+        self.compare(text, &self.hf_ids(text), state)
+    }
+}
+
+/// Checks `text` with every pair, one state for all (as a worker's state
+/// moves between tokenizers).
+pub fn check_all(pairs: &[Pair], text: &str) -> Result<(), String> {
+    let mut state = EncodeState::default();
+    pairs
+        .iter()
+        .try_for_each(|pair| pair.check(text, &mut state))
+}
