@@ -167,7 +167,7 @@ impl Automaton {
             if plain.is_empty() {
                 return Ok::<(), String>(());
             }
-            let dfa = compile(Hir::alternation(std::mem::take(plain)))?;
+            let dfa = compile(alternation(std::mem::take(plain)))?;
             segments.push(Segment::Dfa(Box::new(dfa.clone()), dfas.len()));
             dfas.push(dfa);
             Ok(())
@@ -231,6 +231,28 @@ impl Automaton {
         }
         None
     }
+}
+
+/// An alternation that keeps its branches as written. `Hir::alternation`
+/// lifts a prefix its branches share (`\s*A|\s*B` becomes `\s*(?:A|B)`),
+/// which changes what a backtracking engine reports: on "  a1", onig takes
+/// `\s*\W\s` as "  " where the lifted form gives "  a1". Each branch goes in
+/// a group of its own, which the lifting does not look into (the NFA keeps
+/// no captures).
+fn alternation(branches: Vec<Hir>) -> Hir {
+    Hir::alternation(
+        branches
+            .into_iter()
+            .enumerate()
+            .map(|(i, sub)| {
+                Hir::capture(regex_syntax::hir::Capture {
+                    index: i as u32 + 1,
+                    name: None,
+                    sub: Box::new(sub),
+                })
+            })
+            .collect(),
+    )
 }
 
 fn compile(hir: Hir) -> Result<DFA, String> {
@@ -568,14 +590,14 @@ impl Translator<'_> {
                     ast::GroupKind::NonCapturing(flags) => fold_of(flags, fold)?,
                     _ => fold,
                 };
-                Hir::alternation(
+                alternation(
                     branches(&g.ast, fold)?
                         .into_iter()
                         .map(|(items, fold)| self.concat(items, fold))
                         .collect::<Result<_, _>>()?,
                 )
             }
-            Ast::Alternation(a) => Hir::alternation(
+            Ast::Alternation(a) => alternation(
                 a.asts
                     .iter()
                     .map(|a| self.hir(a, fold))
@@ -861,6 +883,26 @@ mod tests {
                 }
             });
         proptest::collection::vec(alternative, 1..5).prop_map(|v| v.join("|"))
+    }
+
+    /// regex-syntax lifts a prefix shared by every alternative out of the
+    /// alternation, which a backtracking engine does not: onig matches the
+    /// first alternative of these on "  a1" as "  " (then "a1"), the lifted
+    /// pattern the whole text at once.
+    #[test]
+    fn a_prefix_shared_by_the_alternatives_stays_in_each() {
+        for (pattern, text) in [
+            (r"\s*\W\s|\s*\p{L}\S", "  a1"),
+            (r"\s*\W\s|\s*\p{L}\S|\s*\d", "  a1 \t 2"),
+            (r" ?[a-z]+ |  ?[a-z]+\d", " ab1 cd "),
+        ] {
+            assert_eq!(
+                ours(pattern, text),
+                onigs(pattern, text),
+                "{pattern} on {text:?}"
+            );
+        }
+        assert_eq!(ours(r"\s*\W\s|\s*\p{L}\S", "  a1"), [(0, 2), (2, 4)]);
     }
 
     proptest! {
