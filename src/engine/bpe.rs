@@ -216,37 +216,9 @@ impl Bpe {
     /// rank, leftmost first; each merge looks up only the two pairs it
     /// changes.
     fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, u32)>) {
-        let rank = |left: u32, right: u32| self.merge(left, right).map_or(NONE, |m| m.rank);
         syms.clear();
         syms.extend(self.ids(piece).map(|id| (id, NONE)));
-        for i in 0..syms.len().saturating_sub(1) {
-            syms[i].1 = rank(syms[i].0, syms[i + 1].0);
-        }
-        loop {
-            let mut best = (NONE, 0);
-            for (i, &(_, r)) in syms.iter().enumerate() {
-                if r < best.0 {
-                    best = (r, i);
-                }
-            }
-            if best.0 == NONE {
-                break;
-            }
-            let i = best.1;
-            let id = self
-                .merge(syms[i].0, syms[i + 1].0)
-                .expect("a ranked pair merges")
-                .id;
-            syms[i].0 = id;
-            syms.remove(i + 1);
-            syms[i].1 = match syms.get(i + 1) {
-                Some(&(next, _)) => rank(id, next),
-                None => NONE,
-            };
-            if i > 0 {
-                syms[i - 1].1 = rank(syms[i - 1].0, id);
-            }
-        }
+        merge_scan(syms, |left, right| self.merge(left, right));
     }
 
     /// Heap merging over a linked list, as HF does it.
@@ -304,6 +276,42 @@ impl Bpe {
         while i != NONE {
             out.push(nodes[i as usize].id);
             i = nodes[i as usize].next;
+        }
+    }
+}
+
+/// Merges `syms`, a small array of (id, `NONE`), by `merge`'s ranks: lowest
+/// rank, leftmost first; each merge looks up only the two pairs it changes.
+/// The symbols left are the ids. Byte-level and SentencePiece-style BPE
+/// both merge this way.
+#[inline]
+pub(crate) fn merge_scan(syms: &mut Vec<(u32, u32)>, merge: impl Fn(u32, u32) -> Option<Merge>) {
+    let rank = |left: u32, right: u32| merge(left, right).map_or(NONE, |m| m.rank);
+    for i in 0..syms.len().saturating_sub(1) {
+        syms[i].1 = rank(syms[i].0, syms[i + 1].0);
+    }
+    loop {
+        let mut best = (NONE, 0);
+        for (i, &(_, r)) in syms.iter().enumerate() {
+            if r < best.0 {
+                best = (r, i);
+            }
+        }
+        if best.0 == NONE {
+            break;
+        }
+        let i = best.1;
+        let id = merge(syms[i].0, syms[i + 1].0)
+            .expect("a ranked pair merges")
+            .id;
+        syms[i].0 = id;
+        syms.remove(i + 1);
+        syms[i].1 = match syms.get(i + 1) {
+            Some(&(next, _)) => rank(id, next),
+            None => NONE,
+        };
+        if i > 0 {
+            syms[i - 1].1 = rank(syms[i - 1].0, id);
         }
     }
 }

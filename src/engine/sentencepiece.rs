@@ -54,7 +54,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use foldhash::fast::FixedState;
 use serde_json::Value;
 
-use super::bpe::Merge;
+use super::bpe::{self, Merge};
 use super::{Unsupported, Vocab};
 
 /// The character SentencePiece marks a word's start with.
@@ -462,38 +462,10 @@ impl Model {
     /// lowest rank, leftmost first; each merge looks up only the two pairs
     /// it changes.
     fn merge_scan(&self, state: &mut State) {
-        let rank = |left: u32, right: u32| self.merge(left, right).map_or(NONE, |m| m.rank);
         let syms = &mut state.syms;
         syms.clear();
         syms.extend(state.ids.iter().map(|&id| (id, NONE)));
-        for i in 0..syms.len().saturating_sub(1) {
-            syms[i].1 = rank(syms[i].0, syms[i + 1].0);
-        }
-        loop {
-            let mut best = (NONE, 0);
-            for (i, &(_, r)) in syms.iter().enumerate() {
-                if r < best.0 {
-                    best = (r, i);
-                }
-            }
-            if best.0 == NONE {
-                break;
-            }
-            let i = best.1;
-            let id = self
-                .merge(syms[i].0, syms[i + 1].0)
-                .expect("a ranked pair merges")
-                .id;
-            syms[i].0 = id;
-            syms.remove(i + 1);
-            syms[i].1 = match syms.get(i + 1) {
-                Some(&(next, _)) => rank(id, next),
-                None => NONE,
-            };
-            if i > 0 {
-                syms[i - 1].1 = rank(syms[i - 1].0, id);
-            }
-        }
+        bpe::merge_scan(syms, |left, right| self.merge(left, right));
     }
 
     /// Heap merging over a linked list, as HF does it: (rank, position)
