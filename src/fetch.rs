@@ -185,6 +185,56 @@ pub fn fetch(config: &FetchConfig) -> Result<FetchSummary, FetchError> {
     Ok(summary)
 }
 
+/// A dataset a stage reads, as a local directory it can map: the path
+/// itself, or for an object-storage address a copy fetched and verified as
+/// `prep fetch` does (every file against the manifest's size and XXH3-64)
+/// into a folder of this process's ([`crate::output::input_copy_for`]),
+/// removed when the `Local` is dropped.
+#[derive(Debug)]
+pub struct Local {
+    dir: PathBuf,
+    copy: bool,
+}
+
+impl Local {
+    /// The dataset at `path`, local or fetched.
+    ///
+    /// # Errors
+    /// [`fetch`]'s, for a dataset in object storage.
+    pub fn of(path: &Path) -> Result<Local, FetchError> {
+        let Some(url) = path.to_str().filter(|p| crate::store::is_url(p)) else {
+            return Ok(Local {
+                dir: path.to_path_buf(),
+                copy: false,
+            });
+        };
+        let dest = crate::output::input_copy_for(url);
+        let local = Local {
+            dir: dest.clone(),
+            copy: true,
+        };
+        fetch(&FetchConfig {
+            source: url.to_owned(),
+            dest,
+            overwrite: true,
+        })?;
+        Ok(local)
+    }
+
+    /// The local directory to read.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if self.copy {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// A shard's files as the manifest lists them.
 fn shard_files(s: &ShardInfo) -> Vec<Wanted<'_>> {
     let mut files = vec![

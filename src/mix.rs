@@ -377,7 +377,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .sources
         .iter()
         .zip(&datasets)
-        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.manifest()))
+        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, &s.dir, ds.manifest()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let request = json!({

@@ -27,10 +27,19 @@
 //!    resuming was written into a directory it created, the directory too.
 //!
 //! The primitives the rules need of the storage (create, list, exclusive
-//! lock, atomic put, remove) are those of [`Output`]'s private methods; a
-//! store without `rename` or `flock` (object storage: conditional writes)
-//! provides the same five and keeps every rule above.
+//! lock, atomic put, remove) are those of [`Output`]'s private methods. An
+//! output in object storage (`s3://bucket/prefix` and the other addresses
+//! of [`crate::store`]) provides the same five on the store's own
+//! primitives ([`remote`]: a leased lock taken by conditional writes, each
+//! shard uploaded whole once journaled, the manifest last) and keeps every
+//! rule above; the stage writes into a local staging folder as into any
+//! directory and never knows the difference.
 
+mod remote;
+
+pub use remote::{input_copy_for, staging_for, LEASE_VAR, STAGING_VAR};
+
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -42,6 +51,8 @@ use crate::format::{
     atomic_write, checksum_hex, hash_file, FormatError, Manifest, ShardInfo, MANIFEST_FILE,
     TMP_SUFFIX,
 };
+use crate::store::StoreError;
+use remote::Remote;
 
 /// The journal's file name inside an output directory.
 pub const JOURNAL_FILE: &str = ".prep-journal.json";
@@ -98,6 +109,9 @@ pub enum OutputError {
     /// Reading or writing the directory failed.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// A request to the object store that holds the output failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// A completed shard in a journal, and where the run stood after it.
@@ -154,8 +168,12 @@ pub enum Start<S, C> {
 
 /// An output directory held by this run. See the [module docs](self).
 pub struct Output {
+    /// The directory the stage writes into: the output itself, or the
+    /// staging folder of one in object storage.
     dir: PathBuf,
     lock: Option<Lock>,
+    /// The output's folder in object storage, when it is there.
+    remote: Option<Remote>,
     /// Folders inside the directory that belong to the caller: never
     /// removed, never counted as foreign (the parts of a merge, the
     /// pipeline's stage).
@@ -173,8 +191,16 @@ pub struct Output {
 }
 
 impl Output {
-    /// Creates `dir` if needed and takes its lock.
+    /// Creates `dir` if needed and takes its lock. A `dir` that is an
+    /// object-storage address ([`crate::store::is_url`]) takes the store's
+    /// lock, and the stage writes into the local staging folder
+    /// [`staging_for`] gives, which [`Output::dir`] returns.
     pub fn lock(dir: &Path) -> Result<Output, OutputError> {
+        if let Some(url) = dir.to_str().filter(|d| crate::store::is_url(d)) {
+            let mut output = Output::lock(&staging_for(url))?;
+            output.remote = Some(Remote::acquire(url)?);
+            return Ok(output);
+        }
         if dir.exists() && !dir.is_dir() {
             return Err(refused(dir, "is a file, not a directory"));
         }
@@ -202,6 +228,7 @@ impl Output {
         Ok(Output {
             dir: dir.into(),
             lock: Some(lock),
+            remote: None,
             keep: Vec::new(),
             own: &[],
             created,
@@ -223,9 +250,19 @@ impl Output {
         self
     }
 
-    /// The directory.
+    /// The directory the stage writes into (for an output in object
+    /// storage, its local staging folder).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The output as the user named it, for messages: the directory, or the
+    /// object-storage address.
+    pub fn shown(&self) -> PathBuf {
+        match &self.remote {
+            Some(remote) => remote.url().into(),
+            None => self.dir.clone(),
+        }
     }
 
     /// Decides what the run does with the directory, by the rules of the
@@ -243,25 +280,25 @@ impl Output {
         S: Default + Serialize + DeserializeOwned,
         C: Serialize + DeserializeOwned,
     {
-        let dir = self.dir.clone();
+        let shown = self.shown();
         if overwrite {
             self.remove_ours(|_| true)?;
             return self.fresh(identity);
         }
-        if dir.join(MANIFEST_FILE).exists() {
-            let manifest = Manifest::read(&dir)?;
+        if let Some(bytes) = self.read(MANIFEST_FILE)? {
+            let manifest = Manifest::parse(&shown.join(MANIFEST_FILE), &bytes)?;
             if manifest.identity() != identity {
                 return Err(refused(
-                    &dir,
+                    &shown,
                     "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
                 ));
             }
+            let sizes = self.sizes()?;
             for shard in &manifest.shards {
-                for (name, bytes) in shard_files(shard) {
-                    let len = std::fs::metadata(dir.join(name)).map(|m| m.len()).ok();
-                    if len != Some(bytes) {
+                for (name, bytes, _) in shard_files(shard) {
+                    if sizes.get(name) != Some(&bytes) {
                         return Err(refused(
-                            &dir,
+                            &shown,
                             &format!(
                                 "holds this dataset, finished, but {name} is missing or has the wrong size \
                                  (pass --overwrite to make it again)"
@@ -271,27 +308,28 @@ impl Output {
                 }
             }
             // A crash between the manifest and the journal's removal.
-            remove_file(&dir.join(JOURNAL_FILE))?;
+            self.remove(JOURNAL_FILE)?;
             self.progressed = true;
             return Ok(Start::Complete(Box::new(manifest)));
         }
-        let journal_path = dir.join(JOURNAL_FILE);
-        if journal_path.exists() {
-            let bytes =
-                std::fs::read(&journal_path).map_err(|e| FormatError::io(&journal_path, e))?;
+        if let Some(bytes) = self.read(JOURNAL_FILE)? {
             return match serde_json::from_slice::<Journal<S, C>>(&bytes) {
                 Ok(mut journal) if journal.fingerprint == identity => {
+                    let sizes = self.sizes()?;
                     let intact = journal
                         .shards
                         .iter()
-                        .take_while(|d| shard_intact(&dir, &d.shard))
+                        .take_while(|d| self.intact(&d.shard, &sizes))
                         .count();
                     journal.shards.truncate(intact);
                     let keep: Vec<String> = journal
                         .shards
                         .iter()
-                        .flat_map(|d| shard_files(&d.shard).map(|(n, _)| n.to_owned()))
+                        .flat_map(|d| shard_files(&d.shard).map(|(n, _, _)| n.to_owned()))
                         .collect();
+                    if let Some(remote) = &self.remote {
+                        keep.iter().for_each(|name| remote.has(name));
+                    }
                     // Shards past the intact prefix, and unfinished files.
                     self.remove_ours(|name| {
                         (name.starts_with("shard-") || name.ends_with(TMP_SUFFIX))
@@ -303,7 +341,7 @@ impl Output {
                     Ok(Start::Resume(journal))
                 }
                 _ => Err(refused(
-                    &dir,
+                    &shown,
                     "holds an interrupted run with other inputs or options (pass --overwrite to start over)",
                 )),
             };
@@ -314,7 +352,7 @@ impl Output {
             .find(|(name, is_dir)| !(self.is_ours(name, *is_dir) || self.keep.contains(name)));
         if let Some((name, _)) = foreign {
             return Err(refused(
-                &dir,
+                &shown,
                 &format!(
                     "is not empty: it holds {name:?}, which prep did not write (choose an empty or new \
                      directory, or pass --overwrite to replace prep's files in it)"
@@ -340,12 +378,22 @@ impl Output {
     }
 
     /// Saves the journal atomically; call it as soon as a shard is in place.
+    /// For an output in object storage, the journaled shards not yet there
+    /// are uploaded first (each checked against its recorded size and
+    /// XXH3-64, then removed from the staging folder).
     pub fn save<S: Serialize, C: Serialize>(
         &mut self,
         journal: &Journal<S, C>,
-    ) -> Result<(), FormatError> {
+    ) -> Result<(), OutputError> {
         let json = serde_json::to_vec_pretty(journal).expect("a journal always serializes");
-        atomic_write(&self.dir.join(JOURNAL_FILE), &json)?;
+        if let Some(remote) = &self.remote {
+            for done in &journal.shards {
+                for (name, bytes, sum) in shard_files(&done.shard) {
+                    remote.upload(&self.dir, name, sum.map(|sum| (bytes, sum)))?;
+                }
+            }
+        }
+        self.put(JOURNAL_FILE, &json)?;
         self.progressed |= !journal.shards.is_empty();
         Ok(())
     }
@@ -357,13 +405,16 @@ impl Output {
     }
 
     /// Writes a small file of the dataset atomically.
-    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<(), FormatError> {
-        atomic_write(&self.dir.join(name), bytes)
+    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
+        match &self.remote {
+            Some(remote) => remote.put(name, bytes),
+            None => Ok(atomic_write(&self.dir.join(name), bytes)?),
+        }
     }
 
     /// Copies the tokenizer file `file` (relative) of dataset `from` into
     /// the output, when `from` has it.
-    pub fn copy_tokenizer(&self, file: Option<&str>, from: &Path) -> Result<(), FormatError> {
+    pub fn copy_tokenizer(&self, file: Option<&str>, from: &Path) -> Result<(), OutputError> {
         let Some(file) = file else {
             return Ok(());
         };
@@ -407,7 +458,7 @@ impl Output {
 
     /// Removes everything this output holds of prep's (a failed run that is
     /// redone, not resumed: nothing of it is worth keeping).
-    pub fn discard(&mut self) -> Result<(), FormatError> {
+    pub fn discard(&mut self) -> Result<(), OutputError> {
         self.progressed = false;
         self.remove_ours(|_| true)
     }
@@ -415,24 +466,128 @@ impl Output {
     /// Completes the dataset: the manifest, written atomically and last,
     /// then the journal and the lock go. A crash in between leaves a
     /// complete dataset that the next run recognises.
-    pub fn commit(self, manifest: &Manifest) -> Result<(), FormatError> {
-        self.commit_file(MANIFEST_FILE, manifest.to_json().as_bytes())
+    pub fn commit(self, manifest: &Manifest) -> Result<(), OutputError> {
+        let expect = manifest
+            .shards
+            .iter()
+            .flat_map(|s| shard_files(s).filter_map(|(n, b, sum)| Some((n.to_owned(), (b, sum?)))))
+            .collect();
+        self.complete(MANIFEST_FILE, manifest.to_json().as_bytes(), &expect)
     }
 
     /// [`Output::commit`] for an output whose last file is not a manifest (a
     /// scatter part's `scatter.json`).
-    pub fn commit_file(mut self, name: &str, bytes: &[u8]) -> Result<(), FormatError> {
+    pub fn commit_file(self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
+        self.complete(name, bytes, &HashMap::new())
+    }
+
+    /// Writes the file `name` that completes the output, after every other
+    /// file of the stage's is in place (in object storage: uploaded, and
+    /// checked against `expect`'s size and XXH3-64 where it names the file).
+    fn complete(
+        mut self,
+        name: &str,
+        bytes: &[u8],
+        expect: &HashMap<String, (u64, u64)>,
+    ) -> Result<(), OutputError> {
+        if let Some(remote) = &self.remote {
+            for (file, is_dir) in self.local_entries()? {
+                let pending = !is_dir
+                    && self.is_ours(&file, false)
+                    && !file.ends_with(TMP_SUFFIX)
+                    && ![JOURNAL_FILE, LOCK_FILE, name].contains(&file.as_str());
+                if pending {
+                    remote.upload(&self.dir, &file, expect.get(&file).copied())?;
+                }
+            }
+        }
         self.put(name, bytes)?;
         self.progressed = true;
-        remove_file(&self.dir.join(JOURNAL_FILE))?;
+        self.remove(JOURNAL_FILE)?;
+        if let Some(remote) = self.remote.take() {
+            remote.release();
+            // The staging folder holds nothing the dataset still needs.
+            if let Some(lock) = self.lock.take() {
+                lock.release();
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
         Ok(())
     }
 
-    /// Names and kinds (directory or not) of the directory's entries.
-    fn entries(&self) -> Result<Vec<(String, bool)>, FormatError> {
+    /// The bytes of the small file `name` of the output, or `None`.
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
+        if let Some(remote) = &self.remote {
+            return remote.read(name);
+        }
+        let path = self.dir.join(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(FormatError::io(&path, e).into()),
+        }
+    }
+
+    /// The sizes of the output's files, by name.
+    fn sizes(&self) -> Result<HashMap<String, u64>, OutputError> {
+        if let Some(remote) = &self.remote {
+            return remote.listing();
+        }
+        let mut sizes = HashMap::new();
+        for (name, is_dir) in self.local_entries()? {
+            if let (false, Ok(meta)) = (is_dir, std::fs::metadata(self.dir.join(&name))) {
+                sizes.insert(name, meta.len());
+            }
+        }
+        Ok(sizes)
+    }
+
+    /// Whether a journaled shard is intact. On disk: [`shard_intact`]. In
+    /// object storage: each of its objects is listed with its recorded size
+    /// (each went up only after its bytes matched the recorded checksum,
+    /// and an upload is atomic).
+    fn intact(&self, s: &ShardInfo, sizes: &HashMap<String, u64>) -> bool {
+        match &self.remote {
+            Some(_) => shard_files(s)
+                .all(|(name, bytes, sum)| sum.is_some() && sizes.get(name) == Some(&bytes)),
+            None => shard_intact(&self.dir, s),
+        }
+    }
+
+    /// Removes the file `name` of the output (no error when there is none).
+    fn remove(&self, name: &str) -> Result<(), OutputError> {
+        match &self.remote {
+            Some(remote) => remote.remove(name),
+            None => Ok(remove_file(&self.dir.join(name))?),
+        }
+    }
+
+    /// Names and kinds (folder or not) of the output's entries: the
+    /// directory's, or the store's (an object below a `/` counts as its
+    /// first folder).
+    fn entries(&self) -> Result<Vec<(String, bool)>, OutputError> {
+        let Some(remote) = &self.remote else {
+            return self.local_entries();
+        };
+        let mut out: Vec<(String, bool)> = remote
+            .listing()?
+            .into_keys()
+            .map(|name| match name.split_once('/') {
+                Some((folder, _)) => (folder.to_owned(), true),
+                None => (name, false),
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Names and kinds of the local directory's entries (for an output in
+    /// object storage, the staging folder's).
+    fn local_entries(&self) -> Result<Vec<(String, bool)>, OutputError> {
         let io = |e| FormatError::io(&self.dir, e);
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&self.dir).map_err(io)? {
@@ -456,14 +611,17 @@ impl Output {
 
     /// Removes the entries prep wrote (files, and its working folders unless
     /// kept) whose names `doomed` picks; never the lock, never a kept folder,
-    /// never anything else.
-    fn remove_ours(&self, doomed: impl Fn(&str) -> bool) -> Result<(), FormatError> {
-        for (name, is_dir) in self.entries()? {
-            if name == LOCK_FILE
-                || self.keep.contains(&name)
-                || !self.is_ours(&name, is_dir)
-                || !doomed(&name)
-            {
+    /// never anything else. For an output in object storage, both its
+    /// objects and the staging folder's files.
+    fn remove_ours(&self, doomed: impl Fn(&str) -> bool) -> Result<(), OutputError> {
+        let spared = |name: &str, is_dir: bool| {
+            name == LOCK_FILE
+                || self.keep.iter().any(|k| k == name)
+                || !self.is_ours(name, is_dir)
+                || !doomed(name)
+        };
+        for (name, is_dir) in self.local_entries()? {
+            if spared(&name, is_dir) {
                 continue;
             }
             let path = self.dir.join(&name);
@@ -471,6 +629,14 @@ impl Output {
                 std::fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
             } else {
                 remove_file(&path)?;
+            }
+        }
+        if let Some(remote) = &self.remote {
+            // prep never uploads a folder: only files are its own there.
+            for (name, is_dir) in self.entries()? {
+                if !is_dir && !spared(&name, false) {
+                    remote.remove(&name)?;
+                }
             }
         }
         Ok(())
@@ -491,6 +657,9 @@ impl Drop for Output {
             if !self.progressed {
                 let _ = self.remove_ours(|_| true);
             }
+        }
+        if let Some(remote) = self.remote.take() {
+            remote.release();
         }
         lock.release();
         if !self.progressed {
@@ -529,13 +698,17 @@ fn remove_file(path: &Path) -> Result<(), FormatError> {
     }
 }
 
-/// A shard's files with their recorded sizes: `.bin`, `.idx`, and `.seg`
-/// when it has one.
-fn shard_files(s: &ShardInfo) -> impl Iterator<Item = (&str, u64)> {
+/// A shard's files with their recorded sizes and XXH3-64 (when the entry
+/// has a readable one): `.bin`, `.idx`, and `.seg` when it has one.
+fn shard_files(s: &ShardInfo) -> impl Iterator<Item = (&str, u64, Option<u64>)> {
+    let sum = |hex: &str| u64::from_str_radix(hex, 16).ok();
     [
-        Some((s.bin.as_str(), s.bin_bytes)),
-        Some((s.idx.as_str(), s.idx_bytes)),
-        s.seg.as_deref().zip(s.seg_bytes),
+        Some((s.bin.as_str(), s.bin_bytes, sum(&s.bin_xxh3))),
+        Some((s.idx.as_str(), s.idx_bytes, sum(&s.idx_xxh3))),
+        s.seg
+            .as_deref()
+            .zip(s.seg_bytes)
+            .map(|(seg, bytes)| (seg, bytes, s.seg_xxh3.as_deref().and_then(sum))),
     ]
     .into_iter()
     .flatten()

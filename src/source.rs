@@ -68,7 +68,7 @@ impl SourceError {
         match self {
             SourceError::Format(FormatError::Io { path, .. }) => Some(path.clone()),
             SourceError::Format(e) => format_path(e),
-            SourceError::Store(e) => Some(PathBuf::from(store_url(e))),
+            SourceError::Store(e) => Some(PathBuf::from(e.url())),
             SourceError::Read { url, .. } | SourceError::NoManifest { url } => {
                 Some(PathBuf::from(url))
             }
@@ -91,17 +91,6 @@ fn format_path(e: &FormatError) -> Option<PathBuf> {
         | FormatError::BadSegment { path, .. } => Some(path.clone()),
         FormatError::NoManifest { dir } => Some(dir.join(crate::format::MANIFEST_FILE)),
         FormatError::RecordOutOfRange { .. } | FormatError::BigEndian => None,
-    }
-}
-
-fn store_url(e: &StoreError) -> &str {
-    match e {
-        StoreError::BadUrl { url, .. }
-        | StoreError::NotFound { url, .. }
-        | StoreError::NoBucket { url, .. }
-        | StoreError::Denied { url, .. }
-        | StoreError::Request { url, .. }
-        | StoreError::Changed { url, .. } => url,
     }
 }
 

@@ -143,6 +143,9 @@ pub enum SplitError {
     /// An output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// An input dataset in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     /// Shares outside `[0, 1)` or adding up to 1 or more.
     #[error("--val {val} and --test {test}: each share must be at least 0 and together below 1")]
     BadShares {
@@ -226,7 +229,8 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             input: config.input.clone(),
         });
     }
-    let input = Dataset::open(&config.input)?;
+    let local = crate::fetch::Local::of(&config.input)?;
+    let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
     if base.kind != "documents" {
         return Err(SplitError::NotDocuments {
@@ -234,7 +238,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             kind: base.kind,
         });
     }
-    let inputs = vec![InputInfo::of_dataset(&config.input, &base)?];
+    let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
     let options = json!({
         "seed": config.seed,
         "val": val,
@@ -260,7 +264,12 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             None => journal.shards.last().map_or(0, |d| d.at),
         };
         let writer = complete.is_none().then(|| {
-            DatasetWriter::new(&dir, base.dtype, config.shard_size, journal.shard_infos())
+            DatasetWriter::new(
+                output.dir(),
+                base.dtype,
+                config.shard_size,
+                journal.shard_infos(),
+            )
         });
         sides.push(Writing {
             side,
@@ -337,7 +346,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             (Some(m), _) => m,
             (None, writer) => {
                 let shards = writer.expect("an incomplete side has a writer").finish()?;
-                output.copy_tokenizer(base.tokenizer.file.as_deref(), &config.input)?;
+                output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
                 let mut options = options.clone();
                 options["side"] = json!(side.name());
                 if let Some(p) = config.part {

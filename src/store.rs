@@ -29,6 +29,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -106,6 +107,26 @@ pub enum StoreError {
         #[source]
         source: Box<object_store::Error>,
     },
+    /// A local file to upload could not be read.
+    #[error("{url}: not uploaded: {}: {source}", path.display())]
+    Local {
+        /// The object it was going to.
+        url: String,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file to upload does not hold the bytes recorded for it (it changed
+    /// on disk after it was written); the upload was aborted.
+    #[error("{url}: not uploaded: {} does not hold the size and XXH3-64 recorded for it", path.display())]
+    Mismatch {
+        /// The object it was going to.
+        url: String,
+        /// The local file.
+        path: std::path::PathBuf,
+    },
     /// The object changed size while it was read.
     #[error("{url}: the object is {found} bytes, not the {expected} it was listed with; it changed while being read")]
     Changed {
@@ -119,6 +140,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The address the failure is about.
+    pub fn url(&self) -> &str {
+        match self {
+            StoreError::BadUrl { url, .. }
+            | StoreError::NotFound { url, .. }
+            | StoreError::NoBucket { url, .. }
+            | StoreError::Denied { url, .. }
+            | StoreError::Request { url, .. }
+            | StoreError::Local { url, .. }
+            | StoreError::Mismatch { url, .. }
+            | StoreError::Changed { url, .. } => url,
+        }
+    }
+
     fn from_store(url: &str, op: impl Into<String>, source: object_store::Error) -> StoreError {
         let url = url.to_owned();
         // A listing of a missing bucket comes back as a generic 404 whose
@@ -274,6 +309,215 @@ impl Object {
     /// several at a time (see [`ObjectReader`]).
     pub fn reader(&self, start: u64, size: u64) -> ObjectReader {
         ObjectReader::new(self.clone(), start, size)
+    }
+}
+
+/// The version of an object a conditional write replaces: its ETag (and
+/// version id, where the store keeps versions), as a HEAD or a write
+/// returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tag {
+    e_tag: Option<String>,
+    version: Option<String>,
+}
+
+/// An object's HEAD: size, version and when it was last written.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// What a conditional write must name to replace it.
+    pub tag: Tag,
+    /// Seconds since the Unix epoch, by the store's clock.
+    pub modified: i64,
+}
+
+/// Objects above this size are uploaded in parts ([`Object::upload`]).
+const PART_BYTES: usize = 16 << 20;
+/// Parts of one upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+impl Object {
+    /// The object's HEAD, or `None` when there is none.
+    ///
+    /// # Errors
+    /// The request's failure (a missing bucket, refused credentials).
+    pub fn head(&self) -> Result<Option<Head>, StoreError> {
+        match block_on(self.store.head(&self.key)) {
+            Ok(meta) => Ok(Some(Head {
+                bytes: meta.size,
+                tag: Tag {
+                    e_tag: meta.e_tag,
+                    version: meta.version,
+                },
+                modified: meta.last_modified.timestamp(),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(StoreError::from_store(&self.url, "HEAD", e)),
+        }
+    }
+
+    /// Writes the whole object at once (one PUT: atomic, a reader sees the
+    /// old object or the new one).
+    ///
+    /// # Errors
+    /// The request's failure.
+    pub fn put(&self, bytes: &[u8]) -> Result<(), StoreError> {
+        let payload = object_store::PutPayload::from(Bytes::copy_from_slice(bytes));
+        block_on(self.store.put(&self.key, payload))
+            .map(|_| ())
+            .map_err(|e| StoreError::from_store(&self.url, "PUT", e))
+    }
+
+    /// Writes the object only if there is none (`If-None-Match: *`), or,
+    /// with `replacing`, only if it is still that version (`If-Match`).
+    /// `Ok(None)` when the condition failed: somebody else wrote it.
+    ///
+    /// # Errors
+    /// The request's failure, or a store that does not offer conditional
+    /// writes (its error says so).
+    pub fn put_if(&self, bytes: &[u8], replacing: Option<&Tag>) -> Result<Option<Tag>, StoreError> {
+        let mode = match replacing {
+            None => object_store::PutMode::Create,
+            Some(tag) => object_store::PutMode::Update(object_store::UpdateVersion {
+                e_tag: tag.e_tag.clone(),
+                version: tag.version.clone(),
+            }),
+        };
+        let payload = object_store::PutPayload::from(Bytes::copy_from_slice(bytes));
+        let op = if replacing.is_some() {
+            "PUT If-Match"
+        } else {
+            "PUT If-None-Match"
+        };
+        match block_on(self.store.put_opts(&self.key, payload, mode.into())) {
+            Ok(done) => Ok(Some(Tag {
+                e_tag: done.e_tag,
+                version: done.version,
+            })),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(None),
+            Err(e) => Err(StoreError::from_store(&self.url, op, e)),
+        }
+    }
+
+    /// Removes the object (no error when there is none).
+    ///
+    /// # Errors
+    /// The request's failure.
+    pub fn delete(&self) -> Result<(), StoreError> {
+        match block_on(self.store.delete(&self.key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(StoreError::from_store(&self.url, "DELETE", e)),
+        }
+    }
+
+    /// Uploads the local file `path` as this object, and returns its size
+    /// and XXH3-64, computed from the bytes as they were sent. With
+    /// `expect`, the upload completes only if those are the bytes sent;
+    /// otherwise it is aborted and nothing appears at the address. A file
+    /// of more than [`PART_BYTES`] goes up in parts, several at once; the
+    /// object appears whole when the last part is in, never half.
+    ///
+    /// # Errors
+    /// [`StoreError::Local`] for the local file, [`StoreError::Mismatch`] for
+    /// bytes other than `expect`, else the requests' failure.
+    pub fn upload(
+        &self,
+        path: &Path,
+        expect: Option<(u64, u64)>,
+    ) -> Result<(u64, u64), StoreError> {
+        let local = |source| StoreError::Local {
+            url: self.url.clone(),
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = std::fs::File::open(path).map_err(local)?;
+        let size = file.metadata().map_err(local)?.len();
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mismatch = |got: (u64, u64)| match expect {
+            Some(want) if want != got => Some(StoreError::Mismatch {
+                url: self.url.clone(),
+                path: path.to_path_buf(),
+            }),
+            _ => None,
+        };
+        if size <= PART_BYTES as u64 {
+            let mut bytes = Vec::with_capacity(size as usize);
+            file.read_to_end(&mut bytes).map_err(local)?;
+            hasher.update(&bytes);
+            let got = (bytes.len() as u64, hasher.digest());
+            if let Some(e) = mismatch(got) {
+                return Err(e);
+            }
+            let payload = object_store::PutPayload::from(Bytes::from(bytes));
+            block_on(self.store.put(&self.key, payload))
+                .map_err(|e| StoreError::from_store(&self.url, "PUT", e))?;
+            return Ok(got);
+        }
+        block_on(async {
+            let upload = self
+                .store
+                .put_multipart(&self.key)
+                .await
+                .map_err(|e| StoreError::from_store(&self.url, "CreateMultipartUpload", e))?;
+            let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            let mut sent = 0u64;
+            let mut buf = vec![0u8; 1 << 20];
+            let failed = loop {
+                if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                    break Some(StoreError::from_store(&self.url, "UploadPart", e));
+                }
+                let n = match file.read(&mut buf) {
+                    Ok(0) => break None,
+                    Ok(n) => n,
+                    Err(e) => break Some(local(e)),
+                };
+                hasher.update(&buf[..n]);
+                sent += n as u64;
+                writer.write(&buf[..n]);
+            };
+            let got = (sent, hasher.digest());
+            if let Some(e) = failed.or_else(|| mismatch(got)) {
+                let _ = writer.abort().await;
+                return Err(e);
+            }
+            writer
+                .finish()
+                .await
+                .map_err(|e| StoreError::from_store(&self.url, "CompleteMultipartUpload", e))?;
+            Ok(got)
+        })
+    }
+
+    /// Every object under this one's key taken as a folder, with its name
+    /// below it (`a/b` for `KEY/a/b`) and size.
+    ///
+    /// # Errors
+    /// The listing's failure (a missing bucket, refused credentials).
+    pub fn list_below(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let prefix = self.key.as_ref().trim_end_matches('/').to_owned();
+        let at = (!prefix.is_empty())
+            .then(|| key_path(&self.url, &prefix))
+            .transpose()?;
+        let metas: Vec<_> = block_on(self.store.list(at.as_ref()).try_collect::<Vec<_>>())
+            .map_err(|e| StoreError::from_store(&self.url, "LIST", e))?;
+        let mut found: Vec<(String, u64)> = metas
+            .into_iter()
+            .filter_map(|meta| {
+                let name = meta.location.as_ref();
+                let below = if prefix.is_empty() {
+                    name
+                } else {
+                    name.strip_prefix(&prefix)?.strip_prefix('/')?
+                };
+                Some((below.to_owned(), meta.size))
+            })
+            .collect();
+        found.sort();
+        Ok(found)
     }
 }
 

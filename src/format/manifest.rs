@@ -224,14 +224,20 @@ pub struct InputInfo {
 }
 
 impl InputInfo {
-    /// A dataset read as an input, as provenance records it: its path, the
-    /// bytes of its shards, and the XXH3 of its manifest (which names every
-    /// shard's checksum: one checksum for the whole input).
-    pub fn of_dataset(dir: &Path, manifest: &Manifest) -> Result<InputInfo, FormatError> {
+    /// A dataset read as an input, as provenance records it: its path as
+    /// the user gave it (`shown`: a directory or an object-storage
+    /// address), the bytes of its shards, and the XXH3 of its manifest (which
+    /// names every shard's checksum: one checksum for the whole input), read
+    /// from `dir` (the same directory, or a verified local copy).
+    pub fn of_dataset(
+        shown: &Path,
+        dir: &Path,
+        manifest: &Manifest,
+    ) -> Result<InputInfo, FormatError> {
         let path = dir.join(MANIFEST_FILE);
         let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
         Ok(InputInfo {
-            path: dir.display().to_string(),
+            path: shown.display().to_string(),
             bytes: manifest
                 .shards
                 .iter()

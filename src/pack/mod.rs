@@ -179,6 +179,9 @@ pub enum PackError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// An input dataset in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     /// An I/O error on the output directory.
     #[error("{}: {source}", path.display())]
     Io {
@@ -229,7 +232,8 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             config.output.display()
         )));
     }
-    let input = Dataset::open(&config.input)?;
+    let local = crate::fetch::Local::of(&config.input)?;
+    let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
     if base.kind != "documents" {
         return Err(PackError::Usage(format!(
@@ -264,14 +268,14 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         "pad_last": config.pad_last,
         "shard_size": config.shard_size,
     });
-    let inputs = vec![InputInfo::of_dataset(&config.input, &base)?];
+    let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
     let job = crate::partition::fingerprint(
         &json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs }),
     );
     let fingerprint = crate::partition::part_fingerprint(&job, config.part);
     let part = config.part.unwrap_or(Part::WHOLE);
-    let dir = &config.output;
-    let mut output = Output::lock(dir)?;
+    let mut output = Output::lock(&config.output)?;
+    let dir = &output.dir().to_path_buf();
     let mut journal = match output.start::<(), ()>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the packed dataset is already complete; nothing to do");
@@ -490,7 +494,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         ..packing
     };
 
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), &config.input)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
     let special = crate::format::SpecialTokens {
         eos: base.special_tokens.eos.or(specials.sep),
         pad: specials.pad,

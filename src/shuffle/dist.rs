@@ -312,6 +312,7 @@ pub fn scatter(
         datasets,
         base,
         info: inputs,
+        _local,
     } = open_inputs(&config.inputs, &dir)?;
     let n_total: u64 = datasets.iter().map(|d| d.len()).sum();
     let job = job_fingerprint(config.seed, part.count, buckets, &inputs);
@@ -360,7 +361,7 @@ pub fn scatter(
     // First pass, indexes only: each bucket's size, so that the regions can
     // be laid out back to back before a token is read.
     let mut sizes = vec![(0u64, 0u64); buckets as usize]; // (records, bytes)
-    for_each_length(&config.inputs, &datasets, range.clone(), |g, len| {
+    for_each_length(&datasets, range.clone(), |g, len| {
         let size = &mut sizes[bucket_of(key(seed, g), buckets) as usize];
         size.0 += 1;
         size.1 += BUCKET_HEADER as u64 + len;
@@ -414,7 +415,7 @@ pub fn scatter(
         total: data_bytes,
         docs: 0,
     };
-    for_each_document(&config.inputs, &datasets, range.clone(), |g, tokens| {
+    for_each_document(&datasets, range.clone(), |g, tokens| {
         let k = key(seed, g);
         super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, tokens)?;
         moved.bytes += (BUCKET_HEADER + tokens.len()) as u64;
@@ -451,8 +452,7 @@ pub fn scatter(
         source: e,
     })?;
 
-    let first = &config.inputs[0];
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
     let info = ScatterInfo {
         format: SCATTER_FORMAT.into(),
         version: SCATTER_VERSION,

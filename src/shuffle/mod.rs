@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::fetch::{FetchError, Local};
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
     Provenance, IDX_HEADER_LEN,
@@ -134,6 +135,9 @@ pub enum ShuffleError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// An input dataset in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
     /// An I/O error on a temporary bucket file or the output directory.
     #[error("{}: {source}", path.display())]
     Io {
@@ -309,8 +313,8 @@ fn shuffle_into(
         datasets,
         base,
         info: inputs,
+        _local,
     } = inputs;
-    let first = &config.inputs[0];
     let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
     let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
         json!({ "prep_version": env!("CARGO_PKG_VERSION"), "options": options, "inputs": inputs })
@@ -321,7 +325,7 @@ fn shuffle_into(
         .record_as
         .as_ref()
         .map_or(fingerprint, |p| p.fingerprint.clone());
-    let dir = &config.output;
+    let dir = &output.dir().to_path_buf();
     let dtype = base.dtype;
     let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
     let token_bytes: u64 = datasets
@@ -397,7 +401,7 @@ fn shuffle_into(
         // In memory: one sorted run, named "" in the journal.
         buckets = 0;
         let mut batch = Batch::with_capacity(token_bytes as usize, n_docs as usize);
-        for_each_document(&config.inputs, &datasets, 0..n_docs, |g, tokens| {
+        for_each_document(&datasets, 0..n_docs, |g, tokens| {
             batch.push(key(config.seed, g), g, tokens);
             Ok(())
         })?;
@@ -422,7 +426,7 @@ fn shuffle_into(
             })?;
             let mut files = open_buckets(&tmp, 0, 0, b.trailing_zeros(), bucket_buffer(budget, b))?;
             let bits = b.trailing_zeros();
-            for_each_document(&config.inputs, &datasets, 0..n_docs, |g, tokens| {
+            for_each_document(&datasets, 0..n_docs, |g, tokens| {
                 let k = key(config.seed, g);
                 put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
                 gather.moved.bytes += tokens.len() as u64;
@@ -470,7 +474,7 @@ fn shuffle_into(
         })?;
     }
 
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
     let provenance = match &config.record_as {
         Some(p) => Provenance {
             created: crate::util::now_rfc3339(),
@@ -498,6 +502,8 @@ fn shuffle_into(
 /// The input datasets, opened and checked to mix.
 struct Inputs {
     datasets: Vec<Dataset>,
+    /// Where each dataset is read: the inputs in object storage, fetched.
+    _local: Vec<Local>,
     /// The first input's manifest: what the output shares with every input.
     base: Manifest,
     /// Each input as provenance records it: path, size, XXH3 of its manifest.
@@ -521,9 +527,13 @@ fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError>
             ),
         });
     }
-    let datasets = paths
+    let local = paths
         .iter()
-        .map(Dataset::open)
+        .map(|p| Local::of(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let datasets = local
+        .iter()
+        .map(|l| Dataset::open(l.dir()))
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, path) in datasets.iter().zip(paths).skip(1) {
@@ -532,10 +542,11 @@ fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError>
     let info = paths
         .iter()
         .zip(&datasets)
-        .map(|(path, ds)| Ok(InputInfo::of_dataset(path, ds.manifest())?))
+        .map(|(path, ds)| Ok(InputInfo::of_dataset(path, ds.dir(), ds.manifest())?))
         .collect::<Result<Vec<_>, ShuffleError>>()?;
     Ok(Inputs {
         datasets,
+        _local: local,
         base,
         info,
     })
@@ -593,29 +604,26 @@ type Journal = crate::output::Journal<JournalState, Checkpoint>;
 /// sequentially from the first document of the range (not through the
 /// mapping, so that file pages do not count against the budget).
 fn for_each_document(
-    paths: &[PathBuf],
     datasets: &[Dataset],
     range: Range<u64>,
     mut f: impl FnMut(u64, &[u8]) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    walk(paths, datasets, range, true, |g, _, tokens| f(g, tokens))
+    walk(datasets, range, true, |g, _, tokens| f(g, tokens))
 }
 
 /// Calls `f(g, bytes)` with the size in bytes of every input document `g` in
 /// `range`, from the indexes alone: no token is read.
 fn for_each_length(
-    paths: &[PathBuf],
     datasets: &[Dataset],
     range: Range<u64>,
     mut f: impl FnMut(u64, u64) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    walk(paths, datasets, range, false, |g, len, _| f(g, len))
+    walk(datasets, range, false, |g, len, _| f(g, len))
 }
 
 /// [`for_each_document`] and [`for_each_length`]: `f(g, bytes, tokens)`,
 /// `tokens` empty unless `read_tokens`.
 fn walk(
-    paths: &[PathBuf],
     datasets: &[Dataset],
     range: Range<u64>,
     read_tokens: bool,
@@ -623,7 +631,8 @@ fn walk(
 ) -> Result<(), ShuffleError> {
     let mut first = 0u64; // the global number of the shard's first document
     let mut record = Vec::new();
-    for (dir, ds) in paths.iter().zip(datasets) {
+    for ds in datasets {
+        let dir = ds.dir();
         let size = ds.dtype().size() as u64;
         for shard in &ds.manifest().shards {
             let (lo, hi) = (

@@ -1,0 +1,314 @@
+//! An output directory in object storage: the store's side of [`Output`].
+//!
+//! A stage writes its files into a local staging folder
+//! ([`staging_for`]) exactly as into a local output directory; the
+//! [`Output`] carries them up as the rules of the [module docs](super)
+//! require, on the store's own primitives:
+//!
+//! - **One writer**: a lease ([`Lease`]) on `URL/.prep-lock`, taken with a
+//!   conditional write (`If-None-Match: *`) and renewed by a heartbeat with
+//!   `If-Match` on the version it last wrote. A killed run stops renewing;
+//!   once its lease has run out ([`LEASE_VAR`], 60 s by default, by the
+//!   store's clock) the next run takes the lock over, again conditionally,
+//!   so two runs never both win. A run whose renewal fails (another run took
+//!   the lock after a stall longer than the lease) stops before its next
+//!   write.
+//! - **Each shard whole**: a shard's files are uploaded (in parts, for
+//!   large ones) once the stage journals it, checked against the size and
+//!   XXH3-64 it was recorded with while they are sent, and only then is the
+//!   journal written. An upload is atomic: a shard object in the store is
+//!   the whole file. The local copy is removed once it is up, so the
+//!   staging folder holds about one shard whatever the dataset's size.
+//! - **Intact on resume**: a journaled shard whose objects are listed with
+//!   their recorded sizes (each went up only after its checksum matched).
+//! - **Manifest last**: every other file goes up before it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{OutputError, LOCK_FILE};
+use crate::format::checksum_hex;
+use crate::store::{Object, StoreError, Tag};
+
+/// The variable that sets the lease of an object-storage lock, in seconds
+/// (tests use a short one to take over a killed run's lock quickly).
+pub const LEASE_VAR: &str = "PREP_LOCK_LEASE_SECS";
+/// The lease of an object-storage lock unless [`LEASE_VAR`] says otherwise.
+const LEASE_SECS: u64 = 60;
+/// The variable that names the folder under which runs writing to object
+/// storage stage their files (default: the system's temporary folder).
+pub const STAGING_VAR: &str = "PREP_STAGING_DIR";
+
+/// The local folder where a run writing to `url` stages its files: one per
+/// address, so that a run resumed on the same machine finds its work (the
+/// shuffle's bucket files) where it left it.
+pub fn staging_for(url: &str) -> PathBuf {
+    staging_base().join(checksum_hex(url_key(url)))
+}
+
+/// The local folder where this process keeps its verified copy of the
+/// dataset at `url`, read as an input (removed when the run is done with
+/// it; see [`crate::fetch::Local`]).
+pub fn input_copy_for(url: &str) -> PathBuf {
+    staging_base().join(format!(
+        "{}-input-{}",
+        checksum_hex(url_key(url)),
+        std::process::id()
+    ))
+}
+
+fn staging_base() -> PathBuf {
+    std::env::var_os(STAGING_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("prep-staging"))
+}
+
+fn url_key(url: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(url.trim_end_matches('/').as_bytes())
+}
+
+/// The output's folder in object storage, held by this run.
+pub(super) struct Remote {
+    root: Object,
+    lease: Lease,
+    /// Files of this output known to be in the store (uploaded by this run,
+    /// or kept from an interrupted one).
+    uploaded: Mutex<HashSet<String>>,
+}
+
+impl Remote {
+    /// Takes the lock of the folder at `url`.
+    pub(super) fn acquire(url: &str) -> Result<Remote, OutputError> {
+        let root = Object::at(url.trim_end_matches('/'))?;
+        let lease = Lease::acquire(&root)?;
+        Ok(Remote {
+            root,
+            lease,
+            uploaded: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub(super) fn url(&self) -> &str {
+        self.root.url()
+    }
+
+    /// Every object under the folder: its name there and size. A name with
+    /// a `/` is an object inside a sub-folder.
+    pub(super) fn listing(&self) -> Result<HashMap<String, u64>, OutputError> {
+        Ok(self.root.list_below()?.into_iter().collect())
+    }
+
+    /// The bytes of the small file `name`, or `None` when there is none.
+    pub(super) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
+        let object = self.root.child(name)?;
+        match object.get_all() {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes the small file `name` whole (one PUT).
+    pub(super) fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
+        self.check()?;
+        self.root.child(name)?.put(bytes)?;
+        self.uploaded().insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Uploads `dir/name` unless it is up already, checked against
+    /// `expect` (size, XXH3-64) when given, then removes the local copy.
+    pub(super) fn upload(
+        &self,
+        dir: &Path,
+        name: &str,
+        expect: Option<(u64, u64)>,
+    ) -> Result<(), OutputError> {
+        if self.is_up(name) {
+            return Ok(());
+        }
+        self.check()?;
+        let path = dir.join(name);
+        self.root.child(name)?.upload(&path, expect)?;
+        self.uploaded().insert(name.to_owned());
+        let _ = std::fs::remove_file(&path);
+        Ok(())
+    }
+
+    /// Records that `name` is in the store already (a kept shard).
+    pub(super) fn has(&self, name: &str) {
+        self.uploaded().insert(name.to_owned());
+    }
+
+    fn is_up(&self, name: &str) -> bool {
+        self.uploaded().contains(name)
+    }
+
+    fn uploaded(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.uploaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes the object `name`.
+    pub(super) fn remove(&self, name: &str) -> Result<(), OutputError> {
+        self.root.child(name)?.delete()?;
+        self.uploaded().remove(name);
+        Ok(())
+    }
+
+    /// Fails when the lease was lost: another run holds the folder now.
+    pub(super) fn check(&self) -> Result<(), OutputError> {
+        if self.lease.lost.load(Ordering::SeqCst) {
+            return Err(OutputError::Locked {
+                dir: self.root.url().into(),
+                holder: "it took the lock over after this run failed to renew its lease".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives the lock back.
+    pub(super) fn release(self) {
+        self.lease.release(&self.root);
+    }
+}
+
+/// A held lease on `URL/.prep-lock`, renewed in the background.
+struct Lease {
+    /// The version this run last wrote, shared with the heartbeat.
+    tag: Arc<Mutex<Tag>>,
+    lost: Arc<AtomicBool>,
+    stop: Option<mpsc::Sender<()>>,
+    heartbeat: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Lease {
+    fn acquire(root: &Object) -> Result<Lease, OutputError> {
+        let object = root.child(LOCK_FILE)?;
+        let lease = lease_secs();
+        let body = holder_text(lease);
+        let tag = match object.put_if(body.as_bytes(), None)? {
+            Some(tag) => tag,
+            None => {
+                // Held, or left by a run that died: taken over only once
+                // its lease has run out, and only from that very version.
+                let Some(head) = object.head()? else {
+                    // Released between the two requests: try once more.
+                    return match object.put_if(body.as_bytes(), None)? {
+                        Some(tag) => Ok(Lease::start(object, tag, lease)),
+                        None => Err(locked(root, &object)),
+                    };
+                };
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let held_for = holder_lease(&object).unwrap_or(LEASE_SECS) as i64;
+                if now - head.modified <= held_for {
+                    return Err(locked(root, &object));
+                }
+                match object.put_if(body.as_bytes(), Some(&head.tag))? {
+                    Some(tag) => tag,
+                    None => return Err(locked(root, &object)),
+                }
+            }
+        };
+        Ok(Lease::start(object, tag, lease))
+    }
+
+    fn start(object: Object, tag: Tag, lease: u64) -> Lease {
+        let tag = Arc::new(Mutex::new(tag));
+        let lost = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let every = Duration::from_millis(lease * 1000 / 3).max(Duration::from_millis(200));
+        let heartbeat = {
+            let (tag, lost) = (Arc::clone(&tag), Arc::clone(&lost));
+            std::thread::Builder::new()
+                .name("prep-lease".into())
+                .spawn(move || {
+                    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                        let mut held = tag.lock().unwrap_or_else(|e| e.into_inner());
+                        match object.put_if(holder_text(lease).as_bytes(), Some(&held)) {
+                            Ok(Some(new)) => *held = new,
+                            Ok(None) => {
+                                lost.store(true, Ordering::SeqCst);
+                                return;
+                            }
+                            // A failed request is retried at the next beat;
+                            // the lease outlasts two of them.
+                            Err(_) => {}
+                        }
+                    }
+                })
+                .ok()
+        };
+        Lease {
+            tag,
+            lost,
+            stop: Some(stop),
+            heartbeat,
+        }
+    }
+
+    /// Stops the heartbeat and removes the lock object if it is still the
+    /// version this run wrote.
+    fn release(mut self, root: &Object) {
+        drop(self.stop.take());
+        if let Some(beat) = self.heartbeat.take() {
+            let _ = beat.join();
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(object) = root.child(LOCK_FILE) else {
+            return;
+        };
+        let ours = self.tag.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if matches!(object.head(), Ok(Some(head)) if head.tag == ours) {
+            let _ = object.delete();
+        }
+    }
+}
+
+fn lease_secs() -> u64 {
+    std::env::var(LEASE_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(LEASE_SECS)
+}
+
+/// What the lock object says: who holds it and for how long a silence
+/// means it is gone.
+fn holder_text(lease: u64) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "an unknown host".into());
+    format!("pid {} on {host}, lease {lease} s", std::process::id())
+}
+
+/// The lease the holder wrote into the lock object.
+fn holder_lease(object: &Object) -> Option<u64> {
+    let bytes = object.get_all().ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let secs = text.rsplit_once("lease ")?.1.strip_suffix(" s")?;
+    secs.parse().ok()
+}
+
+fn locked(root: &Object, object: &Object) -> OutputError {
+    let holder = object
+        .get_all()
+        .ok()
+        .and_then(|b| String::from_utf8(b.to_vec()).ok())
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "holder unknown".into());
+    OutputError::Locked {
+        dir: root.url().into(),
+        holder,
+    }
+}

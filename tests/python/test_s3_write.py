@@ -1,0 +1,221 @@
+"""Datasets written to object storage, against a real S3 server (moto's
+server mode on 127.0.0.1).
+
+tokenize -> shuffle -> pack run bucket to bucket gives the shards the same
+run gives on local disk, byte for byte; the output's lock is a lease taken
+by conditional writes, refused while held and taken over once it has run
+out; a run killed with SIGKILL while uploading resumes from the shards in
+the bucket; a folder holding an object prep did not write is refused, and
+--overwrite leaves that object alone; a missing bucket is exit 2 with
+nothing written.
+
+    PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_s3_write.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("boto3", reason="moto[server] (and boto3) not installed: pip install -r tools/requirements.txt")
+pytest.importorskip("moto.server", reason="moto[server] not installed: pip install -r tools/requirements.txt")
+
+from test_s3 import GPT2, PREP_BIN, Server, corpus_lines, ok, prep, store_env, upload_dir, write_inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def inputs(s3, tmp_path_factory):
+    """Bucket `data` holding in/ (the corpus as three JSONL files); the local copy."""
+    client = s3.client()
+    client.create_bucket(Bucket="data")
+    local = tmp_path_factory.mktemp("inputs") / "in"
+    write_inputs(local)
+    upload_dir(client, "data", local, "in")
+    return local
+
+
+def env_for(s3, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The store's settings, and a staging folder of the test's own."""
+    return {**store_env(s3.url), "PREP_STAGING_DIR": str(tmp_path / "staging"), **extra}
+
+
+def keys(s3, prefix: str) -> dict[str, int]:
+    """The objects under `prefix/`: name below it -> size."""
+    found = {}
+    for page in s3.client().get_paginator("list_objects_v2").paginate(Bucket="data", Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            found[obj["Key"][len(prefix) + 1 :]] = obj["Size"]
+    return found
+
+
+def get(s3, key: str) -> bytes:
+    return s3.client().get_object(Bucket="data", Key=key)["Body"].read()
+
+
+def shard_names(names) -> list[str]:
+    return sorted(n for n in names if n.startswith("shard-"))
+
+
+def assert_bucket_equals_dir(s3, prefix: str, local: Path) -> None:
+    """The dataset at `prefix` holds the shards of `local`, byte for byte, a
+    manifest listing the same shards, and nothing unfinished."""
+    objects = keys(s3, prefix)
+    names = shard_names(objects)
+    assert names, f"no shards under {prefix}"
+    assert names == shard_names(p.name for p in local.iterdir())
+    for name in names:
+        assert get(s3, f"{prefix}/{name}") == (local / name).read_bytes(), name
+    assert "manifest.json" in objects
+    assert not [n for n in objects if n.startswith(".prep") or n.endswith(".tmp")], objects
+    remote = json.loads(get(s3, f"{prefix}/manifest.json"))
+    disk = json.loads((local / "manifest.json").read_text())
+    assert remote["shards"] == disk["shards"]
+    assert remote["n_tokens"] == disk["n_tokens"]
+
+
+def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, tmp_path):
+    env = env_for(s3, tmp_path)
+    local = tmp_path / "local"
+    common = ["--tokenizer", GPT2, "--shard-size", "256KiB", "--threads", 2]
+    ok(prep("tokenize", *common, "--input", inputs, "--output", local / "ds"))
+    ok(prep("shuffle", local / "ds", local / "sh", "--seed", 1, "--shard-size", "512KiB"))
+    ok(prep("pack", local / "sh", local / "pk", "--seq-len", 2049))
+
+    ok(prep("tokenize", *common, "--input", "s3://data/in/*.jsonl*", "--output", "s3://data/pipe/ds", env=env))
+    ok(prep("shuffle", "s3://data/pipe/ds", "s3://data/pipe/sh", "--seed", 1, "--shard-size", "512KiB", env=env))
+    ok(prep("pack", "s3://data/pipe/sh", "s3://data/pipe/pk", "--seq-len", 2049, env=env))
+    proc = ok(prep("validate", "s3://data/pipe/pk", env=env))
+    assert "valid" in proc.stdout + proc.stderr
+
+    for stage in ["ds", "sh", "pk"]:
+        assert_bucket_equals_dir(s3, f"pipe/{stage}", local / stage)
+        # The tokenizer copy goes with every stage.
+        assert get(s3, f"pipe/{stage}/tokenizer.json") == (local / stage / "tokenizer.json").read_bytes()
+    # The staging folder is gone once each run completed.
+    staging = tmp_path / "staging"
+    assert not staging.exists() or not any(staging.iterdir()), list(staging.iterdir())
+
+    # Run again: the dataset in the bucket is this run's, complete.
+    proc = ok(prep("tokenize", *common, "--input", "s3://data/in/*.jsonl*", "--output", "s3://data/pipe/ds", env=env))
+    assert "already complete" in proc.stderr
+
+
+def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, inputs, tmp_path):
+    env = env_for(s3, tmp_path)
+    client = s3.client()
+    holder = b"pid 4242 on elsewhere, lease 60 s"
+    client.put_object(Bucket="data", Key="held/ds/.prep-lock", Body=holder)
+    args = ["tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://data/held/ds"]
+    proc = prep(*args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "s3://data/held/ds" in proc.stderr and "pid 4242 on elsewhere" in proc.stderr, proc.stderr
+    # Refused: nothing written, the holder's lock untouched.
+    assert keys(s3, "held/ds") == {".prep-lock": len(holder)}
+    assert get(s3, "held/ds/.prep-lock") == holder
+
+    # A holder silent for longer than its lease (a killed run) is taken over.
+    client.put_object(Bucket="data", Key="held/ds/.prep-lock", Body=b"pid 4242 on elsewhere, lease 1 s")
+    time.sleep(2.5)
+    ok(prep(*args, env=env))
+    objects = keys(s3, "held/ds")
+    assert "manifest.json" in objects and ".prep-lock" not in objects, objects
+
+
+def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, inputs, tmp_path):
+    lines = corpus_lines()
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"".join(b"\n".join(lines) + b"\n" for _ in range(4)))
+    common = ["--tokenizer", GPT2, "--input", big, "--shard-size", "128KiB", "--threads", 1, "--engine", "hf"]
+    local = tmp_path / "local"
+    ok(prep("tokenize", *common, "--output", local))
+
+    env = env_for(s3, tmp_path, PREP_LOCK_LEASE_SECS="2")
+    proc = subprocess.Popen(
+        [str(PREP_BIN), "tokenize", *map(str, common), "--output", "s3://data/killed/ds"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )
+    # Kill it once a few shards are journaled in the bucket.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        journal = keys(s3, "killed/ds").get(".prep-journal.json")
+        if journal:
+            shards = json.loads(get(s3, "killed/ds/.prep-journal.json"))["shards"]
+            if len(shards) >= 3:
+                break
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        pytest.skip("the run finished before it could be killed")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    objects = keys(s3, "killed/ds")
+    assert "manifest.json" not in objects, objects
+    assert ".prep-lock" in objects  # a killed run cannot give its lock back
+
+    # While the killed run's lease still holds, nobody else may write.
+    time.sleep(2.5)
+    proc = ok(prep("tokenize", *common, "--output", "s3://data/killed/ds", env=env))
+    assert "resuming: kept" in proc.stderr, proc.stderr
+    assert_bucket_equals_dir(s3, "killed/ds", local)
+
+
+def test_an_object_prep_did_not_write_is_refused_and_overwrite_leaves_it(s3, inputs, tmp_path):
+    env = env_for(s3, tmp_path)
+    client = s3.client()
+    client.put_object(Bucket="data", Key="mixed/ds/notes.txt", Body=b"mine")
+    args = ["tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://data/mixed/ds"]
+    proc = prep(*args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "notes.txt" in proc.stderr and "s3://data/mixed/ds" in proc.stderr, proc.stderr
+    assert keys(s3, "mixed/ds") == {"notes.txt": 4}
+
+    ok(prep(*args, "--overwrite", env=env))
+    objects = keys(s3, "mixed/ds")
+    assert "manifest.json" in objects and objects["notes.txt"] == 4
+    assert get(s3, "mixed/ds/notes.txt") == b"mine"
+
+
+def test_a_missing_bucket_is_exit_2_naming_it_and_nothing_is_left(s3, inputs, tmp_path):
+    env = env_for(s3, tmp_path)
+    proc = prep("tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://nobucket/ds", env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "s3://nobucket/ds" in proc.stderr, proc.stderr
+    staging = tmp_path / "staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+
+def test_a_server_stopped_mid_upload_is_exit_2_naming_the_output(inputs, tmp_path):
+    server = Server()
+    server.client().create_bucket(Bucket="data")
+    lines = corpus_lines()
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"".join(b"\n".join(lines) + b"\n" for _ in range(4)))
+    env = env_for(server, tmp_path)
+    proc = subprocess.Popen(
+        [str(PREP_BIN), "tokenize", "--tokenizer", str(GPT2), "--input", str(big), "--output", "s3://data/ds",
+         "--shard-size", "128KiB", "--threads", "1", "--engine", "hf"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(n.startswith("shard-") for n in keys(server, "ds")):
+            break
+        time.sleep(0.05)
+    server.stop()
+    _, stderr = proc.communicate(timeout=180)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the server stopped")
+    assert proc.returncode == 2, stderr
+    assert "s3://data/ds" in stderr, stderr
