@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
+use crate::fetch::Local;
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
     Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
@@ -123,6 +124,9 @@ pub enum MergeError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// A part in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     /// A shard file outside the output directory could not be hard-linked.
     #[error(
         "cannot hard-link {} to {}: {source}; pass --copy to copy it, or write the parts inside \
@@ -180,8 +184,12 @@ pub struct MergeReport {
 
 /// One part, opened.
 struct Part {
+    /// The part as the user named it (a directory or an object-storage
+    /// address); its files are read from `ds.dir()`.
     dir: PathBuf,
     ds: Dataset,
+    /// Where it is read: a part in object storage, fetched.
+    _local: Local,
     partition: Partition,
     /// XXH3-64 of its manifest.json.
     manifest_xxh3: String,
@@ -205,17 +213,19 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
                 ),
             });
         }
-        let ds = Dataset::open(dir)?;
+        let local = Local::of(dir)?;
+        let ds = Dataset::open(local.dir())?;
         let partition = ds
             .manifest()
             .partition
             .clone()
             .ok_or_else(|| MergeError::NotAPart { dir: dir.clone() })?;
-        let path = dir.join(MANIFEST_FILE);
+        let path = ds.dir().join(MANIFEST_FILE);
         let bytes = std::fs::read(&path).map_err(io(&path))?;
         parts.push(Part {
             dir: dir.clone(),
             ds,
+            _local: local,
             partition,
             manifest_xxh3: checksum_hex(xxh3_64(&bytes)),
         });
@@ -262,6 +272,8 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         }
     }
     let identity = crate::format::identity(&job, &merged);
+    // Where the shards go: the output directory, or its staging folder.
+    let out = &output.dir().to_path_buf();
     match output.start::<(), ()>(&identity, config.overwrite)? {
         Start::Complete(done) => {
             progress.note("the merged dataset is already complete; nothing to do");
@@ -332,7 +344,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
             } else {
                 let place = |name: &str, ext: &str| -> Result<String, MergeError> {
                     let to_name = format!("{stem}.{ext}");
-                    place_file(&part.dir.join(name), &out.join(&to_name), config.copy)?;
+                    place_file(&part.ds.dir().join(name), &out.join(&to_name), config.copy)?;
                     Ok(to_name)
                 };
                 let placed = ShardInfo {
@@ -365,7 +377,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         }
     }
 
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), &first.dir)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), first.ds.dir())?;
     let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
     let packing = base.packing.as_ref().map(|_| {
         let mut sum = parts
@@ -516,7 +528,7 @@ fn read_hashes(part: &Part) -> Result<Vec<u128>, MergeError> {
         path: part.dir.join(MANIFEST_FILE),
         why: "a --dedup part without record hashes (partition.hashes); make the part again with this prep".into(),
     })?;
-    let path = part.dir.join(&info.file);
+    let path = part.ds.dir().join(&info.file);
     if !crate::format::is_safe_relative(&info.file) {
         return Err(MergeError::Hashes {
             path,

@@ -658,12 +658,13 @@ impl Drop for Output {
                 let _ = self.remove_ours(|_| true);
             }
         }
-        if let Some(remote) = self.remote.take() {
-            remote.release();
-        }
+        let remote = self.remote.take().map(Remote::release).is_some();
         lock.release();
         if !self.progressed {
             remove_created(&self.dir, self.created.as_deref());
+        } else if remote {
+            // A staging folder left empty (a dataset found complete).
+            let _ = std::fs::remove_dir(&self.dir);
         }
     }
 }

@@ -55,8 +55,10 @@ pub fn tokenize(
     let started = Instant::now();
     let plan = tokenize::plan(config)?;
     let dir = &config.output;
-    let stage = dir.join(STAGE);
     let mut output = Output::lock(dir)?.keeping(STAGE);
+    // In the output directory, or in its staging folder when the output is
+    // in object storage: the stage itself never leaves this machine.
+    let stage = output.dir().join(STAGE);
     // Refuse foreign files, or find the finished dataset, before hours of
     // tokenizing; the shuffle's own journal is checked when it starts.
     let report = |manifest, already_complete, tokenized: Option<TokenizeReport>| {
@@ -110,6 +112,13 @@ pub fn tokenize(
     ));
     progress.note(&format!("shuffling with seed {seed}"));
     let shuffled = shuffle::run_in(&shuffle_config, output, progress)?;
-    std::fs::remove_dir_all(&stage).map_err(|e| FormatError::io(&stage, e))?;
+    // (Gone already when the output is in object storage: its staging
+    // folder goes with the commit.)
+    match std::fs::remove_dir_all(&stage) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(FormatError::io(&stage, e).into())
+        }
+        _ => {}
+    }
     Ok(report(shuffled.manifest, false, Some(tokenized)))
 }

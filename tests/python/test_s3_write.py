@@ -113,6 +113,29 @@ def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, 
     assert "already complete" in proc.stderr
 
 
+def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local_run(s3, inputs, tmp_path):
+    """A partitioned run whose parts and merge live in the bucket (no shared
+    filesystem), and the tokenize-then-shuffle pipeline (its stage stays in
+    the staging folder), each equal to the same run on disk."""
+    env = env_for(s3, tmp_path)
+    local = tmp_path / "local"
+    common = ["--tokenizer", GPT2, "--shard-size", "256KiB", "--threads", 2]
+    for i in range(3):
+        ok(prep("tokenize", *common, "--input", inputs, "--output", local / f"part-{i}", "--part", f"{i}/3"))
+        ok(prep("tokenize", *common, "--input", "s3://data/in", "--output", f"s3://data/parts/part-{i}",
+                "--part", f"{i}/3", env=env))
+    ok(prep("merge", *(local / f"part-{i}" for i in range(3)), local / "merged", "--copy"))
+    proc = ok(prep("merge", *(f"s3://data/parts/part-{i}" for i in range(3)), "s3://data/parts/merged", env=env))
+    assert "s3://data/parts/merged" in proc.stderr + proc.stdout
+    assert_bucket_equals_dir(s3, "parts/merged", local / "merged")
+
+    ok(prep("tokenize", *common, "--input", inputs, "--output", local / "tsh", "--shuffle-seed", 5))
+    ok(prep("tokenize", *common, "--input", "s3://data/in", "--output", "s3://data/tsh", "--shuffle-seed", 5,
+            env=env))
+    assert_bucket_equals_dir(s3, "tsh", local / "tsh")
+    assert not any(n.startswith(".tokenized") for n in keys(s3, "tsh"))
+
+
 def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, inputs, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()
