@@ -73,6 +73,12 @@ pub enum InteropError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// An input dataset in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
+    /// Writing the exported files to object storage failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// A shard of the dataset being exported is not the one its manifest
     /// recorded: its bytes have changed since it was written.
     #[error("{}: XXH3 {actual}, but manifest.json records {expected}: the shard has changed since it was written; export refuses it", path.display())]
@@ -192,7 +198,11 @@ pub struct ExportReport {
 /// shard, an id out of range, a full disk) leaves no output behind, and no
 /// directory the export made.
 pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
-    let ds = Dataset::open(&config.input)?;
+    if let Some(url) = config.output.to_str().filter(|o| crate::store::is_url(o)) {
+        return export_to_store(config, url);
+    }
+    let local = crate::fetch::Local::of(&config.input)?;
+    let ds = Dataset::open(local.dir())?;
     let dir = match config.format {
         Format::Llmc => config.output.as_path(),
         _ => config.output.parent().unwrap_or(Path::new("")),
@@ -215,6 +225,70 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
         }
     }
     result
+}
+
+/// [`export`] to object storage: the files are written, complete and
+/// checked, into a staging folder of this run's, then uploaded (the index
+/// and metadata files after the data they describe); an existing object is
+/// refused unless `--overwrite`, before anything is sent. A failed upload
+/// removes the objects this run already sent: no reader sees half an export.
+fn export_to_store(config: &ExportConfig, url: &str) -> Result<ExportReport, InteropError> {
+    let url = url.trim_end_matches('/');
+    let (base, name) = url.rsplit_once('/').unwrap_or((url, ""));
+    let staging = crate::output::staging_for(&format!("{url} (export)"));
+    let _ = std::fs::remove_dir_all(&staging);
+    struct Tidy<'a>(&'a Path);
+    impl Drop for Tidy<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _tidy = Tidy(&staging);
+    let mut local = config.clone();
+    local.output = staging.join(if name.is_empty() { "export" } else { name });
+    local.overwrite = true;
+    let mut report = export(&local)?;
+
+    let mut targets = Vec::new();
+    for file in &report.files {
+        let rel = file
+            .strip_prefix(&staging)
+            .expect("the export writes inside its staging folder");
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        targets.push((
+            file.clone(),
+            crate::store::Object::at(&format!("{base}/{rel}"))?,
+        ));
+    }
+    if !config.overwrite {
+        for (_, object) in &targets {
+            if object.head()?.is_some() {
+                return Err(InteropError::Exists(object.url().into()));
+            }
+        }
+    }
+    // Data first, then what describes it.
+    let describes = |o: &crate::store::Object| {
+        [".idx", ".index", ".metadata"]
+            .iter()
+            .any(|e| o.url().ends_with(e))
+    };
+    targets.sort_by_key(|(_, o)| describes(o));
+    let mut sent: Vec<&crate::store::Object> = Vec::new();
+    for (file, object) in &targets {
+        if let Err(e) = object.upload(file, None) {
+            for done in sent {
+                let _ = done.delete();
+            }
+            return Err(e.into());
+        }
+        sent.push(object);
+    }
+    report.files = targets
+        .iter()
+        .map(|(_, o)| PathBuf::from(o.url()))
+        .collect();
+    Ok(report)
 }
 
 /// An export's output file: [`AtomicFile`] (temporary name, fsync, rename,

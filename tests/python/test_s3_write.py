@@ -108,6 +108,17 @@ def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, 
     staging = tmp_path / "staging"
     assert not staging.exists() or not any(staging.iterdir()), list(staging.iterdir())
 
+    # Exported from the bucket to the bucket: the files of the same export on disk.
+    for to, out in [("megatron", "mega"), ("llmc", "llmc"), ("datatrove", "dt")]:
+        ok(prep("export", local / "pk", "--to", to, local / "exp" / out))
+        ok(prep("export", "s3://data/pipe/pk", "--to", to, f"s3://data/pipe/exp/{out}", env=env))
+    exported = sorted(p.relative_to(local / "exp").as_posix() for p in (local / "exp").rglob("*") if p.is_file())
+    assert sorted(keys(s3, "pipe/exp")) == exported
+    for name in exported:
+        assert get(s3, f"pipe/exp/{name}") == (local / "exp" / name).read_bytes(), name
+    proc = prep("export", "s3://data/pipe/pk", "--to", "megatron", "s3://data/pipe/exp/mega", env=env)
+    assert proc.returncode == 2 and "s3://data/pipe/exp/mega.bin: exists" in proc.stderr, proc.stderr
+
     # Run again: the dataset in the bucket is this run's, complete.
     proc = ok(prep("tokenize", *common, "--input", "s3://data/in/*.jsonl*", "--output", "s3://data/pipe/ds", env=env))
     assert "already complete" in proc.stderr
