@@ -51,6 +51,7 @@ use crate::format::{
     atomic_write, checksum_hex, hash_file, FormatError, Manifest, ShardInfo, MANIFEST_FILE,
     TMP_SUFFIX,
 };
+use crate::source::{Source, SourceError};
 use crate::store::StoreError;
 use remote::Remote;
 
@@ -112,6 +113,9 @@ pub enum OutputError {
     /// A request to the object store that holds the output failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A file the output copies (a tokenizer) could not be read.
+    #[error(transparent)]
+    Source(#[from] SourceError),
 }
 
 /// A completed shard in a journal, and where the run stood after it.
@@ -412,17 +416,17 @@ impl Output {
         }
     }
 
-    /// Copies the tokenizer file `file` (relative) of dataset `from` into
-    /// the output, when `from` has it.
+    /// Copies the tokenizer file `file` (relative) of dataset `from` (a
+    /// directory, or a folder in object storage) into the output, when
+    /// `from` has it.
     pub fn copy_tokenizer(&self, file: Option<&str>, from: &Path) -> Result<(), OutputError> {
         let Some(file) = file else {
             return Ok(());
         };
-        let source = from.join(file);
-        if !source.is_file() {
+        let Some(copy) = Source::new(from)?.open(file)? else {
             return Ok(());
-        }
-        let bytes = std::fs::read(&source).map_err(|e| FormatError::io(&source, e))?;
+        };
+        let bytes = copy.read(0..copy.len())?;
         self.put(file, &bytes)
     }
 

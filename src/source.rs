@@ -323,6 +323,18 @@ impl File {
         }
     }
 
+    /// A reader of `range` (clamped to the file), for a consumer that
+    /// parses a stream: the mapping's bytes, or the object's ranged GETs,
+    /// several in flight.
+    pub fn reader(&self, range: Range<u64>) -> Box<dyn std::io::Read + Send + '_> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        match &self.0 {
+            Kind::Mapped(map) => Box::new(&map.bytes()[start as usize..end as usize]),
+            Kind::Object { object, .. } => Box::new(object.reader(start, end)),
+        }
+    }
+
     /// The XXH3-64 of the whole file and its length, read in chunks.
     ///
     /// # Errors

@@ -305,10 +305,10 @@ impl Object {
             .map_err(|e| StoreError::from_store(url, "GET", e))
     }
 
-    /// A reader of the object's `size` bytes from `start`, by ranged GETs
-    /// several at a time (see [`ObjectReader`]).
-    pub fn reader(&self, start: u64, size: u64) -> ObjectReader {
-        ObjectReader::new(self.clone(), start, size)
+    /// A reader of the object's bytes `start..end`, by ranged GETs several
+    /// at a time (see [`ObjectReader`]).
+    pub fn reader(&self, start: u64, end: u64) -> ObjectReader {
+        ObjectReader::new(self.clone(), start, end)
     }
 }
 

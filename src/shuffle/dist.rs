@@ -59,7 +59,7 @@
 //! prep's own files are removed.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,7 @@ use crate::format::{
 use crate::output::{Output, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
+use crate::source::Source;
 
 /// The description of a scatter part, in its directory; written last.
 pub const SCATTER_FILE: &str = "scatter.json";
@@ -377,8 +378,12 @@ pub fn scatter(
 
     // Second pass: every document to its bucket's cursor, through a small
     // buffer per bucket.
-    let path = dir.join(DATA_FILE);
-    let tmp = dir.join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
+    // Into the part's directory, or its staging folder when the work
+    // directory is in object storage.
+    let path = output.dir().join(DATA_FILE);
+    let tmp = output
+        .dir()
+        .join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
     let io = |e| ShuffleError::Io {
         path: tmp.clone(),
         source: e,
@@ -568,12 +573,13 @@ pub fn gather(
         path: dir.clone(),
         source: e,
     })?;
+    let local = output.dir().to_path_buf();
     let mut sorter = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(dir, first.base.dtype, config.shard_size, Vec::new()),
+        writer: DatasetWriter::new(&local, first.base.dtype, config.shard_size, Vec::new()),
         journal,
         output: &mut output,
-        tmp: dir.join(TMP_DIR),
+        tmp: local.join(TMP_DIR),
         budget: u64::MAX,
         moved: Moved {
             bytes: 0,
@@ -683,26 +689,22 @@ impl<R: Read> Read for Hashing<R> {
 /// The `scatter.json` of a part's directory, or `None` when it has none
 /// (not started, or not finished).
 fn finished_part(dir: &Path) -> Result<Option<ScatterInfo>, ShuffleError> {
-    let path = dir.join(SCATTER_FILE);
+    let source = Source::new(dir)?;
+    let path = source.path_of(SCATTER_FILE);
     let bad = |why: String| ShuffleError::BadScatter {
         path: path.clone(),
         why,
     };
-    let meta = match std::fs::metadata(&path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ShuffleError::Io { path, source: e }),
+    let Some(file) = source.open(SCATTER_FILE)? else {
+        return Ok(None);
     };
-    if meta.len() > MAX_SCATTER_JSON {
+    if file.len() > MAX_SCATTER_JSON {
         return Err(bad(format!(
             "{} bytes, more than any scatter.json needs",
-            meta.len()
+            file.len()
         )));
     }
-    let bytes = std::fs::read(&path).map_err(|e| ShuffleError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
+    let bytes = file.read(0..file.len())?;
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
     if value.get("format").and_then(|f| f.as_str()) != Some(SCATTER_FORMAT) {
@@ -778,7 +780,8 @@ fn inconsistency(info: &ScatterInfo) -> Option<String> {
 
 /// True when a part's data file has the size its `scatter.json` records.
 fn data_intact(dir: &Path, info: &ScatterInfo) -> bool {
-    std::fs::metadata(dir.join(&info.data)).is_ok_and(|m| m.len() == info.data_bytes)
+    let file = Source::new(dir).map(|s| s.open(&info.data));
+    matches!(file, Ok(Ok(Some(f))) if f.len() == info.data_bytes)
 }
 
 /// Every part of the run in `work`, in part order, checked to be complete
@@ -788,10 +791,27 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
         path: work.into(),
         source: e,
     };
+    // The work directory's folders: its entries on disk, or the first
+    // names of the objects under its prefix in object storage.
+    let source = Source::new(work)?;
+    let mut folders: Vec<String> = Vec::new();
+    if source.is_remote() {
+        for file in source.files()? {
+            if let Some((folder, _)) = file.split_once('/') {
+                folders.push(folder.to_owned());
+            }
+        }
+        folders.dedup();
+    } else {
+        for entry in std::fs::read_dir(work).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            if entry.path().is_dir() {
+                folders.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
     let mut found: Vec<(u64, PathBuf)> = Vec::new();
-    for entry in std::fs::read_dir(work).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for name in folders {
         // Only what a scatter task names so (scatter-IIIII, a directory);
         // anything else in the work directory is not ours to judge.
         let part = name
@@ -799,8 +819,8 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
             .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(i) = part {
-            if entry.path().is_dir() && part_dir(work, i) == entry.path() {
-                found.push((i, entry.path()));
+            if part_dir(work, i) == work.join(&name) {
+                found.push((i, work.join(&name)));
             }
         }
     }
@@ -892,7 +912,8 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
 /// Checks a part's data file against its `scatter.json`: size, magic and
 /// version.
 fn check_data_file(dir: &Path, info: &ScatterInfo) -> Result<(), ShuffleError> {
-    let path = dir.join(&info.data);
+    let source = Source::new(dir)?;
+    let path = source.path_of(&info.data);
     let corrupt = |why: String| ShuffleError::Corrupt {
         path: path.clone(),
         why: format!(
@@ -900,28 +921,21 @@ fn check_data_file(dir: &Path, info: &ScatterInfo) -> Result<(), ShuffleError> {
             info.part, info.parts
         ),
     };
-    let mut file = File::open(&path).map_err(|e| ShuffleError::Io {
+    let file = source.open(&info.data)?.ok_or_else(|| ShuffleError::Io {
         path: path.clone(),
-        source: e,
+        source: std::io::ErrorKind::NotFound.into(),
     })?;
-    let len = file
-        .metadata()
-        .map_err(|e| ShuffleError::Io {
-            path: path.clone(),
-            source: e,
-        })?
-        .len();
+    let len = file.len();
     if len != info.data_bytes {
         return Err(corrupt(format!(
             "{len} bytes, but {SCATTER_FILE} says {}",
             info.data_bytes
         )));
     }
-    let mut header = [0u8; DATA_HEADER as usize];
-    file.read_exact(&mut header).map_err(|e| ShuffleError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
+    let header = file.read(0..DATA_HEADER)?;
+    if header.len() as u64 != DATA_HEADER {
+        return Err(corrupt("is shorter than its header".into()));
+    }
     if &header[..8] != DATA_MAGIC {
         return Err(corrupt("does not start with PREPSCAT".into()));
     }
@@ -943,7 +957,8 @@ fn read_region(
     j: u64,
     batch: &mut Batch,
 ) -> Result<(), ShuffleError> {
-    let path = dir.join(&info.data);
+    let source = Source::new(dir)?;
+    let path = source.path_of(&info.data);
     let region = &info.regions[j as usize];
     let corrupt = |why: String| {
         ShuffleError::Corrupt {
@@ -955,17 +970,12 @@ fn read_region(
         ),
     }
     };
-    let mut file = File::open(&path).map_err(|e| ShuffleError::Io {
+    let file = source.open(&info.data)?.ok_or_else(|| ShuffleError::Io {
         path: path.clone(),
-        source: e,
+        source: std::io::ErrorKind::NotFound.into(),
     })?;
-    file.seek(SeekFrom::Start(region.offset))
-        .map_err(|e| ShuffleError::Io {
-            path: path.clone(),
-            source: e,
-        })?;
     let mut reader = Hashing {
-        inner: BufReader::with_capacity(1 << 20, file.take(region.bytes)),
+        inner: file.reader(region.offset..region.offset + region.bytes),
         hash: Xxh3::new(),
     };
     let mut stray = None;

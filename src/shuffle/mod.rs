@@ -138,6 +138,13 @@ pub enum ShuffleError {
     /// An input dataset in object storage could not be fetched.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+    /// A scatter part's file could not be read (on disk or in object
+    /// storage).
+    #[error(transparent)]
+    Source(#[from] crate::source::SourceError),
+    /// A request to object storage failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// An I/O error on a temporary bucket file or the output directory.
     #[error("{}: {source}", path.display())]
     Io {

@@ -147,6 +147,25 @@ def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local
     assert not any(n.startswith(".tokenized") for n in keys(s3, "tsh"))
 
 
+def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, inputs, tmp_path):
+    """The distributed shuffle's tasks share only the bucket: scatter parts
+    are written there, gather reads each bucket's regions by ranged GETs."""
+    env = env_for(s3, tmp_path)
+    local = tmp_path / "local"
+    ok(prep("tokenize", "--tokenizer", GPT2, "--input", inputs, "--output", local / "ds", "--shard-size", "256KiB"))
+    upload_dir(s3.client(), "data", local / "ds", "dist/ds")
+    for where, root, e in [("disk", str(local), None), ("bucket", "s3://data/dist", env)]:
+        for i in range(2):
+            ok(prep("shuffle", f"{root}/ds", f"{root}/work", "--seed", 9, "--scatter", "--part", f"{i}/2",
+                    "--buckets", 3, env=e))
+        for j in range(3):
+            ok(prep("shuffle", f"{root}/work", f"{root}/sh/bucket-{j}", "--gather", "--bucket", j, env=e))
+        ok(prep("merge", *(f"{root}/sh/bucket-{j}" for j in range(3)), f"{root}/merged", "--copy", env=e))
+    assert_bucket_equals_dir(s3, "dist/merged", local / "merged")
+    # The scatter parts are in the bucket, complete.
+    assert {"scatter-00000/scatter.json", "scatter-00001/buckets.bin"} <= set(keys(s3, "dist/work"))
+
+
 def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, inputs, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()
