@@ -270,6 +270,10 @@ fn fetch_file(
     let object = root.child(wanted.name)?;
     let size = object.size()?;
     let path = dir.join(wanted.name);
+    // A merged dataset names its parts' shards where they lie: in folders.
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
+    }
     let mut tmp_name = path.clone().into_os_string();
     tmp_name.push(TMP_SUFFIX);
     let tmp = PathBuf::from(tmp_name);

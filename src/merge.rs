@@ -305,7 +305,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         } else {
             None
         };
-        let inside = relative_to(out, &part.dir);
+        let inside = relative_to(&config.output, &part.dir);
         for (s, shard) in m.shards.iter().enumerate() {
             let first_record = part.ds.shard_first_record(s);
             // Records of this shard an earlier part already wrote.
@@ -488,8 +488,23 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// `dir` relative to `out` when it lies inside it, with `/` separators.
+/// `dir` relative to `out` when it lies inside it, with `/` separators
+/// (for object-storage addresses, when `dir`'s address continues `out`'s).
 fn relative_to(out: &Path, dir: &Path) -> Option<String> {
+    let url = |p: &Path| {
+        p.to_str()
+            .filter(|s| crate::store::is_url(s))
+            .map(str::to_owned)
+    };
+    if let (Some(out), Some(dir)) = (url(out), url(dir)) {
+        let rel = dir
+            .trim_end_matches('/')
+            .strip_prefix(&format!("{}/", out.trim_end_matches('/')))?;
+        let plain = rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+        return plain.then(|| rel.to_owned());
+    }
     let out = std::fs::canonicalize(out).ok()?;
     let dir = std::fs::canonicalize(dir).ok()?;
     let rel = dir.strip_prefix(&out).ok()?;

@@ -297,10 +297,10 @@ impl Output {
                     "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
                 ));
             }
-            let sizes = self.sizes()?;
+            let listing = self.listing()?;
             for shard in &manifest.shards {
                 for (name, bytes, _) in shard_files(shard) {
-                    if sizes.get(name) != Some(&bytes) {
+                    if self.size(name, &listing) != Some(bytes) {
                         return Err(refused(
                             &shown,
                             &format!(
@@ -319,11 +319,11 @@ impl Output {
         if let Some(bytes) = self.read(JOURNAL_FILE)? {
             return match serde_json::from_slice::<Journal<S, C>>(&bytes) {
                 Ok(mut journal) if journal.fingerprint == identity => {
-                    let sizes = self.sizes()?;
+                    let listing = self.listing()?;
                     let intact = journal
                         .shards
                         .iter()
-                        .take_while(|d| self.intact(&d.shard, &sizes))
+                        .take_while(|d| self.intact(&d.shard, &listing))
                         .count();
                     journal.shards.truncate(intact);
                     let keep: Vec<String> = journal
@@ -535,28 +535,29 @@ impl Output {
         }
     }
 
-    /// The sizes of the output's files, by name.
-    fn sizes(&self) -> Result<HashMap<String, u64>, OutputError> {
-        if let Some(remote) = &self.remote {
-            return remote.listing();
+    /// Every object of an output in object storage with its size (one
+    /// listing, for the questions [`Output::size`] answers); `None` on disk.
+    fn listing(&self) -> Result<Option<HashMap<String, u64>>, OutputError> {
+        self.remote.as_ref().map(Remote::listing).transpose()
+    }
+
+    /// The size of the output's file `name` (which may lie in a folder of
+    /// the output: a merge's parts), or `None` when there is none.
+    fn size(&self, name: &str, listing: &Option<HashMap<String, u64>>) -> Option<u64> {
+        match listing {
+            Some(sizes) => sizes.get(name).copied(),
+            None => std::fs::metadata(self.dir.join(name)).ok().map(|m| m.len()),
         }
-        let mut sizes = HashMap::new();
-        for (name, is_dir) in self.local_entries()? {
-            if let (false, Ok(meta)) = (is_dir, std::fs::metadata(self.dir.join(&name))) {
-                sizes.insert(name, meta.len());
-            }
-        }
-        Ok(sizes)
     }
 
     /// Whether a journaled shard is intact. On disk: [`shard_intact`]. In
     /// object storage: each of its objects is listed with its recorded size
     /// (each went up only after its bytes matched the recorded checksum,
     /// and an upload is atomic).
-    fn intact(&self, s: &ShardInfo, sizes: &HashMap<String, u64>) -> bool {
-        match &self.remote {
+    fn intact(&self, s: &ShardInfo, listing: &Option<HashMap<String, u64>>) -> bool {
+        match listing {
             Some(_) => shard_files(s)
-                .all(|(name, bytes, sum)| sum.is_some() && sizes.get(name) == Some(&bytes)),
+                .all(|(name, bytes, sum)| sum.is_some() && self.size(name, listing) == Some(bytes)),
             None => shard_intact(&self.dir, s),
         }
     }

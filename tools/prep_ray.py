@@ -25,8 +25,19 @@ scatter part starts over), so a retry is always safe. A task that still fails st
 run with prep's error message; running the driver again on the same RUN goes
 on from where it stopped.
 
-Every node must see the prep binary, the tokenizer, the inputs and RUN at the
-same paths (a shared filesystem); relative paths are made absolute here.
+Every node must see the prep binary and the tokenizer at the same paths.
+The inputs and RUN are on a shared filesystem (relative paths are made
+absolute here), or in object storage: with `--run s3://bucket/runs/r1` (or
+gs://, az://) the tasks share nothing but the bucket. Every part, scatter
+part and merged dataset is then written there by prep itself (each merge
+names its parts' shards where they lie, copying nothing), and each node
+needs no settings of its own: the store's variables of the driver's
+environment (AWS_*, GOOGLE_*, AZURE_*, PREP_STORE_*) go with every task
+(Ray's runtime_env). The attempt logs and run-summary.json, which are
+the driver's, go to --log-dir (default ./prep-ray-NAME, NAME being RUN's
+last part); a task logs its attempts there on the node that runs it, so
+retries are counted exactly when that folder is shared or the cluster is
+one machine.
 
 As tasks finish, a line per task says how far its stage is
 (`tokenize: 3/8 tasks done, 12.3M tokens written, 41.2s`, the tokens from
@@ -55,6 +66,29 @@ from pathlib import Path
 from typing import Any
 
 
+SCHEMES = ("s3", "gs", "az", "azure", "http", "https")
+# The environment variables prep's object storage reads: each cloud's own,
+# and prep's settings of its requests, staging folder and locks.
+STORE_ENV = ("AWS_", "GOOGLE_", "AZURE_", "PREP_STORE_", "PREP_STAGING_DIR", "PREP_LOCK_")
+
+
+def is_url(s: str) -> bool:
+    """Whether `s` is an object-storage address, as prep tells them from paths."""
+    scheme, sep, _ = str(s).partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+class Url(str):
+    """An object-storage address, joined with `/` as a Path is."""
+
+    def __truediv__(self, name: str) -> Url:
+        return Url(f"{self.rstrip('/')}/{name}")
+
+    @property
+    def name(self) -> str:
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
+
 @dataclass(frozen=True)
 class Config:
     """One partitioned run: the prep binary, the inputs and every option that shapes the output."""
@@ -62,7 +96,7 @@ class Config:
     prep: Path
     tokenizer: Path
     inputs: tuple[str, ...]
-    run: Path
+    run: Path | Url
     parts: int
     buckets: int
     seed: int
@@ -72,6 +106,13 @@ class Config:
     text_key: str | None = None
     dedup: bool = False
     threads: int | None = None
+    # Where the driver keeps its attempt logs and run summary: RUN itself, or
+    # a local folder when RUN is in object storage.
+    logs: Path | None = None
+
+    @property
+    def local(self) -> Path:
+        return self.logs if self.logs is not None else Path(self.run)
 
 
 @dataclass(frozen=True)
@@ -81,7 +122,7 @@ class Task:
     stage: str
     index: int
     args: tuple[str, ...]
-    out: Path
+    out: Path | Url
 
 
 @dataclass
@@ -104,7 +145,7 @@ def plan(cfg: Config) -> list[Stage]:
     """
     run, n, b = cfg.run, cfg.parts, cfg.buckets
 
-    def part(d: Path, prefix: str, i: int) -> Path:
+    def part(d: Path | Url, prefix: str, i: int) -> Path | Url:
         return d / f"{prefix}-{i:05d}"
 
     tok_dir, scatter_dir, shuf_dir, pack_dir = (run / "tokenized", run / "scatter",
@@ -143,7 +184,7 @@ def plan(cfg: Config) -> list[Stage]:
         for i in range(n)
     ]
 
-    def merge(tasks: list[Task], out: Path) -> Task:
+    def merge(tasks: list[Task], out: Path | Url) -> Task:
         # Parts named one by one, not by a glob: nothing else in the folder is taken.
         return Task(f"merge-{out.name}", 0, ("merge", *(str(t.out) for t in tasks), str(out), "--quiet"), out)
 
@@ -159,12 +200,24 @@ class PrepTaskFailed(RuntimeError):
     """prep exited nonzero; the message holds the command and prep's stderr."""
 
 
-def read_counts(dataset: Path) -> tuple[int | None, int | None]:
+def read_counts(dataset: Path | Url, prep: str | None = None) -> tuple[int | None, int | None]:
     """(n_tokens, n_records) of a dataset's manifest.json, or Nones where there is none.
 
     A scatter part has no manifest but a scatter.json, which counts its
-    documents (`end - start`) and not its tokens: (None, records).
+    documents (`end - start`) and not its tokens: (None, records). A dataset
+    in object storage is read by `prep inspect --json` (the manifest and
+    the indexes); a scatter part there counts as (None, None).
     """
+    if isinstance(dataset, Url):
+        if prep is None:
+            return None, None
+        proc = subprocess.run([prep, "inspect", "--json", str(dataset)], capture_output=True, text=True,
+                              check=False)
+        try:
+            manifest = json.loads(proc.stdout)["manifest"]
+            return manifest.get("n_tokens"), manifest.get("n_records")
+        except (ValueError, KeyError, TypeError):
+            return None, None
     try:
         manifest = json.loads((dataset / "manifest.json").read_text())
         return manifest.get("n_tokens"), manifest.get("n_records")
@@ -200,19 +253,19 @@ def attempts_of(log: Path, run_id: str) -> int:
     return n
 
 
-def task_log(run: Path, task: Task) -> Path:
-    """Where the attempts of a task are logged."""
-    return run / ".tasks" / f"ray-{task.stage}-{task.index:05d}.jsonl"
+def task_log(local: Path, task: Task) -> Path:
+    """Where the attempts of a task are logged (`local`: Config.local)."""
+    return local / ".tasks" / f"ray-{task.stage}-{task.index:05d}.jsonl"
 
 
-def execute(prep: str, task: Task, run: str, run_id: str) -> dict:
+def execute(prep: str, task: Task, local: str, run_id: str) -> dict:
     """Run one task's prep command here; raise PrepTaskFailed with prep's stderr if it fails.
 
     This is the body of the Ray task. Its attempts are logged to
     RUN/.tasks/ray-STAGE-IIIII.jsonl so the driver can count retries, worker
     deaths included (an attempt that starts and never ends).
     """
-    log = task_log(Path(run), task)
+    log = task_log(Path(local), task)
     host = socket.gethostname()
     _log(log, {"run_id": run_id, "event": "start", "stage": task.stage, "index": task.index,
                "host": host, "pid": os.getpid(), "time": time.time()})
@@ -227,7 +280,7 @@ def execute(prep: str, task: Task, run: str, run_id: str) -> dict:
         raise PrepTaskFailed(f"{task.stage} task {task.index}, attempt {attempts_of(log, run_id)}: "
                              f"prep exited with {proc.returncode}\n"
                              f"  command: {prep} {' '.join(task.args)}\n  {err}")
-    tokens, records = read_counts(task.out)
+    tokens, records = read_counts(task.out, prep)
     _log(log, {"run_id": run_id, "event": "done", "stage": task.stage, "index": task.index,
                "seconds": seconds, "tokens": tokens, "records": records, "time": time.time()})
     return {"stage": task.stage, "index": task.index, "seconds": seconds, "tokens": tokens,
@@ -291,12 +344,17 @@ class Driver:
         if __name__ != "__main__":
             ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
         self.remote = ray.remote(execute)
+        # A run in object storage: the store's settings of this environment
+        # go with every task, so that the workers need none of their own.
+        forwarded = {k: v for k, v in os.environ.items() if k.startswith(STORE_ENV)}
+        self.runtime_env = ({"runtime_env": {"env_vars": forwarded}}
+                            if isinstance(cfg.run, Url) and forwarded else {})
 
     def submit(self, task: Task):
         return self.remote.options(
             name=f"prep-{task.stage}-{task.index}", num_cpus=self.task_cpus,
-            max_retries=self.max_retries, retry_exceptions=True,
-        ).remote(str(self.cfg.prep), task, str(self.cfg.run), self.run_id)
+            max_retries=self.max_retries, retry_exceptions=True, **self.runtime_env,
+        ).remote(str(self.cfg.prep), task, str(self.cfg.local), self.run_id)
 
     def result(self, ref) -> dict:
         try:
@@ -333,7 +391,7 @@ class Driver:
                 self.ray.cancel(ref)
             report.wall_seconds = time.monotonic() - t0
             # From the logs, not the results: they also hold attempts whose worker died.
-            attempts = [attempts_of(task_log(self.cfg.run, t), self.run_id) for t in stage.tasks]
+            attempts = [attempts_of(task_log(self.cfg.local, t), self.run_id) for t in stage.tasks]
             report.attempts = sum(attempts)
             report.retries = sum(max(a - 1, 0) for a in attempts)
         if stage.merge is not None:
@@ -354,14 +412,14 @@ class Driver:
         except RunFailed as e:
             error = str(e)
         summary = self.summary(time.monotonic() - t0, error)
-        write_json(self.cfg.run / "run-summary.json", summary)
+        write_json(self.cfg.local / "run-summary.json", summary)
         self.out(format_summary(summary))
         if error is not None:
             raise RunFailed(error)
         return summary
 
     def summary(self, wall: float, error: str | None) -> dict:
-        tokens, records = read_counts(self.cfg.run / "packed")
+        tokens, records = read_counts(self.cfg.run / "packed", str(self.cfg.prep))
         cfg = self.cfg
         return {
             "engine": "ray",
@@ -406,7 +464,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokenizer", required=True, type=Path)
     p.add_argument("--input", required=True, action="append", dest="inputs",
                    help="a file, folder or glob, as prep tokenize takes it; repeat for more")
-    p.add_argument("--run", required=True, type=Path, help="the run directory, on a shared filesystem")
+    p.add_argument("--run", required=True,
+                   help="the run directory, on a shared filesystem, or an object-storage address (s3://...)")
+    p.add_argument("--log-dir", type=Path,
+                   help="with --run in object storage: the local folder of the attempt logs and "
+                        "run-summary.json (default ./prep-ray-NAME)")
     p.add_argument("--parts", required=True, type=int, help="tasks of tokenize, scatter and pack")
     p.add_argument("--buckets", required=True, type=int, help="shuffle buckets: tasks of gather")
     p.add_argument("--seed", required=True, type=int, help="the shuffle seed")
@@ -436,10 +498,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def config(args: argparse.Namespace) -> Config:
+    remote = is_url(args.run)
+    run = Url(args.run.rstrip("/")) if remote else Path(args.run).resolve()
+    logs = None
+    if remote:
+        logs = (args.log_dir or Path(f"prep-ray-{run.name}")).resolve()
+    elif args.log_dir is not None:
+        raise SystemExit("prep_ray.py: --log-dir is for a --run in object storage; a local run logs in RUN")
     return Config(prep=args.prep.resolve(), tokenizer=args.tokenizer.resolve(),
-                  inputs=tuple(os.path.abspath(x) for x in args.inputs), run=args.run.resolve(),
+                  inputs=tuple(x if is_url(x) else os.path.abspath(x) for x in args.inputs), run=run,
                   parts=args.parts, buckets=args.buckets, seed=args.seed, seq_len=args.seq_len,
-                  mode=args.mode, window=args.window, text_key=args.text_key, dedup=args.dedup, threads=args.task_cpus)
+                  mode=args.mode, window=args.window, text_key=args.text_key, dedup=args.dedup,
+                  threads=args.task_cpus, logs=logs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ray.init(address=args.address)
         started_here = True
-    cfg.run.mkdir(parents=True, exist_ok=True)
+    cfg.local.mkdir(parents=True, exist_ok=True)
     try:
         Driver(cfg, task_cpus=args.task_cpus, max_retries=args.max_retries).run()
     except RunFailed:

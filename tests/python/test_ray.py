@@ -14,6 +14,8 @@ virtual environment with it).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -123,6 +125,46 @@ def test_a_task_failing_every_time_stops_the_run_with_prep_message(tmp_path, cor
     assert not (run / "packed").exists()
     assert any(line.startswith("error: tokenize task 0") for line in lines)
     assert "injected failure: --part 0/" in "\n".join(lines)
+
+
+def test_a_run_in_a_bucket_equals_one_machine(tmp_path, corpus, capsys, monkeypatch):
+    """--run s3://...: every part, scatter part and merge lives in the bucket
+    (a moto server on 127.0.0.1), the tasks share no folder, and the
+    packed dataset equals one machine's, shard for shard."""
+    pytest.importorskip("moto.server", reason="moto[server] not installed")
+    from test_s3 import Server, store_env
+
+    inputs, single = corpus
+    server = Server()
+    try:
+        server.client().create_bucket(Bucket="runs")
+        env = store_env(server.url)
+        for key in [k for k in os.environ if k.startswith(("AWS_", "GOOGLE_", "AZURE_"))]:
+            monkeypatch.delenv(key)
+        for key, value in env.items():
+            if key.startswith(("AWS_", "PREP_")):
+                monkeypatch.setenv(key, value)
+        monkeypatch.setenv("PREP_STAGING_DIR", str(tmp_path / "staging"))
+        logs = tmp_path / "logs"
+        code, lines = drive(capsys, "s3://runs/r1", inputs, PREP_BIN, "--log-dir", str(logs))
+        assert code == 0, "\n".join(lines)
+        for name in ("tokenized", "shuffled", "packed"):
+            fetched = tmp_path / "fetched" / name
+            proc = subprocess.run([str(PREP_BIN), "fetch", f"s3://runs/r1/{name}", str(fetched)],
+                                  capture_output=True, text=True, env={**os.environ})
+            assert proc.returncode == 0, proc.stderr
+            assert_same_dataset(fetched, single / name)
+        summary = json.loads((logs / "run-summary.json").read_text())
+        assert summary["status"] == "done" and summary["run"] == "s3://runs/r1"
+        want = manifest(single / "packed")
+        assert summary["output"] == {"dir": "s3://runs/r1/packed", "tokens": want["n_tokens"],
+                                     "records": want["n_records"]}
+        assert summary["stages"]["tokenize"]["tokens"] == manifest(single / "tokenized")["n_tokens"]
+        # Each merge names its parts' shards where they lie: nothing copied.
+        listed = server.client().list_objects_v2(Bucket="runs", Prefix="r1/packed/")["Contents"]
+        assert not [o["Key"] for o in listed if o["Key"].startswith("r1/packed/shard-")]
+    finally:
+        server.stop()
 
 
 def test_plan_names_every_part_and_bucket():
