@@ -177,10 +177,12 @@ def array_indices(spec: str | None) -> list[int | None]:
     return list(range(int(lo), int(hi) + 1))
 
 
-def run_task(args: list[str], index: int | None, job: int, check: bool = True) -> subprocess.CompletedProcess:
+def run_task(args: list[str], index: int | None, job: int, check: bool = True,
+             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """prep-task.sh as Slurm runs it: from a spool copy (so it cannot find its siblings by its own
-    path), with the array variables of task `index`."""
+    path), with the array variables of task `index` (and `extra_env`: the submitting shell's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PREP_"))}
+    env.update(extra_env or {})
     env["SLURM_JOB_ID"] = str(job)
     if index is not None:
         env.update(SLURM_ARRAY_TASK_ID=str(index), SLURM_ARRAY_JOB_ID=str(job))
@@ -308,6 +310,41 @@ def test_slurm_run_equals_one_machine(tmp_path, corpus):
     assert lines["gather"][1] == f"{BUCKETS}/{BUCKETS}"
     assert lines["merge-packed"][1] == "1/1"
     assert status.stdout.splitlines()[-1].startswith("done")
+
+
+def test_slurm_run_with_its_data_in_a_bucket_equals_one_machine(tmp_path, corpus):
+    """--data s3://...: every dataset of the run is in object storage (a moto
+    server on 127.0.0.1); RUN holds only the run's own small files."""
+    pytest.importorskip("moto.server", reason="moto[server] not installed")
+    from test_s3 import Server, store_env
+
+    inputs, single = corpus
+    run = tmp_path / "run"
+    server = Server()
+    try:
+        server.client().create_bucket(Bucket="runs")
+        env = {**store_env(server.url), "PREP_STAGING_DIR": str(tmp_path / "staging")}
+        env = {k: v for k, v in env.items() if k.startswith(("AWS_", "PREP_"))}
+        calls, _ = submit(tmp_path, run, PREP_BIN, inputs, "--dedup", "--data", "s3://runs/d1/")
+        for job, call in enumerate(calls, start=1000):
+            for index in array_indices(option(call, "--array")):
+                run_task(script_args(call), index, job, extra_env=env)
+        for name in ("tokenized", "shuffled", "packed"):
+            fetched = tmp_path / "fetched" / name
+            proc = subprocess.run([str(PREP_BIN), "fetch", f"s3://runs/d1/{name}", str(fetched)],
+                                  capture_output=True, text=True, env={**os.environ, **env})
+            assert proc.returncode == 0, proc.stderr
+            assert_same_dataset(fetched, single / name)
+        assert not [p for p in ("tokenized", "scatter", "shuffled", "packed") if (run / p).exists()]
+        want = manifest(single / "packed")
+        summary = json.loads((run / "run-summary.json").read_text())
+        assert summary["status"] == "done"
+        assert summary["output"] == {"dir": "s3://runs/d1/packed", "tokens": want["n_tokens"],
+                                     "records": want["n_records"]}
+        assert summary["stages"]["pack"]["merge"]["out"] == "s3://runs/d1/packed"
+        assert summary["stages"]["gather"]["tokens"] == manifest(single / "shuffled")["n_tokens"]
+    finally:
+        server.stop()
 
 
 def test_status_of_a_run_under_way(tmp_path, corpus):

@@ -14,6 +14,7 @@
 #   PREP_BIN PREP_TOKENIZER PREP_INPUTS (newline-separated) PREP_PARTS
 #   PREP_BUCKETS PREP_SEED PREP_SEQ_LEN PREP_MODE PREP_WINDOW PREP_TEXT_KEY
 #   PREP_DEDUP (1 or 0) PREP_THREADS (else $SLURM_CPUS_PER_TASK)
+#   PREP_DATA (where the datasets go: an object-storage address; else RUN)
 #
 # Every attempt appends one line of JSON to RUN/.tasks/STAGE-IIIII.json
 # (ok, exit status, tokens and records of the dataset it wrote, seconds,
@@ -45,6 +46,11 @@ PREP=$PREP_BIN TOKENIZER=$PREP_TOKENIZER PARTS=$PREP_PARTS BUCKETS=$PREP_BUCKETS
 SEQ_LEN=$PREP_SEQ_LEN MODE=${PREP_MODE:-} WINDOW=${PREP_WINDOW:-} TEXT_KEY=${PREP_TEXT_KEY:-} DEDUP=${PREP_DEDUP:-0}
 THREADS=${PREP_THREADS:-${SLURM_CPUS_PER_TASK:-}}
 mapfile -t inputs <<<"$PREP_INPUTS"
+# The datasets' home: RUN, or an object-storage address (RUN then holds only
+# the run's configuration, logs and attempt records).
+DATA=${PREP_DATA:-$RUN}
+remote=0
+[[ ! $DATA =~ ^[a-z0-9]+:// ]] || remote=1
 
 index=${SLURM_ARRAY_TASK_ID:-0}
 [[ $index =~ ^[0-9]+$ ]] || die "SLURM_ARRAY_TASK_ID is not a number: $index"
@@ -69,7 +75,7 @@ esac
 
 case $STAGE in
 tokenize)
-    out=$(part "$RUN/tokenized" part "$index")
+    out=$(part "$DATA/tokenized" part "$index")
     args=(tokenize --tokenizer "$TOKENIZER")
     for x in "${inputs[@]}"; do args+=(--input "$x"); done
     args+=(--output "$out" --part "$index/$PARTS")
@@ -78,17 +84,17 @@ tokenize)
     args+=("${threads[@]}")
     ;;
 scatter)
-    out=$(part "$RUN/scatter" scatter "$index")
-    args=(shuffle "$RUN/tokenized" "$RUN/scatter" --seed "$SEED" --scatter --part "$index/$PARTS"
+    out=$(part "$DATA/scatter" scatter "$index")
+    args=(shuffle "$DATA/tokenized" "$DATA/scatter" --seed "$SEED" --scatter --part "$index/$PARTS"
         --buckets "$BUCKETS" "${threads[@]}")
     ;;
 gather)
-    out=$(part "$RUN/shuffled" bucket "$index")
-    args=(shuffle "$RUN/scatter" "$out" --gather --bucket "$index" "${threads[@]}")
+    out=$(part "$DATA/shuffled" bucket "$index")
+    args=(shuffle "$DATA/scatter" "$out" --gather --bucket "$index" "${threads[@]}")
     ;;
 pack)
-    out=$(part "$RUN/packed" part "$index")
-    args=(pack "$RUN/shuffled" "$out" --part "$index/$PARTS" --seq-len "$SEQ_LEN")
+    out=$(part "$DATA/packed" part "$index")
+    args=(pack "$DATA/shuffled" "$out" --part "$index/$PARTS" --seq-len "$SEQ_LEN")
     [[ -z $MODE ]] || args+=(--mode "$MODE")
     [[ -z $WINDOW ]] || args+=(--window "$WINDOW")
     args+=("${threads[@]}")
@@ -96,9 +102,9 @@ pack)
 merge-tokenized | merge-shuffled | merge-packed)
     index=0
     case $STAGE in
-    merge-tokenized) out=$RUN/tokenized; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
-    merge-shuffled) out=$RUN/shuffled; mapfile -t parts < <(parts_of "$out" bucket "$BUCKETS") ;;
-    merge-packed) out=$RUN/packed; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
+    merge-tokenized) out=$DATA/tokenized; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
+    merge-shuffled) out=$DATA/shuffled; mapfile -t parts < <(parts_of "$out" bucket "$BUCKETS") ;;
+    merge-packed) out=$DATA/packed; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
     esac
     args=(merge "${parts[@]}" "$out")
     ;;
@@ -116,7 +122,10 @@ number() { grep -o "\"$1\": *[0-9]*" "$2" 2>/dev/null | head -n 1 | grep -o '[0-
 # no manifest; its scatter.json counts documents (start..end), not tokens.
 count() {
     local v=''
-    if [[ -f $out/manifest.json ]]; then
+    if ((remote)); then
+        # prep reads the manifest where it lies (a scatter part has none: null).
+        v=$("$PREP" inspect --json "$out" 2>/dev/null | grep -o "\"$1\": *[0-9]*" | head -n 1 | grep -o '[0-9]*$') || true
+    elif [[ -f $out/manifest.json ]]; then
         v=$(number "$1" "$out/manifest.json")
     elif [[ $1 == n_records && -f $out/scatter.json ]]; then
         v=$(($(number end "$out/scatter.json") - $(number start "$out/scatter.json")))

@@ -43,10 +43,17 @@ shopt -s nullglob
 records=("$RUN"/.tasks/*.json)
 shopt -u nullglob
 
-# The manifest of the finished dataset, if there is one yet.
+DATA=${PREP_DATA:-$RUN}
+# The manifest of the finished dataset, if there is one yet (in object
+# storage, as the last merge's attempt record counted it).
 output_count() {
     local v
-    v=$(grep -o "\"$1\": *[0-9]*" "$RUN/packed/manifest.json" 2>/dev/null | head -n 1 | grep -o '[0-9]*$') || true
+    if [[ $DATA =~ ^[a-z0-9]+:// ]]; then
+        v=$(grep -h '"ok":true' "$RUN"/.tasks/merge-packed-00000.json 2>/dev/null | tail -n 1 |
+            grep -o "\"${1#n_}\":[0-9]*" | grep -o '[0-9]*$') || true
+    else
+        v=$(grep -o "\"$1\": *[0-9]*" "$RUN/packed/manifest.json" 2>/dev/null | head -n 1 | grep -o '[0-9]*$') || true
+    fi
     echo "${v:-null}"
 }
 
@@ -78,7 +85,7 @@ slurm_jobs() {
 slurm_jobs
 
 { cat "${records[@]}" /dev/null; [[ -z $slurm_lines ]] || echo "$slurm_lines"; } |
-    awk -v json="$json" -v run="$RUN" -v parts="$PREP_PARTS" -v slurm_source="$slurm_source" \
+    awk -v json="$json" -v run="$RUN" -v data="$DATA" -v parts="$PREP_PARTS" -v slurm_source="$slurm_source" \
     -v buckets="$PREP_BUCKETS" -v seed="$PREP_SEED" -v seq_len="$PREP_SEQ_LEN" -v mode="${PREP_MODE:-}" \
     -v dedup="${PREP_DEDUP:-0}" \
     -v out_tokens="$(output_count n_tokens)" -v out_records="$(output_count n_records)" '
@@ -236,9 +243,9 @@ END {
             (s in no_tokens ? "null" : sprintf("%.0f", sum_tokens[s])), sum_recs[s]
         g = merge_of[s]
         if (g == "") printf "\"merge\": null}"
-        else if (!done[g]) printf "\"merge\": {\"out\": %s, \"done\": false}}", jstr(run "/" merge_dir[g])
+        else if (!done[g]) printf "\"merge\": {\"out\": %s, \"done\": false}}", jstr(data "/" merge_dir[g])
         else printf "\"merge\": {\"out\": %s, \"done\": true, \"attempts\": %d, \"seconds\": %.3f, \"tokens\": %.0f, \"records\": %.0f}}", \
-            jstr(run "/" merge_dir[g]), attempts[g], sum_secs[g], sum_tokens[g], sum_recs[g]
+            jstr(data "/" merge_dir[g]), attempts[g], sum_secs[g], sum_tokens[g], sum_recs[g]
     }
     printf "\n  },\n  \"failures\": ["
     for (q = 1; q <= n_fail; q++) {
@@ -264,6 +271,6 @@ END {
         }
         printf "%s]},\n", (c ? "\n  " : "")
     }
-    printf "  \"output\": {\"dir\": %s, \"tokens\": %s, \"records\": %s},\n", jstr(run "/packed"), out_tokens, out_records
+    printf "  \"output\": {\"dir\": %s, \"tokens\": %s, \"records\": %s},\n", jstr(data "/packed"), out_tokens, out_records
     printf "  \"wall_seconds\": %.3f\n}\n", (first == "" ? 0 : last - first)
 }'

@@ -3,7 +3,7 @@
 #
 #   tools/slurm/submit.sh --prep PATH --tokenizer TOK --input IN [IN2 ...] [--input IN3 ...] --run RUN \
 #       --parts N --buckets B --seed S --seq-len L [--mode bestfit|concat] [--window W] [--text-key K] \
-#       [--dedup] [--threads T] [--sbatch-arg ARG ...]
+#       [--dedup] [--threads T] [--data URL] [--sbatch-arg ARG ...]
 #
 #   tokenize        array 0..N-1   prep tokenize --part I/N   -> RUN/tokenized/part-IIIII
 #   merge-tokenized after tokenize                            -> RUN/tokenized
@@ -12,6 +12,13 @@
 #   merge-shuffled  after gather                              -> RUN/shuffled
 #   pack            array 0..N-1   prep pack --part I/N       -> RUN/packed/part-IIIII
 #   merge-packed    after pack                                -> RUN/packed, RUN/run-summary.json
+#
+# With --data s3://bucket/prefix (or gs://, az://) the datasets (parts,
+# scatter parts, merges) go to object storage instead of RUN, and the nodes
+# need share only RUN's small files (configuration, logs, attempt records);
+# each job gets the store's variables (AWS_*, ...) from the submitting
+# shell's environment, as Slurm hands it on. Below, DATA is that address, or
+# RUN without --data.
 #
 # RUN/packed equals prep tokenize, shuffle --seed S and pack on one machine,
 # record for record. Every job runs tools/slurm/prep-task.sh with the
@@ -38,12 +45,14 @@ usage() {
 die() { echo "submit.sh: $*" >&2; exit 2; }
 # Absolute, without resolving links or globs: every node must see the same path.
 abspath() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
+# An input: an object-storage address as it is, else a path made absolute.
+location() { if [[ $1 =~ ^[a-z0-9]+:// ]]; then printf '%s' "$1"; else abspath "$1"; fi; }
 
-prep='' tokenizer='' run='' parts='' buckets='' seed='' seq_len='' mode='' window='' text_key='' dedup=0 threads=''
+prep='' tokenizer='' run='' data='' parts='' buckets='' seed='' seq_len='' mode='' window='' text_key='' dedup=0 threads=''
 inputs=() sbatch_args=()
 while (($#)); do
     case $1 in
-    --prep | --tokenizer | --input | --run | --parts | --buckets | --seed | --seq-len | --mode | --window | --text-key | --threads | --sbatch-arg)
+    --prep | --tokenizer | --input | --run | --data | --parts | --buckets | --seed | --seq-len | --mode | --window | --text-key | --threads | --sbatch-arg)
         (($# >= 2)) || die "$1 needs a value"
         opt=$1 val=$2
         shift 2
@@ -57,9 +66,13 @@ while (($#)); do
     --prep) prep=$(abspath "$val") ;;
     --tokenizer) tokenizer=$(abspath "$val") ;;
     --input)
-        inputs+=("$(abspath "$val")")
+        inputs+=("$(location "$val")")
         # Several paths after one --input, as prep takes them: a glob the shell expanded.
-        while (($#)) && [[ $1 != -* ]]; do inputs+=("$(abspath "$1")"); shift; done
+        while (($#)) && [[ $1 != -* ]]; do inputs+=("$(location "$1")"); shift; done
+        ;;
+    --data)
+        [[ $val =~ ^(s3|gs|az|azure)://[^/]+ ]] || die "--data must be an object-storage address (s3://, gs://, az://)"
+        data=${val%/}
         ;;
     --run) run=$(abspath "$val") ;;
     --parts) parts=$val ;;
@@ -93,7 +106,7 @@ mkdir -p "$run/logs"
     echo "# A partitioned prep run, written by tools/slurm/submit.sh."
     printf 'PREP_%s=%q\n' BIN "$prep" TOKENIZER "$tokenizer" INPUTS "$(printf '%s\n' "${inputs[@]}")" \
         PARTS "$parts" BUCKETS "$buckets" SEED "$seed" SEQ_LEN "$seq_len" MODE "$mode" WINDOW "$window" TEXT_KEY "$text_key" \
-        DEDUP "$dedup" THREADS "$threads" SLURM_DIR "$here"
+        DEDUP "$dedup" THREADS "$threads" SLURM_DIR "$here" DATA "$data"
 } >"$run/.slurm.env.tmp"
 mv "$run/.slurm.env.tmp" "$run/slurm.env"
 
