@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::fetch::Local;
 use crate::format::{
     Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Partition, Provenance,
 };
@@ -123,6 +124,9 @@ pub enum MixError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// A source in object storage could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::FetchError),
     /// No source given.
     #[error("no source given (--source DIR:WEIGHT)")]
     NoSource,
@@ -364,10 +368,15 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
             });
         }
     }
-    let datasets = config
+    // Sources in object storage are read from verified local copies.
+    let local = config
         .sources
         .iter()
-        .map(|s| Dataset::open(&s.dir))
+        .map(|s| Local::of(&s.dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    let datasets = local
+        .iter()
+        .map(|l| Dataset::open(l.dir()))
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, s) in datasets.iter().zip(&config.sources) {
@@ -377,7 +386,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .sources
         .iter()
         .zip(&datasets)
-        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, &s.dir, ds.manifest()))
+        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.dir(), ds.manifest()))
         .collect::<Result<Vec<_>, _>>()?;
 
     let request = json!({
@@ -441,7 +450,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     let mut journal = journal;
     let dtype = base.dtype;
     let mut writer = DatasetWriter::new(
-        &config.output,
+        output.dir(),
         dtype,
         config.shard_size,
         journal.shard_infos(),
@@ -478,7 +487,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         }
     }
     let shards = writer.finish()?;
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), first)?;
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
     let mut options = json!({
         "seed": config.seed,
         "tokens": config.tokens,

@@ -146,6 +146,13 @@ def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local
     assert_bucket_equals_dir(s3, "tsh", local / "tsh")
     assert not any(n.startswith(".tokenized") for n in keys(s3, "tsh"))
 
+    # A mixture of the two, from the bucket to the bucket.
+    ok(prep("mix", "--source", f"{local / 'merged'}:1", f"{local / 'tsh'}:2", "--tokens", 400000, "--seed", 3,
+            local / "mix"))
+    ok(prep("mix", "--source", "s3://data/parts/merged:1", "s3://data/tsh:2", "--tokens", 400000, "--seed", 3,
+            "s3://data/mix", env=env))
+    assert_bucket_equals_dir(s3, "mix", local / "mix")
+
 
 def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, inputs, tmp_path):
     """The distributed shuffle's tasks share only the bucket: scatter parts
