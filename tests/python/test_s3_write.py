@@ -119,6 +119,15 @@ def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, 
     proc = prep("export", "s3://data/pipe/pk", "--to", "megatron", "s3://data/pipe/exp/mega", env=env)
     assert proc.returncode == 2 and "s3://data/pipe/exp/mega.bin: exists" in proc.stderr, proc.stderr
 
+    # Imported back into the bucket, and split there.
+    ok(prep("import", "megatron", local / "exp" / "mega", local / "imported"))
+    ok(prep("import", "megatron", local / "exp" / "mega", "s3://data/pipe/imported", env=env))
+    assert_bucket_equals_dir(s3, "pipe/imported", local / "imported")
+    ok(prep("split", local / "sh", local / "split", "--val", 0.1, "--seed", 4))
+    ok(prep("split", "s3://data/pipe/sh", "s3://data/pipe/split", "--val", 0.1, "--seed", 4, env=env))
+    for side in ("train", "val"):
+        assert_bucket_equals_dir(s3, f"pipe/split/{side}", local / "split" / side)
+
     # Run again: the dataset in the bucket is this run's, complete.
     proc = ok(prep("tokenize", *common, "--input", "s3://data/in/*.jsonl*", "--output", "s3://data/pipe/ds", env=env))
     assert "already complete" in proc.stderr
