@@ -87,7 +87,7 @@ test-ray: $(VENV_RAY)/.installed
 # already built dependencies with, so nothing is compiled twice.
 # PREP_WHEEL: test_package.py installs it into a fresh venv of its own;
 # PREP_REQUIRE_TORCH: the torch tests fail rather than skip without torch.
-test-python: $(VENV)/.installed
+test-python: $(VENV)/.installed $(AZURITE)/.installed
 	$(CARGO) build --tests
 	$(MAKE) package
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
@@ -103,6 +103,22 @@ test-python: $(VENV)/.installed
 test-slurm: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) tools/slurm/testcluster.sh run -- $(VPY) -m pytest -q -rs tests/python/test_slurm_real.py
+
+# Azurite, Microsoft's Azure Blob emulator (npm), for tests/python/test_azure.py.
+# npm comes from Debian's packages where it is missing and this machine may
+# install them; where it cannot be had this says why, and those tests skip.
+AZURITE := $(TARGET_DIR)/azurite
+$(AZURITE)/.installed:
+	@if ! command -v npm >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
+		fi; \
+	fi
+	@if command -v npm >/dev/null; then \
+		npm install --prefix $(AZURITE) --no-audit --no-fund --loglevel=error azurite@3.35.0 && touch $@; \
+	else \
+		echo "npm is not installed and cannot be: tests/python/test_azure.py will skip"; \
+	fi
 
 # prep against a real S3 server (moto's server mode, started by the test on a
 # free 127.0.0.1 port): inputs from s3://, fetch, the store's failures. The
