@@ -24,7 +24,7 @@ import pytest
 
 blob = pytest.importorskip("azure.storage.blob", reason="azure-storage-blob not installed: pip install -r tools/requirements.txt")
 
-from test_s3 import GPT2, REPO, free_port, ok, prep, upload_dir, write_inputs  # noqa: E402
+from test_s3 import GPT2, REPO, free_port, ok, prep, stop, write_inputs  # noqa: E402
 from test_s3_write import shard_names  # noqa: E402
 
 AZURITE = Path(os.environ.get("PREP_AZURITE", REPO / "target" / "azurite" / "node_modules" / ".bin" / "azurite-blob"))
@@ -82,12 +82,7 @@ class Azurite:
         return self.service.get_blob_client(container, name).download_blob().readall()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -26,25 +26,8 @@ import pytest
 pytest.importorskip("boto3", reason="moto[server] (and boto3) not installed: pip install -r tools/requirements.txt")
 pytest.importorskip("moto.server", reason="moto[server] not installed: pip install -r tools/requirements.txt")
 
-from test_s3 import GPT2, PREP_BIN, Server, corpus_lines, ok, prep, store_env, upload_dir, write_inputs  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = Server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def inputs(s3, tmp_path_factory):
-    """Bucket `data` holding in/ (the corpus as three JSONL files); the local copy."""
-    client = s3.client()
-    client.create_bucket(Bucket="data")
-    local = tmp_path_factory.mktemp("inputs") / "in"
-    write_inputs(local)
-    upload_dir(client, "data", local, "in")
-    return local
+from test_s3 import (GPT2, PREP_BIN, Server, bucket, corpus_lines, ok, prep, s3, store_env,  # noqa: E402,F401
+                     upload_dir)
 
 
 def env_for(s3, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -86,11 +69,11 @@ def assert_bucket_equals_dir(s3, prefix: str, local: Path) -> None:
     assert remote["n_tokens"] == disk["n_tokens"]
 
 
-def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, tmp_path):
+def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
     local = tmp_path / "local"
     common = ["--tokenizer", GPT2, "--shard-size", "256KiB", "--threads", 2]
-    ok(prep("tokenize", *common, "--input", inputs, "--output", local / "ds"))
+    ok(prep("tokenize", *common, "--input", bucket, "--output", local / "ds"))
     ok(prep("shuffle", local / "ds", local / "sh", "--seed", 1, "--shard-size", "512KiB"))
     ok(prep("pack", local / "sh", local / "pk", "--seq-len", 2049))
 
@@ -133,7 +116,7 @@ def test_tokenize_shuffle_pack_bucket_to_bucket_equal_the_local_run(s3, inputs, 
     assert "already complete" in proc.stderr
 
 
-def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local_run(s3, inputs, tmp_path):
+def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local_run(s3, bucket, tmp_path):
     """A partitioned run whose parts and merge live in the bucket (no shared
     filesystem), and the tokenize-then-shuffle pipeline (its stage stays in
     the staging folder), each equal to the same run on disk."""
@@ -141,7 +124,7 @@ def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local
     local = tmp_path / "local"
     common = ["--tokenizer", GPT2, "--shard-size", "256KiB", "--threads", 2]
     for i in range(3):
-        ok(prep("tokenize", *common, "--input", inputs, "--output", local / f"part-{i}", "--part", f"{i}/3"))
+        ok(prep("tokenize", *common, "--input", bucket, "--output", local / f"part-{i}", "--part", f"{i}/3"))
         ok(prep("tokenize", *common, "--input", "s3://data/in", "--output", f"s3://data/parts/part-{i}",
                 "--part", f"{i}/3", env=env))
     ok(prep("merge", *(local / f"part-{i}" for i in range(3)), local / "merged", "--copy"))
@@ -149,7 +132,7 @@ def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local
     assert "s3://data/parts/merged" in proc.stderr + proc.stdout
     assert_bucket_equals_dir(s3, "parts/merged", local / "merged")
 
-    ok(prep("tokenize", *common, "--input", inputs, "--output", local / "tsh", "--shuffle-seed", 5))
+    ok(prep("tokenize", *common, "--input", bucket, "--output", local / "tsh", "--shuffle-seed", 5))
     ok(prep("tokenize", *common, "--input", "s3://data/in", "--output", "s3://data/tsh", "--shuffle-seed", 5,
             env=env))
     assert_bucket_equals_dir(s3, "tsh", local / "tsh")
@@ -163,12 +146,12 @@ def test_parts_merged_bucket_to_bucket_and_tokenize_then_shuffle_equal_the_local
     assert_bucket_equals_dir(s3, "mix", local / "mix")
 
 
-def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, inputs, tmp_path):
+def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, bucket, tmp_path):
     """The distributed shuffle's tasks share only the bucket: scatter parts
     are written there, gather reads each bucket's regions by ranged GETs."""
     env = env_for(s3, tmp_path)
     local = tmp_path / "local"
-    ok(prep("tokenize", "--tokenizer", GPT2, "--input", inputs, "--output", local / "ds", "--shard-size", "256KiB"))
+    ok(prep("tokenize", "--tokenizer", GPT2, "--input", bucket, "--output", local / "ds", "--shard-size", "256KiB"))
     upload_dir(s3.client(), "data", local / "ds", "dist/ds")
     for where, root, e in [("disk", str(local), None), ("bucket", "s3://data/dist", env)]:
         for i in range(2):
@@ -182,12 +165,12 @@ def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, inputs, tm
     assert {"scatter-00000/scatter.json", "scatter-00001/buckets.bin"} <= set(keys(s3, "dist/work"))
 
 
-def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, inputs, tmp_path):
+def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()
     holder = b"pid 4242 on elsewhere, lease 60 s"
     client.put_object(Bucket="data", Key="held/ds/.prep-lock", Body=holder)
-    args = ["tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://data/held/ds"]
+    args = ["tokenize", "--tokenizer", GPT2, "--input", bucket / "a.jsonl", "--output", "s3://data/held/ds"]
     proc = prep(*args, env=env)
     assert proc.returncode == 2, proc.stderr
     assert "s3://data/held/ds" in proc.stderr and "pid 4242 on elsewhere" in proc.stderr, proc.stderr
@@ -203,7 +186,7 @@ def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, input
     assert "manifest.json" in objects and ".prep-lock" not in objects, objects
 
 
-def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, inputs, tmp_path):
+def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, bucket, tmp_path):
     lines = corpus_lines()
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"".join(b"\n".join(lines) + b"\n" for _ in range(4)))
@@ -240,11 +223,11 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     assert_bucket_equals_dir(s3, "killed/ds", local)
 
 
-def test_an_object_prep_did_not_write_is_refused_and_overwrite_leaves_it(s3, inputs, tmp_path):
+def test_an_object_prep_did_not_write_is_refused_and_overwrite_leaves_it(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()
     client.put_object(Bucket="data", Key="mixed/ds/notes.txt", Body=b"mine")
-    args = ["tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://data/mixed/ds"]
+    args = ["tokenize", "--tokenizer", GPT2, "--input", bucket / "a.jsonl", "--output", "s3://data/mixed/ds"]
     proc = prep(*args, env=env)
     assert proc.returncode == 2, proc.stderr
     assert "notes.txt" in proc.stderr and "s3://data/mixed/ds" in proc.stderr, proc.stderr
@@ -256,16 +239,16 @@ def test_an_object_prep_did_not_write_is_refused_and_overwrite_leaves_it(s3, inp
     assert get(s3, "mixed/ds/notes.txt") == b"mine"
 
 
-def test_a_missing_bucket_is_exit_2_naming_it_and_nothing_is_left(s3, inputs, tmp_path):
+def test_a_missing_bucket_is_exit_2_naming_it_and_nothing_is_left(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
-    proc = prep("tokenize", "--tokenizer", GPT2, "--input", inputs / "a.jsonl", "--output", "s3://nobucket/ds", env=env)
+    proc = prep("tokenize", "--tokenizer", GPT2, "--input", bucket / "a.jsonl", "--output", "s3://nobucket/ds", env=env)
     assert proc.returncode == 2, proc.stderr
     assert "s3://nobucket/ds" in proc.stderr, proc.stderr
     staging = tmp_path / "staging"
     assert not staging.exists() or not any(staging.iterdir())
 
 
-def test_a_server_stopped_mid_upload_is_exit_2_naming_the_output(inputs, tmp_path):
+def test_a_server_stopped_mid_upload_is_exit_2_naming_the_output(tmp_path):
     server = Server()
     server.client().create_bucket(Bucket="data")
     lines = corpus_lines()

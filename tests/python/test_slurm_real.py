@@ -133,6 +133,35 @@ def test_real_slurm_run_equals_one_machine(tmp_path, slurm_env, corpus):
     assert f"slurm: gather job {jobs['gather']}: COMPLETED (tasks " in text
 
 
+def test_real_slurm_run_with_its_data_in_a_bucket_equals_one_machine(tmp_path, slurm_env, corpus):
+    """submit.sh --data s3://...: the jobs, run by slurmd with the submitting
+    environment's store settings, write every dataset to a moto server on
+    127.0.0.1; RUN keeps only the run's own files."""
+    pytest.importorskip("moto.server", reason="moto[server] not installed")
+    from test_s3 import Server, store_env
+
+    inputs, single = corpus
+    server = Server()
+    try:
+        server.client().create_bucket(Bucket="runs")
+        store = {k: v for k, v in store_env(server.url).items() if k.startswith(("AWS_", "PREP_"))}
+        env = {**slurm_env, **store, "PREP_STAGING_DIR": str(tmp_path / "staging")}
+        run = tmp_path / "run"
+        jobs = submit(env, run, PREP_BIN, inputs, "--dedup", "--data", "s3://runs/d1")
+        ended = wait_until_ended(env, jobs, run)
+        assert {state for _, _, state, _ in ended} == {"COMPLETED"}, ended
+        for name in ("tokenized", "shuffled", "packed"):
+            fetched = tmp_path / "fetched" / name
+            slurm(env, str(PREP_BIN), "fetch", f"s3://runs/d1/{name}", str(fetched))
+            assert_same_dataset(fetched, single / name)
+        assert not [p for p in ("tokenized", "scatter", "shuffled", "packed") if (run / p).exists()]
+        _, summary = status(env, run)
+        assert summary["status"] == "done"
+        assert summary["output"]["dir"] == "s3://runs/d1/packed"
+    finally:
+        server.stop()
+
+
 def test_real_slurm_scancel_of_one_task_then_resubmit_resumes(tmp_path, slurm_env, corpus):
     inputs, single = corpus
     run = tmp_path / "run"
