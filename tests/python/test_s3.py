@@ -200,6 +200,17 @@ def test_tokenize_from_s3_glob_equals_tokenize_from_disk(s3, bucket, tmp_path):
     assert_same_shards(tmp_path / "local", tmp_path / "folder")
 
 
+def test_tokenize_from_an_http_address_equals_tokenize_from_disk(s3, bucket, tmp_path):
+    """A single file at http(s)://: HEAD, then ranged GETs, no credentials
+    (the object is public on the test server)."""
+    s3.client().put_object(Bucket="data", Key="pub/c.jsonl.zst", Body=(bucket / "c.jsonl.zst").read_bytes(),
+                           ACL="public-read")
+    ok(tokenize([str(bucket / "c.jsonl.zst")], tmp_path / "local"))
+    env = {k: v for k, v in store_env(s3.url).items() if not k.startswith("AWS_")}
+    ok(tokenize([f"{s3.url}/data/pub/c.jsonl.zst"], tmp_path / "http", env=env))
+    assert_same_shards(tmp_path / "local", tmp_path / "http")
+
+
 def test_tokenize_parts_from_s3_equal_parts_from_disk(s3, bucket, tmp_path):
     """--part slices a plain file by bytes: a remote slice starts at the same line."""
     env = store_env(s3.url)

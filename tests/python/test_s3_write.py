@@ -248,6 +248,21 @@ def test_a_missing_bucket_is_exit_2_naming_it_and_nothing_is_left(s3, bucket, tm
     assert not staging.exists() or not any(staging.iterdir())
 
 
+def test_bad_credentials_for_an_output_are_exit_2_naming_it_and_nothing_is_left(bucket, tmp_path):
+    # A server that checks signatures against the keys its IAM knows: none.
+    server = Server(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    try:
+        env = {**env_for(server, tmp_path), **store_env(server.url, key="AKIAWRONGWRONGWRONG1")}
+        proc = prep("tokenize", "--tokenizer", GPT2, "--input", bucket / "a.jsonl", "--output",
+                    "s3://data/denied/ds", env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "s3://data/denied/ds" in proc.stderr and "credentials" in proc.stderr, proc.stderr
+        staging = tmp_path / "staging"
+        assert not staging.exists() or not any(staging.iterdir())
+    finally:
+        server.stop()
+
+
 def test_a_server_stopped_mid_upload_is_exit_2_naming_the_output(tmp_path):
     server = Server()
     server.client().create_bucket(Bucket="data")
