@@ -332,8 +332,13 @@ pub struct Head {
     pub modified: i64,
 }
 
-/// Objects above this size are uploaded in parts ([`Object::upload`]).
-const PART_BYTES: usize = 16 << 20;
+/// Objects above this size are uploaded in parts of this size
+/// ([`Object::upload`]), unless [`PART_VAR`] says otherwise.
+pub const PART_BYTES: usize = 16 << 20;
+/// The variable that sets the bytes of one uploaded part (tests use small
+/// parts to upload a small shard in several); S3 takes no part below 5 MiB
+/// but the last, so smaller values are raised to that.
+pub const PART_VAR: &str = "PREP_STORE_PART_BYTES";
 /// Parts of one upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 4;
 
@@ -418,7 +423,7 @@ impl Object {
     /// and XXH3-64, computed from the bytes as they were sent. With
     /// `expect`, the upload completes only if those are the bytes sent;
     /// otherwise it is aborted and nothing appears at the address. A file
-    /// of more than [`PART_BYTES`] goes up in parts, several at once; the
+    /// of more than [`PART_BYTES`] goes up in parts, [`PARTS_IN_FLIGHT`] at once; the
     /// object appears whole when the last part is in, never half.
     ///
     /// # Errors
@@ -444,7 +449,8 @@ impl Object {
             }),
             _ => None,
         };
-        if size <= PART_BYTES as u64 {
+        let part = part_bytes();
+        if size <= part as u64 {
             let mut bytes = Vec::with_capacity(size as usize);
             file.read_to_end(&mut bytes).map_err(local)?;
             hasher.update(&bytes);
@@ -463,7 +469,7 @@ impl Object {
                 .put_multipart(&self.key)
                 .await
                 .map_err(|e| StoreError::from_store(&self.url, "CreateMultipartUpload", e))?;
-            let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, part);
             let mut sent = 0u64;
             let mut buf = vec![0u8; 1 << 20];
             let failed = loop {
@@ -716,6 +722,14 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     runtime().block_on(future)
+}
+
+/// [`PART_BYTES`], or what [`PART_VAR`] says, at least 5 MiB.
+fn part_bytes() -> usize {
+    std::env::var(PART_VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(PART_BYTES, |p| p.max(5 << 20))
 }
 
 /// [`CHUNK`], or what [`CHUNK_VAR`] says when it is a positive number.

@@ -223,6 +223,23 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     assert_bucket_equals_dir(s3, "killed/ds", local)
 
 
+def test_a_shard_larger_than_a_part_goes_up_in_parts_and_arrives_whole(s3, bucket, tmp_path):
+    """One shard of about 9 MB uploaded in 5 MiB parts (multipart), checked
+    against its XXH3 on the way, equals the local shard."""
+    lines = corpus_lines()
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"".join(b"\n".join(lines) + b"\n" for _ in range(4)))
+    common = ["--tokenizer", GPT2, "--input", big, "--threads", 2]
+    local = tmp_path / "local"
+    ok(prep("tokenize", *common, "--output", local))
+    assert (local / "shard-00000.bin").stat().st_size > 5 << 20
+    env = env_for(s3, tmp_path, PREP_STORE_PART_BYTES=str(5 << 20))
+    ok(prep("tokenize", *common, "--output", "s3://data/parts5/ds", env=env))
+    assert_bucket_equals_dir(s3, "parts5/ds", local)
+    head = s3.client().head_object(Bucket="data", Key="parts5/ds/shard-00000.bin")
+    assert head["ETag"].strip('"').endswith("-2"), head["ETag"]  # a multipart object of 2 parts
+
+
 def test_an_object_prep_did_not_write_is_refused_and_overwrite_leaves_it(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()
