@@ -7,6 +7,7 @@ VENV       := $(TARGET_DIR)/venv
 VPY        := $(VENV)/bin/python
 RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
+AZURITE    := $(TARGET_DIR)/azurite
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
 .PHONY: all build demo package test test-rust test-python test-ray test-compat test-slurm lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
@@ -107,7 +108,7 @@ test-slurm: $(VENV)/.installed
 # Azurite, Microsoft's Azure Blob emulator (npm), for tests/python/test_azure.py.
 # npm comes from Debian's packages where it is missing and this machine may
 # install them; where it cannot be had this says why, and those tests skip.
-AZURITE := $(TARGET_DIR)/azurite
+# (AZURITE itself is set at the top: a prerequisite is expanded where it is read.)
 $(AZURITE)/.installed:
 	@if ! command -v npm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use crate::format::{
-    Dtype, FormatError, IdxHeader, Manifest, MappedFile, SegHeader, Segment, ShardInfo, Tokens,
-    IDX_HEADER_LEN, SEGMENT_BYTES, SEG_HEADER_LEN,
+    check_bin_len, check_idx_header, check_seg_header, Dtype, FormatError, IdxHeader, Manifest,
+    MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN, SEGMENT_BYTES,
+    SEG_HEADER_LEN,
 };
 use crate::store::{Object, ObjectReader, StoreError};
 
@@ -809,70 +810,24 @@ fn open_shard(
             .into()
         })
     };
-    let mismatch = |name: &str, message: String| FormatError::Mismatch {
-        path: source.path_of(name),
-        message,
-    };
     let idx = must(&info.idx)?;
     let head = idx.read(0..IDX_HEADER_LEN as u64)?;
     let header = IdxHeader::parse_head(&source.path_of(&info.idx), &head, idx.len())?;
-    if header.dtype != dtype {
-        return Err(mismatch(
-            &info.idx,
-            format!("header says {} but the manifest says {dtype}", header.dtype),
-        )
-        .into());
-    }
-    if header.n_records != info.n_records || header.n_tokens != info.n_tokens {
-        return Err(mismatch(
-            &info.idx,
-            format!(
-                "header has {} records and {} tokens but the manifest lists {} and {}",
-                header.n_records, header.n_tokens, info.n_records, info.n_tokens
-            ),
-        )
-        .into());
-    }
+    check_idx_header(&source.path_of(&info.idx), &header, dtype, info)?;
     let bin = must(&info.bin)?;
-    let expected = header.n_tokens.checked_mul(dtype.size() as u64);
-    if expected != Some(bin.len()) {
-        return Err(mismatch(
-            &info.bin,
-            format!(
-                "{} bytes, but {} tokens of {dtype} need {}",
-                bin.len(),
-                header.n_tokens,
-                expected.map_or_else(|| "more than a u64".into(), |e| e.to_string())
-            ),
-        )
-        .into());
-    }
+    check_bin_len(&source.path_of(&info.bin), bin.len(), &header, dtype)?;
     let seg = match &info.seg {
         None => None,
         Some(name) => {
             let seg = must(name)?;
             let head = seg.read(0..SEG_HEADER_LEN as u64)?;
             let header_seg = SegHeader::parse_head(&source.path_of(name), &head, seg.len())?;
-            if header_seg.n_rows != header.n_records {
-                return Err(mismatch(
-                    name,
-                    format!(
-                        "{} rows, but the shard's index has {} records",
-                        header_seg.n_rows, header.n_records
-                    ),
-                )
-                .into());
-            }
-            if Some(u64::from(header_seg.seq_len)) != manifest.seq_len {
-                return Err(mismatch(
-                    name,
-                    format!(
-                        "rows of {} tokens, but the manifest's seq_len is {:?}",
-                        header_seg.seq_len, manifest.seq_len
-                    ),
-                )
-                .into());
-            }
+            check_seg_header(
+                &source.path_of(name),
+                &header_seg,
+                header.n_records,
+                manifest,
+            )?;
             Some((seg, header_seg))
         }
     };

@@ -23,6 +23,7 @@ pub use manifest::{
     ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 pub(crate) use mmap::Mapped as MappedFile;
+pub(crate) use reader::{check_bin_len, check_idx_header, check_seg_header};
 pub use reader::{Dataset, Tokens};
 pub use segments::{
     check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,

@@ -387,37 +387,12 @@ fn open_shard(dir: &Path, manifest: &Manifest, info: &ShardInfo) -> Result<Shard
         path: path.into(),
         message,
     };
-    if header.dtype != dtype {
-        return Err(mismatch(
-            &idx_path,
-            format!("header says {} but the manifest says {dtype}", header.dtype),
-        ));
-    }
-    if header.n_records != info.n_records || header.n_tokens != info.n_tokens {
-        return Err(mismatch(
-            &idx_path,
-            format!(
-                "header has {} records and {} tokens but the manifest lists {} and {}",
-                header.n_records, header.n_tokens, info.n_records, info.n_tokens
-            ),
-        ));
-    }
+    check_idx_header(&idx_path, &header, dtype, info)?;
     let offsets = cast::<u64>(&idx.bytes()[IDX_HEADER_LEN..])
         .ok_or_else(|| mismatch(&idx_path, "offsets are not 8-byte aligned in memory".into()))?;
     check_offsets(&idx_path, offsets, header.n_tokens)?;
     let bin = Mapped::open(&bin_path)?;
-    let expected = header.n_tokens.checked_mul(dtype.size() as u64);
-    if expected != Some(bin.bytes().len() as u64) {
-        return Err(mismatch(
-            &bin_path,
-            format!(
-                "{} bytes, but {} tokens of {dtype} need {}",
-                bin.bytes().len(),
-                header.n_tokens,
-                expected.map_or_else(|| "more than a u64".into(), |e| e.to_string())
-            ),
-        ));
-    }
+    check_bin_len(&bin_path, bin.bytes().len() as u64, &header, dtype)?;
     let aligned = match dtype {
         Dtype::U16 => cast::<u16>(bin.bytes()).is_some(),
         Dtype::U32 => cast::<u32>(bin.bytes()).is_some(),
@@ -435,17 +410,68 @@ fn open_shard(dir: &Path, manifest: &Manifest, info: &ShardInfo) -> Result<Shard
     Ok(Shard { bin, idx, seg })
 }
 
-/// Maps a `.seg` file and checks what reading it relies on: the header, the
-/// size, and a row index that stays within the entries. (Each row's pieces
-/// are checked when [`Dataset::segments`] hands them out, so that opening
-/// stays cheap; `prep validate` checks every row.)
-fn open_segments(path: &Path, manifest: &Manifest, n_rows: u64) -> Result<SegIndex, FormatError> {
+/// The rule every reader of a shard applies first (the mapped reader here,
+/// and [`crate::source`]'s over object storage): its index header repeats the
+/// manifest entry's dtype and counts.
+pub(crate) fn check_idx_header(
+    path: &Path,
+    header: &IdxHeader,
+    dtype: Dtype,
+    info: &ShardInfo,
+) -> Result<(), FormatError> {
     let mismatch = |message: String| FormatError::Mismatch {
         path: path.into(),
         message,
     };
-    let map = Mapped::open(path)?;
-    let header = SegHeader::parse(path, map.bytes())?;
+    if header.dtype != dtype {
+        return Err(mismatch(format!(
+            "header says {} but the manifest says {dtype}",
+            header.dtype
+        )));
+    }
+    if header.n_records != info.n_records || header.n_tokens != info.n_tokens {
+        return Err(mismatch(format!(
+            "header has {} records and {} tokens but the manifest lists {} and {}",
+            header.n_records, header.n_tokens, info.n_records, info.n_tokens
+        )));
+    }
+    Ok(())
+}
+
+/// A shard's `.bin` (of `len` bytes) holds exactly the tokens its index
+/// header counts.
+pub(crate) fn check_bin_len(
+    path: &Path,
+    len: u64,
+    header: &IdxHeader,
+    dtype: Dtype,
+) -> Result<(), FormatError> {
+    let expected = header.n_tokens.checked_mul(dtype.size() as u64);
+    if expected != Some(len) {
+        return Err(FormatError::Mismatch {
+            path: path.into(),
+            message: format!(
+                "{len} bytes, but {} tokens of {dtype} need {}",
+                header.n_tokens,
+                expected.map_or_else(|| "more than a u64".into(), |e| e.to_string())
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A `.seg` header agrees with its shard's index (`n_rows` records) and the
+/// manifest's `seq_len`.
+pub(crate) fn check_seg_header(
+    path: &Path,
+    header: &SegHeader,
+    n_rows: u64,
+    manifest: &Manifest,
+) -> Result<(), FormatError> {
+    let mismatch = |message: String| FormatError::Mismatch {
+        path: path.into(),
+        message,
+    };
     if header.n_rows != n_rows {
         return Err(mismatch(format!(
             "{} rows, but the shard's index has {n_rows} records",
@@ -458,6 +484,21 @@ fn open_segments(path: &Path, manifest: &Manifest, n_rows: u64) -> Result<SegInd
             header.seq_len, manifest.seq_len
         )));
     }
+    Ok(())
+}
+
+/// Maps a `.seg` file and checks what reading it relies on: the header, the
+/// size, and a row index that stays within the entries. (Each row's pieces
+/// are checked when [`Dataset::segments`] hands them out, so that opening
+/// stays cheap; `prep validate` checks every row.)
+fn open_segments(path: &Path, manifest: &Manifest, n_rows: u64) -> Result<SegIndex, FormatError> {
+    let mismatch = |message: String| FormatError::Mismatch {
+        path: path.into(),
+        message,
+    };
+    let map = Mapped::open(path)?;
+    let header = SegHeader::parse(path, map.bytes())?;
+    check_seg_header(path, &header, n_rows, manifest)?;
     let at = header.segments_offset();
     let bytes = map.bytes();
     let rows = cast::<u64>(&bytes[super::SEG_HEADER_LEN..at])
