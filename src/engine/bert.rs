@@ -347,7 +347,9 @@ mod tests {
             "don't...stop—now¿¡ «q» ‹r› 1,000.5%",
         ] {
             let mut want = Vec::new();
-            steps.run_words(text, true, &mut |w| want.push(w.to_owned()));
+            steps.run_words(text, true, &mut Default::default(), &mut |w| {
+                want.push(w.to_owned())
+            });
             let mut got = Vec::new();
             words(text, &mut |w| got.push(w.to_owned()));
             assert_eq!(got, want, "{text:?}");

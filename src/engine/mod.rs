@@ -118,6 +118,7 @@ pub struct EncodeState {
     sentencepiece: sentencepiece::State,
     unigram: unigram::State,
     wordpiece: wordpiece::State,
+    pretok: pretok::Scratch,
 }
 
 /// Serial numbers of tokenizers, from 1 (a fresh state belongs to none).
@@ -341,19 +342,20 @@ impl FastTokenizer {
         if text.is_empty() {
             return;
         }
+        let scratch = &mut state.pretok;
         let (pre, bpe) = match &self.model {
             Engine::ByteLevel { pre, bpe } => (pre, bpe),
             Engine::SentencePiece(steps, m) => {
                 let s = &mut state.sentencepiece;
-                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+                return steps.run_words(text, first, scratch, &mut |w| m.encode(w, s, out));
             }
             Engine::Unigram(steps, m) => {
                 let s = &mut state.unigram;
-                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+                return steps.run_words(text, first, scratch, &mut |w| m.encode(w, s, out));
             }
             Engine::WordPiece(steps, m) => {
                 let s = &mut state.wordpiece;
-                return steps.run_words(text, first, &mut |w| m.encode(w, s, out));
+                return steps.run_words(text, first, scratch, &mut |w| m.encode(w, s, out));
             }
         };
         let cache = &mut state.bpe;
@@ -372,7 +374,7 @@ impl FastTokenizer {
                 pattern.split(text, &mut |piece| bpe.encode(piece.as_bytes(), cache, out))
             }
             PreTokenizer::Steps(steps) => {
-                steps.run(text, &mut |piece| bpe.encode(piece, cache, out))
+                steps.run(text, scratch, &mut |piece| bpe.encode(piece, cache, out))
             }
         }
     }

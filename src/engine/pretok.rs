@@ -31,8 +31,8 @@ pub(crate) enum Behavior {
 /// How a split finds its matches.
 #[derive(Debug)]
 pub(crate) enum Matcher {
-    /// Every character `is` accepts is a match of its own.
-    Char(fn(char) -> bool),
+    /// Every character of the class is a match of its own.
+    Char(CharClass),
     /// A pattern the scanners run.
     Known(Known),
     /// A pattern the regex crate runs with onig's meaning (or HF's own
@@ -81,9 +81,40 @@ pub(crate) enum Prepend {
 #[derive(Debug)]
 pub(crate) struct Steps(pub Vec<Step>);
 
+/// A class of characters, with its ASCII members in a table.
+#[derive(Debug)]
+pub(crate) struct CharClass {
+    ascii: [bool; 128],
+    is: fn(char) -> bool,
+}
+
+impl CharClass {
+    fn new(is: fn(char) -> bool) -> CharClass {
+        CharClass {
+            ascii: std::array::from_fn(|b| is(b as u8 as char)),
+            is,
+        }
+    }
+}
+
+/// HF's `Punctuation` test: ASCII punctuation or Unicode's P categories.
 fn is_punc(c: char) -> bool {
     use unicode_categories::UnicodeCategories;
-    c.is_ascii_punctuation() || c.is_punctuation()
+    /// The answer for each character below U+10000, one bit each (the
+    /// categories' table is a binary search per character).
+    static BMP: std::sync::LazyLock<Box<[u64; 1024]>> = std::sync::LazyLock::new(|| {
+        let mut bits = Box::new([0u64; 1024]);
+        for (cp, c) in (0..0x10000u32).filter_map(|cp| Some((cp, char::from_u32(cp)?))) {
+            if c.is_ascii_punctuation() || c.is_punctuation() {
+                bits[cp as usize / 64] |= 1 << (cp % 64);
+            }
+        }
+        bits
+    });
+    match c as u32 {
+        cp @ 0..0x10000 => BMP[cp as usize / 64] >> (cp % 64) & 1 == 1,
+        _ => c.is_punctuation(),
+    }
 }
 
 impl Steps {
@@ -122,78 +153,128 @@ impl Steps {
     /// Calls `word` with each pre-token of `text` for a model that is not
     /// byte-level (there is no `ByteLevel` step); `first` says whether
     /// `text` starts where the whole text does.
-    pub(crate) fn run_words(&self, text: &str, first: bool, word: &mut dyn FnMut(&str)) {
-        if self.0.is_empty() {
-            return word(text);
-        }
+    pub(crate) fn run_words(
+        &self,
+        text: &str,
+        first: bool,
+        scratch: &mut Scratch,
+        word: &mut dyn FnMut(&str),
+    ) {
         if let [Step::Bert] = &self.0[..] {
             return super::bert::words(text, word);
         }
-        // (piece, starts where the whole text does)
-        let mut pieces = vec![(text.to_owned(), first)];
-        let mut next = Vec::new();
-        for step in &self.0 {
-            for (p, at_start) in &pieces {
-                match step {
-                    Step::Metaspace {
-                        replacement,
-                        prepend,
-                        split,
-                    } => {
-                        let mut marked = p.replace(' ', replacement.encode_utf8(&mut [0; 4]));
-                        let put = match prepend {
-                            Prepend::Always => true,
-                            Prepend::First => *at_start,
-                            Prepend::Never => false,
-                        };
-                        if put && !marked.starts_with(*replacement) {
-                            marked.insert(0, *replacement);
+        self.walk(0, text, first, scratch, word)
+    }
+
+    /// Runs steps `k..` over `text` depth first, calling `leaf` with each
+    /// piece the last step makes, in order: what HF gets running each step
+    /// over every piece of the one before. Each step's cuts and rewritten
+    /// text live in `scratch`'s level `k`, reused from piece to piece, so
+    /// nothing is allocated per piece once the buffers have grown.
+    fn walk(
+        &self,
+        k: usize,
+        text: &str,
+        at_start: bool,
+        scratch: &mut Scratch,
+        leaf: &mut dyn FnMut(&str),
+    ) {
+        let Some(step) = self.0.get(k) else {
+            return leaf(text);
+        };
+        if scratch.levels.len() <= k {
+            scratch.levels.resize_with(k + 1, Level::default);
+        }
+        let mut level = std::mem::take(&mut scratch.levels[k]);
+        level.cuts.clear();
+        // Whether the pieces are cut from `level.text` (the step rewrote
+        // the text) rather than from `text`.
+        let mut rewritten = false;
+        match step {
+            Step::Metaspace {
+                replacement,
+                prepend,
+                split,
+            } => {
+                rewritten = true;
+                let put = match prepend {
+                    Prepend::Always => true,
+                    Prepend::First => at_start,
+                    Prepend::Never => false,
+                };
+                let mark = *replacement;
+                let marked = &mut level.text;
+                marked.clear();
+                if put && !text.starts_with(' ') && !text.starts_with(mark) {
+                    marked.push(mark);
+                }
+                let mut last = 0;
+                for (i, _) in text.match_indices(' ') {
+                    marked.push_str(&text[last..i]);
+                    marked.push(mark);
+                    last = i + 1;
+                }
+                marked.push_str(&text[last..]);
+                if *split {
+                    let mut start = 0;
+                    for (i, _) in marked.match_indices(mark) {
+                        if i > start {
+                            level.cuts.push((start, i));
                         }
-                        if *split {
-                            let mut start = 0;
-                            for (i, _) in marked.match_indices(*replacement) {
-                                if i > start {
-                                    next.push((
-                                        marked[start..i].to_owned(),
-                                        *at_start && start == 0,
-                                    ));
-                                }
-                                start = i;
-                            }
-                            if start < marked.len() {
-                                next.push((marked[start..].to_owned(), *at_start && start == 0));
-                            }
-                        } else {
-                            next.push((marked, *at_start));
-                        }
+                        start = i;
                     }
-                    Step::ByteLevel { .. } => unreachable!("a model that is not byte-level"),
-                    Step::Bert => {
-                        let base = p.as_ptr() as usize;
-                        super::bert::words(p, &mut |s| {
-                            let start = s.as_ptr() as usize - base;
-                            next.push((s.to_owned(), *at_start && start == 0))
-                        })
+                    if start < marked.len() {
+                        level.cuts.push((start, marked.len()));
                     }
-                    Step::Split {
-                        matcher,
-                        behavior,
-                        invert,
-                    } => {
-                        let base = p.as_ptr() as usize;
-                        split(p, matcher, *behavior, *invert, &mut |s| {
-                            let start = s.as_ptr() as usize - base;
-                            next.push((s.to_owned(), *at_start && start == 0))
-                        })
-                    }
+                } else {
+                    level.cuts.push((0, marked.len()));
                 }
             }
-            std::mem::swap(&mut pieces, &mut next);
-            next.clear();
+            Step::ByteLevel {
+                prefix_space,
+                regex,
+            } => {
+                rewritten = true;
+                let Level { text: out, spaced, cuts, .. } = &mut level;
+                out.clear();
+                let source = if *prefix_space && !text.starts_with(' ') {
+                    spaced.clear();
+                    spaced.push(' ');
+                    spaced.push_str(text);
+                    &spaced[..]
+                } else {
+                    text
+                };
+                let mut push = |s: &str| {
+                    let start = out.len();
+                    out.extend(s.bytes().map(|b| BYTE_CHARS[b as usize]));
+                    cuts.push((start, out.len()));
+                };
+                if *regex {
+                    Pattern::Gpt2.split(source, &mut push);
+                } else {
+                    push(source);
+                }
+            }
+            Step::Bert => {
+                let base = text.as_ptr() as usize;
+                let cuts = &mut level.cuts;
+                super::bert::words(text, &mut |s| {
+                    let start = s.as_ptr() as usize - base;
+                    cuts.push((start, start + s.len()));
+                })
+            }
+            Step::Split {
+                matcher,
+                behavior,
+                invert,
+            } => split_into(text, matcher, *behavior, *invert, &mut level.parts, &mut level.cuts),
         }
-        for (p, _) in &pieces {
-            word(p);
+        for &(a, b) in level.cuts.iter().filter(|(a, b)| a < b) {
+            let source = if rewritten { &level.text[..] } else { text };
+            self.walk(k + 1, &source[a..b], at_start && a == 0, scratch, leaf);
         }
+        scratch.levels[k] = level;
     }
 
     /// The one scanner that does the work of all the steps, with whether a
@@ -236,51 +317,40 @@ impl Steps {
         }
     }
 
-    /// Calls `piece` with the bytes of each pre-token of `text`, in order.
-    pub(crate) fn run(&self, text: &str, piece: &mut dyn FnMut(&[u8])) {
-        let mut pieces = vec![text.to_owned()];
-        let mut next = Vec::new();
-        for step in &self.0 {
-            for p in &pieces {
-                match step {
-                    Step::Metaspace { .. } => unreachable!("refused beside ByteLevel"),
-                    Step::Bert => super::bert::words(p, &mut |s| next.push(s.to_owned())),
-                    Step::ByteLevel {
-                        prefix_space,
-                        regex,
-                    } => {
-                        let spaced;
-                        let p = if *prefix_space && !p.starts_with(' ') {
-                            spaced = format!(" {p}");
-                            &spaced
-                        } else {
-                            p
-                        };
-                        if *regex {
-                            Pattern::Gpt2.split(p, &mut |s| next.push(to_byte_chars(s)));
-                        } else {
-                            next.push(to_byte_chars(p));
-                        }
-                    }
-                    Step::Split {
-                        matcher,
-                        behavior,
-                        invert,
-                    } => split(p, matcher, *behavior, *invert, &mut |s| {
-                        next.push(s.to_owned())
-                    }),
-                }
-            }
-            std::mem::swap(&mut pieces, &mut next);
-            next.clear();
-        }
-        let mut bytes = Vec::new();
-        for p in &pieces {
+    /// Calls `piece` with the bytes of each pre-token of `text`, in order,
+    /// for a byte-level model.
+    pub(crate) fn run(&self, text: &str, scratch: &mut Scratch, piece: &mut dyn FnMut(&[u8])) {
+        let mut bytes = std::mem::take(&mut scratch.bytes);
+        self.walk(0, text, true, scratch, &mut |p| {
             bytes.clear();
             bytes.extend(p.chars().map(from_byte_char));
-            piece(&bytes);
-        }
+            piece(&bytes)
+        });
+        scratch.bytes = bytes;
     }
+}
+
+/// One worker's buffers for running [`Steps`]; nothing in them changes
+/// what the steps make.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// By step.
+    levels: Vec<Level>,
+    /// A byte-level piece as bytes.
+    bytes: Vec<u8>,
+}
+
+/// One step's buffers.
+#[derive(Default)]
+struct Level {
+    /// The text as the step rewrote it (`Metaspace`, `ByteLevel`).
+    text: String,
+    /// The text with a space put before it (`ByteLevel`).
+    spaced: String,
+    /// The pieces the step made, as byte ranges of the text it cut.
+    cuts: Vec<(usize, usize)>,
+    /// A split's matches and gaps.
+    parts: Vec<(usize, usize, bool)>,
 }
 
 fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
@@ -350,7 +420,7 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
             }
         }
         Some("Digits") => Step::Split {
-            matcher: Matcher::Char(char::is_numeric),
+            matcher: Matcher::Char(CharClass::new(char::is_numeric)),
             behavior: if p["individual_digits"] == true {
                 Behavior::Isolated
             } else {
@@ -363,14 +433,14 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
                 return unsupported(format!("Punctuation behavior {}", p["behavior"]));
             };
             Step::Split {
-                matcher: Matcher::Char(is_punc),
+                matcher: Matcher::Char(CharClass::new(is_punc)),
                 behavior,
                 invert: false,
             }
         }
         Some("BertPreTokenizer") => Step::Bert,
         Some("WhitespaceSplit") => Step::Split {
-            matcher: Matcher::Char(char::is_whitespace),
+            matcher: Matcher::Char(CharClass::new(char::is_whitespace)),
             behavior: Behavior::Removed,
             invert: false,
         },
@@ -386,17 +456,19 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
     Ok(())
 }
 
-/// Cuts `text` as HF's `NormalizedString::split` does, calling `piece` with
-/// each part kept, in order (empty parts are dropped).
-pub(crate) fn split<'t>(
-    text: &'t str,
+/// Cuts `text` as HF's `NormalizedString::split` does, into `cuts`: the
+/// byte range of each part kept, in order (empty parts are dropped).
+/// `parts` is a buffer.
+pub(crate) fn split_into(
+    text: &str,
     matcher: &Matcher,
     behavior: Behavior,
     invert: bool,
-    piece: &mut dyn FnMut(&'t str),
+    parts: &mut Vec<(usize, usize, bool)>,
+    cuts: &mut Vec<(usize, usize)>,
 ) {
     // (start, end, is a match) covering the text, as HF's `find_matches`.
-    let mut parts: Vec<(usize, usize, bool)> = Vec::new();
+    parts.clear();
     let push_match = |parts: &mut Vec<(usize, usize, bool)>, gap: usize, start, end| {
         if gap < start {
             parts.push((gap, start, false));
@@ -405,12 +477,22 @@ pub(crate) fn split<'t>(
     };
     let mut gap = 0;
     match matcher {
-        Matcher::Char(is) => {
-            for (i, c) in text.char_indices() {
-                if is(c) {
-                    push_match(&mut parts, gap, i, i + c.len_utf8());
-                    gap = i + c.len_utf8();
+        Matcher::Char(class) => {
+            let bytes = text.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                let b = bytes[i];
+                let (is, len) = if b < 0x80 {
+                    (class.ascii[b as usize], 1)
+                } else {
+                    let c = text[i..].chars().next().expect("a character at a boundary");
+                    ((class.is)(c), c.len_utf8())
+                };
+                if is {
+                    push_match(parts, gap, i, i + len);
+                    gap = i + len;
                 }
+                i += len;
             }
         }
         Matcher::Known(k) => {
@@ -418,7 +500,7 @@ pub(crate) fn split<'t>(
             while i < text.len() {
                 match k.match_at(text, i) {
                     Some(end) => {
-                        push_match(&mut parts, gap, i, end);
+                        push_match(parts, gap, i, end);
                         gap = end;
                         i = end;
                     }
@@ -428,87 +510,78 @@ pub(crate) fn split<'t>(
         }
         Matcher::Regex(re) => {
             for m in re.find_iter(text) {
-                push_match(&mut parts, gap, m.start(), m.end());
+                push_match(parts, gap, m.start(), m.end());
                 gap = m.end();
             }
         }
         Matcher::Dfa(automaton) => automaton.find_iter(text, &mut |start, end| {
-            push_match(&mut parts, gap, start, end);
+            push_match(parts, gap, start, end);
             gap = end;
         }),
     }
     if gap < text.len() {
         parts.push((gap, text.len(), false));
     }
-    if invert {
-        for p in &mut parts {
-            p.2 = !p.2;
-        }
-    }
-    // (start, end, removed)
-    let mut out: Vec<(usize, usize, bool)> = Vec::with_capacity(parts.len());
+    // A part is kept unless it is a match (a gap, inverted) that
+    // `Removed` drops; the merging behaviors join a match to its neighbour.
+    let first = cuts.len();
+    let mut previous = false;
     match behavior {
-        Behavior::Isolated => out.extend(parts.iter().map(|&(a, b, _)| (a, b, false))),
-        Behavior::Removed => out = parts,
+        Behavior::Isolated => cuts.extend(parts.iter().map(|&(a, b, _)| (a, b))),
+        Behavior::Removed => cuts.extend(
+            parts
+                .iter()
+                .filter(|&&(_, _, is_match)| is_match == invert)
+                .map(|&(a, b, _)| (a, b)),
+        ),
         Behavior::Contiguous => {
-            let mut previous = false;
-            for (a, b, is_match) in parts {
-                match out.last_mut() {
+            for &(a, b, is_match) in parts.iter() {
+                let is_match = is_match != invert;
+                match cuts[first..].last_mut() {
                     Some(last) if is_match == previous => last.1 = b,
-                    _ => out.push((a, b, false)),
+                    _ => cuts.push((a, b)),
                 }
                 previous = is_match;
             }
         }
         Behavior::MergedWithPrevious => {
-            let mut previous = false;
-            for (a, b, is_match) in parts {
-                match out.last_mut() {
+            for &(a, b, is_match) in parts.iter() {
+                let is_match = is_match != invert;
+                match cuts[first..].last_mut() {
                     Some(last) if is_match && !previous => last.1 = b,
-                    _ => out.push((a, b, false)),
+                    _ => cuts.push((a, b)),
                 }
                 previous = is_match;
             }
         }
         Behavior::MergedWithNext => {
-            let mut previous = false;
-            for (a, b, is_match) in parts.into_iter().rev() {
-                match out.last_mut() {
+            for &(a, b, is_match) in parts.iter().rev() {
+                let is_match = is_match != invert;
+                match cuts[first..].last_mut() {
                     Some(last) if is_match && !previous => last.0 = a,
-                    _ => out.push((a, b, false)),
+                    _ => cuts.push((a, b)),
                 }
                 previous = is_match;
             }
-            out.reverse();
-        }
-    }
-    for (a, b, removed) in out {
-        if !removed && a < b {
-            piece(&text[a..b]);
+            cuts[first..].reverse();
         }
     }
 }
 
-/// A piece in the byte-level alphabet: each byte as GPT-2's character.
-fn to_byte_chars(s: &str) -> String {
-    static CHARS: std::sync::OnceLock<[char; 256]> = std::sync::OnceLock::new();
-    let chars = CHARS.get_or_init(super::byte_chars);
-    s.bytes().map(|b| chars[b as usize]).collect()
-}
+/// Each byte as GPT-2's byte-level character.
+static BYTE_CHARS: std::sync::LazyLock<[char; 256]> = std::sync::LazyLock::new(super::byte_chars);
 
 /// The byte a byte-level character stands for.
 fn from_byte_char(c: char) -> u8 {
-    let cp = c as u32;
-    let printable = |b: u32| matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
-    if cp < 256 && printable(cp) {
-        return cp as u8;
-    }
-    // The others are numbered from 256 in byte order.
-    let n = cp - 256;
-    (0u32..256)
-        .filter(|&b| !printable(b))
-        .nth(n as usize)
-        .expect("a byte-level character") as u8
+    /// By code point: every byte-level character is below U+0144.
+    static BYTES: std::sync::LazyLock<[u8; 0x144]> = std::sync::LazyLock::new(|| {
+        let mut bytes = [0; 0x144];
+        for (b, &c) in BYTE_CHARS.iter().enumerate() {
+            bytes[c as usize] = b as u8;
+        }
+        bytes
+    });
+    BYTES[c as usize]
 }
 
 /// How a split pattern runs: a scanner when it means what a known pattern
