@@ -10,6 +10,8 @@
 //! HF's `NormalizedString::split` does. Steps after `ByteLevel` see the
 //! text in the byte-level alphabet, as they do in HF.
 
+use regex_automata::meta::{Cache as RegexCache, Regex};
+use regex_automata::Input;
 use regex_syntax::ast::{self, Ast};
 use regex_syntax::hir::{Hir, HirKind};
 use serde_json::Value;
@@ -35,9 +37,10 @@ pub(crate) enum Matcher {
     Char(CharClass),
     /// A pattern the scanners run.
     Known(Known),
-    /// A pattern the regex crate runs with onig's meaning (or HF's own
-    /// regex-crate pattern).
-    Regex(regex::Regex),
+    /// A pattern the regex crate's engine runs with onig's meaning (or
+    /// HF's own regex-crate pattern); each worker's search cache is its
+    /// own ([`Level`]), not taken from the regex's shared pool per piece.
+    Regex(Regex),
     /// Any other pattern, on a lazy DFA with onig's meaning.
     Dfa(Automaton),
 }
@@ -81,18 +84,30 @@ pub(crate) enum Prepend {
 #[derive(Debug)]
 pub(crate) struct Steps(pub Vec<Step>);
 
-/// A class of characters, with its ASCII members in a table.
+/// A class of characters, with its members below U+0800 (one or two
+/// UTF-8 bytes: ASCII, and every character of the byte-level alphabet) in
+/// a table.
 #[derive(Debug)]
 pub(crate) struct CharClass {
-    ascii: [bool; 128],
+    low: Box<[bool; 0x800]>,
     is: fn(char) -> bool,
 }
 
 impl CharClass {
     fn new(is: fn(char) -> bool) -> CharClass {
         CharClass {
-            ascii: std::array::from_fn(|b| is(b as u8 as char)),
+            low: Box::new(std::array::from_fn(|cp| {
+                char::from_u32(cp as u32).is_some_and(is)
+            })),
             is,
+        }
+    }
+
+    #[inline(always)]
+    fn contains(&self, c: char) -> bool {
+        match self.low.get(c as usize) {
+            Some(&is) => is,
+            None => (self.is)(c),
         }
     }
 }
@@ -163,29 +178,26 @@ impl Steps {
         if let [Step::Bert] = &self.0[..] {
             return super::bert::words(text, word);
         }
-        self.walk(0, text, first, scratch, word)
+        self.walk(0, text, first, scratch.levels(self.0.len()), word)
     }
 
     /// Runs steps `k..` over `text` depth first, calling `leaf` with each
     /// piece the last step makes, in order: what HF gets running each step
     /// over every piece of the one before. Each step's cuts and rewritten
-    /// text live in `scratch`'s level `k`, reused from piece to piece, so
-    /// nothing is allocated per piece once the buffers have grown.
+    /// text live in `levels[0]` (step `k`'s own; the deeper steps' follow),
+    /// reused from piece to piece, so nothing is allocated or moved per
+    /// piece once the buffers have grown.
     fn walk(
         &self,
         k: usize,
         text: &str,
         at_start: bool,
-        scratch: &mut Scratch,
+        levels: &mut [Level],
         leaf: &mut dyn FnMut(&str),
     ) {
-        let Some(step) = self.0.get(k) else {
+        let (Some(step), [level, deeper @ ..]) = (self.0.get(k), levels) else {
             return leaf(text);
         };
-        if scratch.levels.len() <= k {
-            scratch.levels.resize_with(k + 1, Level::default);
-        }
-        let mut level = std::mem::take(&mut scratch.levels[k]);
         level.cuts.clear();
         // Whether the pieces are cut from `level.text` (the step rewrote
         // the text) rather than from `text`.
@@ -235,7 +247,7 @@ impl Steps {
                 regex,
             } => {
                 rewritten = true;
-                let Level { text: out, spaced, cuts, .. } = &mut level;
+                let Level { text: out, spaced, cuts, .. } = level;
                 out.clear();
                 let source = if *prefix_space && !text.starts_with(' ') {
                     spaced.clear();
@@ -268,13 +280,12 @@ impl Steps {
                 matcher,
                 behavior,
                 invert,
-            } => split_into(text, matcher, *behavior, *invert, &mut level.parts, &mut level.cuts),
+            } => split_into(text, matcher, *behavior, *invert, level),
         }
         for &(a, b) in level.cuts.iter().filter(|(a, b)| a < b) {
             let source = if rewritten { &level.text[..] } else { text };
-            self.walk(k + 1, &source[a..b], at_start && a == 0, scratch, leaf);
+            self.walk(k + 1, &source[a..b], at_start && a == 0, deeper, leaf);
         }
-        scratch.levels[k] = level;
     }
 
     /// The one scanner that does the work of all the steps, with whether a
@@ -321,7 +332,8 @@ impl Steps {
     /// for a byte-level model.
     pub(crate) fn run(&self, text: &str, scratch: &mut Scratch, piece: &mut dyn FnMut(&[u8])) {
         let mut bytes = std::mem::take(&mut scratch.bytes);
-        self.walk(0, text, true, scratch, &mut |p| {
+        let levels = scratch.levels(self.0.len());
+        self.walk(0, text, true, levels, &mut |p| {
             bytes.clear();
             bytes.extend(p.chars().map(from_byte_char));
             piece(&bytes)
@@ -340,6 +352,16 @@ pub(crate) struct Scratch {
     bytes: Vec<u8>,
 }
 
+impl Scratch {
+    /// A level for each of `steps` steps.
+    fn levels(&mut self, steps: usize) -> &mut [Level] {
+        if self.levels.len() < steps {
+            self.levels.resize_with(steps, Level::default);
+        }
+        &mut self.levels[..steps]
+    }
+}
+
 /// One step's buffers.
 #[derive(Default)]
 struct Level {
@@ -351,6 +373,8 @@ struct Level {
     cuts: Vec<(usize, usize)>,
     /// A split's matches and gaps.
     parts: Vec<(usize, usize, bool)>,
+    /// A `Regex` split's search cache.
+    regex: Option<RegexCache>,
 }
 
 fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
@@ -409,7 +433,7 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
             ) {
                 (Some(re), _) => recognise(re)?,
                 (None, Some(s)) if !s.is_empty() => Matcher::Regex(
-                    regex::Regex::new(&regex::escape(s)).expect("an escaped string is a regex"),
+                    Regex::new(&regex::escape(s)).expect("an escaped string is a regex"),
                 ),
                 _ => return unsupported(format!("Split pattern {}", p["pattern"])),
             };
@@ -446,7 +470,7 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
         },
         // HF runs this one with the regex crate, so the same crate is exact.
         Some("Whitespace") => Step::Split {
-            matcher: Matcher::Regex(regex::Regex::new(r"\w+|[^\w\s]+").expect("a valid regex")),
+            matcher: Matcher::Regex(Regex::new(r"\w+|[^\w\s]+").expect("a valid regex")),
             behavior: Behavior::Removed,
             invert: true,
         },
@@ -457,16 +481,21 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
 }
 
 /// Cuts `text` as HF's `NormalizedString::split` does, into `cuts`: the
-/// byte range of each part kept, in order (empty parts are dropped).
-/// `parts` is a buffer.
-pub(crate) fn split_into(
+/// byte range of each part kept, in order, after those already there
+/// (empty parts are kept: the caller drops them).
+fn split_into(
     text: &str,
     matcher: &Matcher,
     behavior: Behavior,
     invert: bool,
-    parts: &mut Vec<(usize, usize, bool)>,
-    cuts: &mut Vec<(usize, usize)>,
+    level: &mut Level,
 ) {
+    let Level {
+        parts,
+        cuts,
+        regex: cache,
+        ..
+    } = level;
     // (start, end, is a match) covering the text, as HF's `find_matches`.
     parts.clear();
     let push_match = |parts: &mut Vec<(usize, usize, bool)>, gap: usize, start, end| {
@@ -483,10 +512,10 @@ pub(crate) fn split_into(
             while i < bytes.len() {
                 let b = bytes[i];
                 let (is, len) = if b < 0x80 {
-                    (class.ascii[b as usize], 1)
+                    (class.low[b as usize], 1)
                 } else {
                     let c = text[i..].chars().next().expect("a character at a boundary");
-                    ((class.is)(c), c.len_utf8())
+                    (class.contains(c), c.len_utf8())
                 };
                 if is {
                     push_match(parts, gap, i, i + len);
@@ -509,9 +538,20 @@ pub(crate) fn split_into(
             }
         }
         Matcher::Regex(re) => {
-            for m in re.find_iter(text) {
+            let cache = cache.get_or_insert_with(|| re.create_cache());
+            let mut at = 0;
+            while at < text.len() {
+                let input = Input::new(text).range(at..);
+                let Some(m) = re.search_with(cache, &input) else {
+                    break;
+                };
                 push_match(parts, gap, m.start(), m.end());
                 gap = m.end();
+                // No pattern here matches the empty string (refused).
+                at = m.end().max(at + 1);
+                while !text.is_char_boundary(at) {
+                    at += 1;
+                }
             }
         }
         Matcher::Dfa(automaton) => automaton.find_iter(text, &mut |start, end| {
@@ -607,7 +647,7 @@ pub(crate) fn recognise(pattern: &str) -> Result<Matcher, Unsupported> {
     if hir.properties().minimum_len() == Some(0) {
         return refuse("it can match the empty string".into());
     }
-    match regex::Regex::new(pattern) {
+    match Regex::new(pattern) {
         Ok(re) => Ok(Matcher::Regex(re)),
         Err(e) => refuse(e.to_string()),
     }

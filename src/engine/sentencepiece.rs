@@ -142,10 +142,7 @@ fn short_key(piece: &[u8]) -> Option<u128> {
     if piece.len() > 15 {
         return None;
     }
-    let mut bytes = [0u8; 16];
-    bytes[..piece.len()].copy_from_slice(piece);
-    bytes[15] = piece.len() as u8;
-    Some(u128::from_le_bytes(bytes))
+    Some(bpe::pack(piece) | (piece.len() as u128) << 120)
 }
 
 #[inline(always)]
