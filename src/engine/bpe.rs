@@ -19,6 +19,12 @@ pub(crate) struct Merge {
     pub id: u32,
 }
 
+/// No merge: what a symbol holds when the pair it starts has none.
+pub(crate) const NO_MERGE: Merge = Merge {
+    rank: NONE,
+    id: NONE,
+};
+
 /// The model: byte ids and the merges between ids.
 pub(crate) struct Bpe {
     /// The id of each single byte; [`NO_TOKEN`] for a byte the vocabulary
@@ -63,7 +69,7 @@ pub struct BpeState {
     short: HashMap<u64, (u32, u32), FixedState>,
     long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
     arena: Vec<u32>,
-    syms: Vec<(u32, u32)>,
+    syms: Vec<(u32, Merge)>,
     nodes: Vec<Node>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
@@ -113,7 +119,11 @@ pub(crate) fn pack(p: &[u8]) -> u128 {
     let n = p.len();
     debug_assert!(n <= 15);
     let word = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().expect("8 bytes"));
-    let half = |at: usize| u64::from(u32::from_le_bytes(p[at..at + 4].try_into().expect("4 bytes")));
+    let half = |at: usize| {
+        u64::from(u32::from_le_bytes(
+            p[at..at + 4].try_into().expect("4 bytes"),
+        ))
+    };
     let (lo, hi) = match n {
         0 => (0, 0),
         // The first, middle and last bytes: all of them, overlapping.
@@ -233,12 +243,12 @@ impl Bpe {
         };
     }
 
-    /// Merging on a small array of (id, rank of the pair it starts): lowest
+    /// Merging on a small array of (id, merge of the pair it starts): lowest
     /// rank, leftmost first; each merge looks up only the two pairs it
     /// changes.
-    fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, u32)>) {
+    fn merge_scan(&self, piece: &[u8], syms: &mut Vec<(u32, Merge)>) {
         syms.clear();
-        syms.extend(self.ids(piece).map(|id| (id, NONE)));
+        syms.extend(self.ids(piece).map(|id| (id, NO_MERGE)));
         merge_scan(syms, |left, right| self.merge(left, right));
     }
 
@@ -301,38 +311,37 @@ impl Bpe {
     }
 }
 
-/// Merges `syms`, a small array of (id, `NONE`), by `merge`'s ranks: lowest
-/// rank, leftmost first; each merge looks up only the two pairs it changes.
-/// The symbols left are the ids. Byte-level and SentencePiece-style BPE
-/// both merge this way.
+/// Merges `syms`, a small array of (id, [`NO_MERGE`]), by `merge`'s ranks:
+/// lowest rank, leftmost first; each merge looks up only the two pairs it
+/// changes, and each symbol keeps the merge of the pair it starts, so the
+/// merge taken is not looked up again. The symbols left are the ids.
+/// Byte-level and SentencePiece-style BPE both merge this way.
 #[inline]
-pub(crate) fn merge_scan(syms: &mut Vec<(u32, u32)>, merge: impl Fn(u32, u32) -> Option<Merge>) {
-    let rank = |left: u32, right: u32| merge(left, right).map_or(NONE, |m| m.rank);
+pub(crate) fn merge_scan(syms: &mut Vec<(u32, Merge)>, merge: impl Fn(u32, u32) -> Option<Merge>) {
+    let pair = |left: u32, right: u32| merge(left, right).unwrap_or(NO_MERGE);
     for i in 0..syms.len().saturating_sub(1) {
-        syms[i].1 = rank(syms[i].0, syms[i + 1].0);
+        syms[i].1 = pair(syms[i].0, syms[i + 1].0);
     }
     loop {
         let mut best = (NONE, 0);
-        for (i, &(_, r)) in syms.iter().enumerate() {
-            if r < best.0 {
-                best = (r, i);
+        for (i, &(_, m)) in syms.iter().enumerate() {
+            if m.rank < best.0 {
+                best = (m.rank, i);
             }
         }
         if best.0 == NONE {
             break;
         }
         let i = best.1;
-        let id = merge(syms[i].0, syms[i + 1].0)
-            .expect("a ranked pair merges")
-            .id;
+        let id = syms[i].1.id;
         syms[i].0 = id;
         syms.remove(i + 1);
         syms[i].1 = match syms.get(i + 1) {
-            Some(&(next, _)) => rank(id, next),
-            None => NONE,
+            Some(&(next, _)) => pair(id, next),
+            None => NO_MERGE,
         };
         if i > 0 {
-            syms[i - 1].1 = rank(syms[i - 1].0, id);
+            syms[i - 1].1 = pair(syms[i - 1].0, id);
         }
     }
 }
@@ -345,7 +354,11 @@ mod tests {
         for n in 0..=15 {
             let mut want = [0u8; 16];
             want[..n].copy_from_slice(&bytes[..n]);
-            assert_eq!(super::pack(&bytes[..n]), u128::from_le_bytes(want), "{n} bytes");
+            assert_eq!(
+                super::pack(&bytes[..n]),
+                u128::from_le_bytes(want),
+                "{n} bytes"
+            );
         }
     }
 }

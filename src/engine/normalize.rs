@@ -139,11 +139,28 @@ impl Normalizer {
                 }
             }
             Normalizer::Replace(from, to) => {
-                if text.contains(from.as_str()) {
-                    Cow::Owned(text.replace(from.as_str(), to))
-                } else {
-                    Cow::Borrowed(text)
+                // One character (SentencePiece's " " to "▁") is searched
+                // with memchr; longer strings with the two-way searcher.
+                let mut chars = from.chars();
+                let mut matches: Box<dyn Iterator<Item = (usize, &str)>> =
+                    match (chars.next(), chars.next()) {
+                        (Some(c), None) => Box::new(text.match_indices(c)),
+                        _ => Box::new(text.match_indices(from.as_str())),
+                    };
+                let Some((first, m)) = matches.next() else {
+                    return Cow::Borrowed(text);
+                };
+                let mut out = String::with_capacity(text.len() + text.len() / 4);
+                out.push_str(&text[..first]);
+                out.push_str(to);
+                let mut last = first + m.len();
+                for (i, m) in matches {
+                    out.push_str(&text[last..i]);
+                    out.push_str(to);
+                    last = i + m.len();
                 }
+                out.push_str(&text[last..]);
+                Cow::Owned(out)
             }
             Normalizer::ReplaceRegex(re, to) => {
                 let mut out = String::new();
@@ -191,7 +208,12 @@ impl Normalizer {
                 for step in steps {
                     out = match out {
                         Cow::Borrowed(t) => step.apply(t),
-                        Cow::Owned(s) => Cow::Owned(step.apply(&s).into_owned()),
+                        // A step that changes nothing keeps the text it was
+                        // given, not a copy of it.
+                        Cow::Owned(s) => match step.apply(&s) {
+                            Cow::Borrowed(t) if t.len() == s.len() => Cow::Owned(s),
+                            changed => Cow::Owned(changed.into_owned()),
+                        },
                     };
                 }
                 out

@@ -247,7 +247,12 @@ impl Steps {
                 regex,
             } => {
                 rewritten = true;
-                let Level { text: out, spaced, cuts, .. } = level;
+                let Level {
+                    text: out,
+                    spaced,
+                    cuts,
+                    ..
+                } = level;
                 out.clear();
                 let source = if *prefix_space && !text.starts_with(' ') {
                     spaced.clear();
@@ -483,13 +488,7 @@ fn push_steps(p: &Value, steps: &mut Vec<Step>) -> Result<(), Unsupported> {
 /// Cuts `text` as HF's `NormalizedString::split` does, into `cuts`: the
 /// byte range of each part kept, in order, after those already there
 /// (empty parts are kept: the caller drops them).
-fn split_into(
-    text: &str,
-    matcher: &Matcher,
-    behavior: Behavior,
-    invert: bool,
-    level: &mut Level,
-) {
+fn split_into(text: &str, matcher: &Matcher, behavior: Behavior, invert: bool, level: &mut Level) {
     let Level {
         parts,
         cuts,

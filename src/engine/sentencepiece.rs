@@ -122,7 +122,7 @@ pub(crate) struct State {
     long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
     arena: Vec<u32>,
     ids: Vec<u32>,
-    syms: Vec<(u32, u32)>,
+    syms: Vec<(u32, Merge)>,
     nodes: Vec<Node>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
@@ -461,7 +461,7 @@ impl Model {
     fn merge_scan(&self, state: &mut State) {
         let syms = &mut state.syms;
         syms.clear();
-        syms.extend(state.ids.iter().map(|&id| (id, NONE)));
+        syms.extend(state.ids.iter().map(|&id| (id, bpe::NO_MERGE)));
         bpe::merge_scan(syms, |left, right| self.merge(left, right));
     }
 
