@@ -110,34 +110,6 @@ const NONE: u32 = u32::MAX;
 /// The id of a byte with no token.
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
 
-/// The bytes of a piece of at most 15 bytes as one little-endian integer,
-/// zero above them. Read with at most two overlapping loads: copying the
-/// bytes into a buffer and reading it back as an integer stalls that read
-/// until the copy's stores drain, which cost a quarter of a cache lookup.
-#[inline(always)]
-pub(crate) fn pack(p: &[u8]) -> u128 {
-    let n = p.len();
-    debug_assert!(n <= 15);
-    let word = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().expect("8 bytes"));
-    let half = |at: usize| {
-        u64::from(u32::from_le_bytes(
-            p[at..at + 4].try_into().expect("4 bytes"),
-        ))
-    };
-    let (lo, hi) = match n {
-        0 => (0, 0),
-        // The first, middle and last bytes: all of them, overlapping.
-        1..=3 => {
-            let byte = |i: usize| u64::from(p[i]) << (8 * i);
-            (byte(0) | byte(n / 2) | byte(n - 1), 0)
-        }
-        4..=7 => (half(0) | half(n - 4) << (8 * (n - 4)), 0),
-        8 => (word(0), 0),
-        _ => (word(0), word(n - 8) >> (8 * (16 - n))),
-    };
-    u128::from(lo) | u128::from(hi) << 64
-}
-
 /// A piece of at most 7 bytes as one integer: its bytes, and its length in
 /// the top byte (so `a` and `a\0` differ).
 #[inline(always)]
@@ -145,7 +117,7 @@ fn short_key(piece: &[u8]) -> Option<u64> {
     if piece.len() > 7 {
         return None;
     }
-    Some(pack(piece) as u64 | (piece.len() as u64) << 56)
+    Some(super::cache::pack(piece) as u64 | (piece.len() as u64) << 56)
 }
 
 impl Bpe {
@@ -342,23 +314,6 @@ pub(crate) fn merge_scan(syms: &mut Vec<(u32, Merge)>, merge: impl Fn(u32, u32) 
         };
         if i > 0 {
             syms[i - 1].1 = pair(syms[i - 1].0, id);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn pack_is_the_bytes_zero_extended() {
-        let bytes: Vec<u8> = (1..=15).map(|b| b * 17).collect();
-        for n in 0..=15 {
-            let mut want = [0u8; 16];
-            want[..n].copy_from_slice(&bytes[..n]);
-            assert_eq!(
-                super::pack(&bytes[..n]),
-                u128::from_le_bytes(want),
-                "{n} bytes"
-            );
         }
     }
 }

@@ -31,6 +31,7 @@
 
 mod bert;
 mod bpe;
+mod cache;
 mod dfa;
 mod normalize;
 mod precompiled;

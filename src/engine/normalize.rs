@@ -139,14 +139,19 @@ impl Normalizer {
                 }
             }
             Normalizer::Replace(from, to) => {
-                // One character (SentencePiece's " " to "▁") is searched
-                // with memchr; longer strings with the two-way searcher.
-                let mut chars = from.chars();
-                let mut matches: Box<dyn Iterator<Item = (usize, &str)>> =
-                    match (chars.next(), chars.next()) {
-                        (Some(c), None) => Box::new(text.match_indices(c)),
-                        _ => Box::new(text.match_indices(from.as_str())),
-                    };
+                // One ASCII byte (SentencePiece's " " to "▁", frequent) is
+                // found by a byte loop, not a search started per match;
+                // longer strings by the two-way searcher.
+                let mut matches: Box<dyn Iterator<Item = (usize, &str)>> = match from.as_bytes() {
+                    &[b] if b < 0x80 => Box::new(
+                        text.as_bytes()
+                            .iter()
+                            .enumerate()
+                            .filter(move |&(_, &c)| c == b)
+                            .map(|(i, _)| (i, &text[i..i + 1])),
+                    ),
+                    _ => Box::new(text.match_indices(from.as_str())),
+                };
                 let Some((first, m)) = matches.next() else {
                     return Cow::Borrowed(text);
                 };

@@ -220,11 +220,15 @@ impl Steps {
                 if put && !text.starts_with(' ') && !text.starts_with(mark) {
                     marked.push(mark);
                 }
+                // A byte loop: spaces are frequent, and a search started
+                // per space costs more than the bytes between.
                 let mut last = 0;
-                for (i, _) in text.match_indices(' ') {
-                    marked.push_str(&text[last..i]);
-                    marked.push(mark);
-                    last = i + 1;
+                for (i, &b) in text.as_bytes().iter().enumerate() {
+                    if b == b' ' {
+                        marked.push_str(&text[last..i]);
+                        marked.push(mark);
+                        last = i + 1;
+                    }
                 }
                 marked.push_str(&text[last..]);
                 if *split {

@@ -44,9 +44,12 @@
 //!
 //! # Memory
 //!
-//! [`State`] caches the ids of pieces of up to [`CACHE_BYTES`] bytes; it is
-//! emptied when it holds [`CACHE_IDS`] ids or [`CACHE_PIECES`] pieces, so a
-//! worker's cache stays under about 40 MiB.
+//! [`State`] caches the ids of pieces of up to [`CACHE_BYTES`] bytes: those
+//! of up to 15 bytes and 4 ids in the 1 MiB table of [`super::cache`],
+//! the others in a map emptied when it holds [`CACHE_IDS`] ids or
+//! [`CACHE_PIECES`] pieces (keys of at most 64 bytes, ids and the table:
+//! under 5 MiB). A worker holds about 6 MiB, plus the merge buffers, which
+//! grow to the longest piece merged.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -55,10 +58,13 @@ use foldhash::fast::FixedState;
 use serde_json::Value;
 
 use super::bpe::{self, Merge};
+use super::cache::{self, ShortCache};
 use super::{Unsupported, Vocab};
 
 /// The character SentencePiece marks a word's start with.
 const MARK: char = '\u{2581}';
+/// Its UTF-8 bytes.
+const MARK_UTF8: &[u8] = "\u{2581}".as_bytes();
 /// No token (a character with none, or the end of a list).
 const NONE: u32 = u32::MAX;
 /// Pieces of at most this many symbols merge by scanning; longer ones
@@ -67,10 +73,10 @@ const SCAN_MAX: usize = 48;
 /// Pieces of at most this many bytes are cached; longer ones are cut at
 /// every proven junction and their parts cached.
 pub(crate) const CACHE_BYTES: usize = 64;
-/// The cache is emptied when it holds this many ids...
-pub(crate) const CACHE_IDS: usize = 1 << 21;
+/// The map of longer pieces is emptied when it holds this many ids...
+pub(crate) const CACHE_IDS: usize = 1 << 18;
 /// ...or this many pieces.
-pub(crate) const CACHE_PIECES: usize = 1 << 18;
+pub(crate) const CACHE_PIECES: usize = 1 << 15;
 
 /// The model, ready to encode.
 pub(crate) struct Model {
@@ -111,14 +117,17 @@ struct Cuts {
     unk_ends: (char, char),
     /// Whether an unknown token can be pending at a junction.
     pending_unk: bool,
+    /// Whether the proof allows a cut between each ASCII character and a
+    /// mark after it.
+    before_mark: [bool; 128],
 }
 
 /// One worker's buffers and cache of merged pieces; nothing in it changes
-/// the ids. Pieces of up to 15 bytes are keyed by one `u128` (bytes and
-/// length), longer ones by their bytes; both point into `arena`.
+/// the ids. Pieces of up to 15 bytes with up to [`cache::IDS`] ids are in
+/// `short`; the others point into `arena` from `long`.
 #[derive(Default)]
 pub(crate) struct State {
-    short: HashMap<u128, (u32, u32), FixedState>,
+    short: ShortCache,
     long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
     arena: Vec<u32>,
     ids: Vec<u32>,
@@ -133,16 +142,6 @@ struct Node {
     prev: u32,
     next: u32,
     alive: bool,
-}
-
-/// A piece of at most 15 bytes as one integer: its bytes, and its length
-/// in the top byte.
-#[inline(always)]
-fn short_key(piece: &[u8]) -> Option<u128> {
-    if piece.len() > 15 {
-        return None;
-    }
-    Some(bpe::pack(piece) | (piece.len() as u128) << 120)
 }
 
 #[inline(always)]
@@ -281,11 +280,12 @@ impl Model {
                 unk_ends,
                 // Without a complete byte fallback a character can be unknown.
                 pending_unk: unk.is_some() && bytes.as_ref().is_none_or(|b| b.contains(&NONE)),
+                before_mark: [false; 128],
             }),
             _ => None,
         };
 
-        let model = Model {
+        let mut model = Model {
             bmp,
             astral,
             bytes,
@@ -295,6 +295,12 @@ impl Model {
             whole: ignore_merges.then(|| vocab.clone()),
             cuts,
         };
+        if let Some(cuts) = &model.cuts {
+            let before_mark = std::array::from_fn(|b| model.cuttable(cuts, b as u8 as char, MARK));
+            if let Some(cuts) = &mut model.cuts {
+                cuts.before_mark = before_mark;
+            }
+        }
         Ok((model, vocab))
     }
 
@@ -362,13 +368,28 @@ impl Model {
         let Some(cuts) = &self.cuts else {
             return self.encode_piece(word, false, state, out);
         };
+        // Each mark, found by its first byte: words are short, and a byte
+        // loop beats a search started per word.
+        let bytes = word.as_bytes();
         let mut start = 0;
-        for (i, _) in word.match_indices(MARK) {
-            let before = word[..i].chars().next_back();
-            if before.is_some_and(|x| self.cuttable(cuts, x, MARK)) && start < i {
+        let mut i = 1;
+        while i + 2 < bytes.len() {
+            if bytes[i] != MARK_UTF8[0] || bytes[i..i + 3] != *MARK_UTF8 {
+                i += 1;
+                continue;
+            }
+            let cut = match bytes[i - 1] {
+                b @ 0..0x80 => cuts.before_mark[b as usize],
+                _ => {
+                    let x = word[..i].chars().next_back().expect("a character before");
+                    self.cuttable(cuts, x, MARK)
+                }
+            };
+            if cut && start < i {
                 self.encode_piece(&word[start..i], true, state, out);
                 start = i;
             }
+            i += 3;
         }
         self.encode_piece(&word[start..], true, state, out);
     }
@@ -392,31 +413,28 @@ impl Model {
             }
             return self.merge_piece(piece, state, out);
         }
-        let key = short_key(piece.as_bytes());
-        let hit = match key {
-            Some(key) => state.short.get(&key),
-            None => state.long.get(piece.as_bytes()),
-        };
-        if let Some(&(start, len)) = hit {
+        let key = cache::key(piece.as_bytes());
+        if key.is_some_and(|key| state.short.get(key, out)) {
+            return;
+        }
+        // Short pieces with more ids than the table holds are here too.
+        if let Some(&(start, len)) = state.long.get(piece.as_bytes()) {
             out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
             return;
         }
         let before = out.len();
         self.merge_piece(piece, state, out);
-        let made = out.len() - before;
-        if state.arena.len() + made > CACHE_IDS
-            || state.short.len() + state.long.len() >= CACHE_PIECES
-        {
-            state.short.clear();
+        let made = &out[before..];
+        if key.is_some_and(|key| state.short.insert(key, made)) {
+            return;
+        }
+        if state.arena.len() + made.len() > CACHE_IDS || state.long.len() >= CACHE_PIECES {
             state.long.clear();
             state.arena.clear();
         }
-        let entry = (state.arena.len() as u32, made as u32);
-        state.arena.extend_from_slice(&out[before..]);
-        match key {
-            Some(key) => state.short.insert(key, entry),
-            None => state.long.insert(piece.as_bytes().into(), entry),
-        };
+        let entry = (state.arena.len() as u32, made.len() as u32);
+        state.arena.extend_from_slice(made);
+        state.long.insert(piece.as_bytes().into(), entry);
     }
 
     /// HF's `merge_word`: the symbols of `piece`, merged.

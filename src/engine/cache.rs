@@ -1,0 +1,174 @@
+//! A worker's cache of the ids of short pieces, sized to stay in a core's
+//! L2 cache.
+//!
+//! On a long run most pieces are found in the cache, so what a lookup
+//! costs decides the speed: in a hash map of hundreds of thousands of
+//! pieces (tens of MiB) each lookup is a miss to memory, and the map's
+//! growth is fresh memory the OS must zero. A table of [`SETS`] sets of
+//! two entries, one 64-byte line each (1 MiB a worker), costs one line per
+//! lookup; the pieces it loses are merged (or segmented) again, which
+//! costs less than the misses saved. Nothing in it changes the ids.
+//!
+//! An entry is a piece of 1 to 15 bytes as one `u128` ([`key`]) and up to
+//! [`IDS`] ids inline. A set keeps its most recently used entry first; a
+//! new entry replaces the other.
+
+/// The sets of the table: two entries each.
+pub(crate) const SETS: usize = 1 << 14;
+
+/// The most ids an entry holds.
+pub(crate) const IDS: usize = 4;
+
+/// After an entry's last id.
+const END: u32 = u32::MAX;
+
+/// The table; empty until the first insert.
+#[derive(Default)]
+pub(crate) struct ShortCache {
+    sets: Vec<Set>,
+}
+
+/// Two entries whose keys hash alike, the most recently used first.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Set([Entry; 2]);
+
+/// A cached piece: its key (0 where none) and its ids, [`END`] after the
+/// last.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Entry {
+    key: u128,
+    ids: [u32; IDS],
+}
+
+/// The bytes of a piece of at most 15 bytes as one little-endian integer,
+/// zero above them. Read with at most two overlapping loads: copying the
+/// bytes into a buffer and reading it back as an integer stalls that read
+/// until the copy's stores drain.
+#[inline(always)]
+pub(crate) fn pack(p: &[u8]) -> u128 {
+    let n = p.len();
+    debug_assert!(n <= 15);
+    let word = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().expect("8 bytes"));
+    let half = |at: usize| {
+        u64::from(u32::from_le_bytes(
+            p[at..at + 4].try_into().expect("4 bytes"),
+        ))
+    };
+    let (lo, hi) = match n {
+        0 => (0, 0),
+        // The first, middle and last bytes: all of them, overlapping.
+        1..=3 => {
+            let byte = |i: usize| u64::from(p[i]) << (8 * i);
+            (byte(0) | byte(n / 2) | byte(n - 1), 0)
+        }
+        4..=7 => (half(0) | half(n - 4) << (8 * (n - 4)), 0),
+        8 => (word(0), 0),
+        _ => (word(0), word(n - 8) >> (8 * (16 - n))),
+    };
+    u128::from(lo) | u128::from(hi) << 64
+}
+
+/// A piece of 1 to 15 bytes as one integer: its bytes, and its length in
+/// the top byte (so never 0, and `a` and `a\0` differ); `None` for others.
+#[inline(always)]
+pub(crate) fn key(piece: &[u8]) -> Option<u128> {
+    (1..=15)
+        .contains(&piece.len())
+        .then(|| pack(piece) | (piece.len() as u128) << 120)
+}
+
+/// The set of a key.
+#[inline(always)]
+fn set_of(key: u128) -> usize {
+    let folded = (key as u64) ^ ((key >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (folded.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - SETS.trailing_zeros())) as usize
+}
+
+impl ShortCache {
+    /// Appends the ids cached for `key` and says whether there were any.
+    #[inline(always)]
+    pub(crate) fn get(&mut self, key: u128, out: &mut Vec<u32>) -> bool {
+        let Some(set) = self.sets.get_mut(set_of(key)) else {
+            return false;
+        };
+        if set.0[1].key == key {
+            set.0.swap(0, 1);
+        }
+        if set.0[0].key != key {
+            return false;
+        }
+        let ids = &set.0[0].ids;
+        let n = ids.iter().position(|&id| id == END).unwrap_or(IDS);
+        out.extend_from_slice(&ids[..n]);
+        true
+    }
+
+    /// Caches `ids` for `key`, if they are at most [`IDS`]; says whether
+    /// it did.
+    pub(crate) fn insert(&mut self, key: u128, ids: &[u32]) -> bool {
+        if ids.len() > IDS {
+            return false;
+        }
+        if self.sets.is_empty() {
+            self.sets = vec![Set::default(); SETS];
+        }
+        let mut entry = Entry {
+            key,
+            ids: [END; IDS],
+        };
+        entry.ids[..ids.len()].copy_from_slice(ids);
+        let set = &mut self.sets[set_of(key)];
+        set.0[1] = set.0[0];
+        set.0[0] = entry;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_is_the_bytes_zero_extended() {
+        let bytes: Vec<u8> = (1..=15).map(|b| b * 17).collect();
+        for n in 0..=15 {
+            let mut want = [0u8; 16];
+            want[..n].copy_from_slice(&bytes[..n]);
+            assert_eq!(pack(&bytes[..n]), u128::from_le_bytes(want), "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn keys_tell_pieces_apart() {
+        assert_eq!(key(b""), None);
+        assert_eq!(key(&[b'a'; 16]), None);
+        assert_ne!(key(b"a"), key(b"a\0"));
+        assert_ne!(key(b"\0"), Some(0));
+    }
+
+    #[test]
+    fn what_is_found_is_what_was_cached() {
+        let mut cache = ShortCache::default();
+        let mut out = Vec::new();
+        assert!(!cache.get(key(b"x").unwrap(), &mut out));
+        assert!(!cache.insert(key(b"x").unwrap(), &[1, 2, 3, 4, 5]));
+        // Many more pieces than entries: each one found is right, and the
+        // most recent of each set is always found.
+        let pieces: Vec<String> = (0..4 * SETS).map(|n| format!("p{n}")).collect();
+        for (n, p) in pieces.iter().enumerate() {
+            let ids: Vec<u32> = (0..(n % (IDS + 1)) as u32).collect();
+            cache.insert(key(p.as_bytes()).unwrap(), &ids);
+            out.clear();
+            assert!(cache.get(key(p.as_bytes()).unwrap(), &mut out));
+            assert_eq!(out, ids);
+        }
+        for (n, p) in pieces.iter().enumerate() {
+            out.clear();
+            if cache.get(key(p.as_bytes()).unwrap(), &mut out) {
+                assert_eq!(out, (0..(n % (IDS + 1)) as u32).collect::<Vec<_>>(), "{p}");
+            }
+        }
+    }
+}
