@@ -12,6 +12,8 @@ use std::collections::{BinaryHeap, HashMap};
 
 use foldhash::fast::FixedState;
 
+use super::cache::{self, ShortCache};
+
 /// A merge: the rank of the pair and the id it makes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Merge {
@@ -53,49 +55,26 @@ pub(crate) struct Affixed {
 
 /// Pieces longer than this (in bytes) merge through the heap.
 const SCAN_MAX: usize = 48;
-/// The cache is emptied when it holds this many ids.
-const CACHE_IDS: usize = 1 << 22;
+/// The map of pieces the short table does not take is emptied when it
+/// holds this many ids...
+const CACHE_IDS: usize = 1 << 18;
+/// ...or this many pieces.
+const CACHE_PIECES: usize = 1 << 15;
 
 /// One worker's reusable buffers and cache; nothing in it changes the ids.
 ///
-/// Pieces of up to 7 bytes (most of them) are keyed by one `u64`, bytes and
-/// length, so a hit costs one integer hash and compare; longer ones by
-/// their bytes. Both point into `arena`, which holds the ids.
+/// Pieces of up to 15 bytes with up to 4 ids (nearly all) are cached in
+/// [`super::cache`]'s 1 MiB table; the others in a map of at most
+/// [`CACHE_PIECES`] pieces and [`CACHE_IDS`] ids. About 5 MiB a worker,
+/// plus the merge buffers.
+#[derive(Default)]
 pub struct BpeState {
-    /// A direct-mapped cache of short pieces that are one token, small
-    /// enough to stay in the core's cache: the frequent words of a corpus
-    /// hit here without touching the large map.
-    hot: Box<[(u64, u32)]>,
-    short: HashMap<u64, (u32, u32), FixedState>,
+    short: ShortCache,
     long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
     arena: Vec<u32>,
     syms: Vec<(u32, Merge)>,
     nodes: Vec<Node>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
-}
-
-impl Default for BpeState {
-    fn default() -> BpeState {
-        BpeState {
-            hot: vec![(EMPTY, 0); 1 << HOT_BITS].into_boxed_slice(),
-            short: HashMap::default(),
-            long: HashMap::default(),
-            arena: Vec::new(),
-            syms: Vec::new(),
-            nodes: Vec::new(),
-            heap: BinaryHeap::new(),
-        }
-    }
-}
-
-/// 2^14 entries of 16 bytes: 256 KiB.
-const HOT_BITS: u32 = 14;
-/// No piece has this key (its length byte would be 255).
-const EMPTY: u64 = u64::MAX;
-
-#[inline(always)]
-fn hot_slot(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HOT_BITS)) as usize
 }
 
 #[derive(Clone, Copy)]
@@ -109,16 +88,6 @@ struct Node {
 const NONE: u32 = u32::MAX;
 /// The id of a byte with no token.
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
-
-/// A piece of at most 7 bytes as one integer: its bytes, and its length in
-/// the top byte (so `a` and `a\0` differ).
-#[inline(always)]
-fn short_key(piece: &[u8]) -> Option<u64> {
-    if piece.len() > 7 {
-        return None;
-    }
-    Some(super::cache::pack(piece) as u64 | (piece.len() as u64) << 56)
-}
 
 impl Bpe {
     #[inline(always)]
@@ -159,40 +128,25 @@ impl Bpe {
             }
             return;
         }
-        // The small hot table first: a whole-token lookup (with
+        // The short table first: a whole-token lookup (with
         // `ignore_merges`) in the large vocabulary map costs as much as a
-        // cache miss, and frequent whole tokens are kept hot too.
-        let key = short_key(piece);
-        if let Some(key) = key {
-            let (k, id) = state.hot[hot_slot(key)];
-            if k == key {
-                out.push(id);
-                return;
-            }
+        // cache miss, and whole tokens are cached too.
+        let key = cache::key(piece);
+        if key.is_some_and(|key| state.short.get(key, out)) {
+            return;
         }
         if let Some(whole) = &self.whole {
             if let Some(&id) = whole.get(piece) {
                 out.push(id);
                 if let Some(key) = key {
-                    state.hot[hot_slot(key)] = (key, id);
+                    state.short.insert(key, &[id]);
                 }
                 return;
             }
         }
-        let hit = match key {
-            Some(key) => state.short.get(&key),
-            None => state.long.get(piece),
-        };
-        if let Some(&(start, len)) = hit {
-            if len == 1 {
-                let id = state.arena[start as usize];
-                out.push(id);
-                if let Some(key) = key {
-                    state.hot[hot_slot(key)] = (key, id);
-                }
-            } else {
-                out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
-            }
+        // Short pieces with more ids than the table holds are here too.
+        if let Some(&(start, len)) = state.long.get(piece) {
+            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
             return;
         }
         let before = out.len();
@@ -202,17 +156,17 @@ impl Bpe {
         } else {
             self.merge_heap(piece, state, out);
         }
-        if state.arena.len() + (out.len() - before) > CACHE_IDS {
-            state.short.clear();
+        let made = &out[before..];
+        if key.is_some_and(|key| state.short.insert(key, made)) {
+            return;
+        }
+        if state.arena.len() + made.len() > CACHE_IDS || state.long.len() >= CACHE_PIECES {
             state.long.clear();
             state.arena.clear();
         }
-        let entry = (state.arena.len() as u32, (out.len() - before) as u32);
-        state.arena.extend_from_slice(&out[before..]);
-        match key {
-            Some(key) => state.short.insert(key, entry),
-            None => state.long.insert(piece.into(), entry),
-        };
+        let entry = (state.arena.len() as u32, made.len() as u32);
+        state.arena.extend_from_slice(made);
+        state.long.insert(piece.into(), entry);
     }
 
     /// Merging on a small array of (id, merge of the pair it starts): lowest
