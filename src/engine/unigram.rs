@@ -22,9 +22,15 @@
 //!   vocabulary has it, else its bytes' `<0xXX>` pieces under
 //!   `byte_fallback` (when every byte has one), else `unk_id`.
 //! - **State**: a cache of the ids of words up to [`CACHE_WORD_BYTES`]
-//!   bytes, at most [`CACHE_WORDS`] of them (emptied when full): under
-//!   4 MiB of words and ids a thread, plus the Viterbi buffers, which grow
-//!   to the longest word seen (24 bytes per byte of it).
+//!   bytes, emptied when it holds [`CACHE_WORDS`] words or [`CACHE_IDS`]
+//!   ids. Words of up to 15 bytes (most of them) are keyed by one `u128`,
+//!   longer ones by their bytes, and the ids of all lie in one arena. At
+//!   most, a thread holds: each map's table of 2^18 slots (the capacity
+//!   being 7/8 of the slots; 33 bytes a slot for short words, 8.25 MiB,
+//!   and 25 for long ones, 6.25 MiB), the long words' keys (at most 48
+//!   bytes each, 11 MiB) and the arena (8 MiB): under 34 MiB, plus the
+//!   Viterbi buffers, which grow to the longest word seen (24 bytes per
+//!   byte of it).
 //!
 //! A model without `unk_id` is refused: HF fails on the first unknown
 //! character, and prep would rather run HF and report that than guess.
@@ -43,8 +49,12 @@ const UNK_PENALTY: f64 = 10.0;
 /// Words longer than this (in bytes) are not cached.
 pub(crate) const CACHE_WORD_BYTES: usize = 48;
 
-/// At most this many words are cached per thread.
-pub(crate) const CACHE_WORDS: usize = 16_384;
+/// At most this many words are cached per thread: 7/8 of 2^18, a hash
+/// table's capacity with 2^18 slots.
+pub(crate) const CACHE_WORDS: usize = (1 << 18) / 8 * 7;
+
+/// At most this many ids are cached per thread.
+pub(crate) const CACHE_IDS: usize = 1 << 21;
 
 /// No token ends at this trie node; no start reaches this position yet.
 const NONE: u32 = u32::MAX;
@@ -62,13 +72,30 @@ pub(crate) struct Model {
     byte_ids: Option<Box<[u32; 256]>>,
 }
 
-/// One worker's buffers and cache.
+/// One worker's buffers and cache. Words of up to 15 bytes are keyed by
+/// one `u128` (bytes and length), longer ones by their bytes; both point
+/// at their ids' (start, length) in `arena`.
 #[derive(Default)]
 pub(crate) struct State {
     best: Vec<Best>,
     /// The best path's pieces, last first: (start, end, id).
     path: Vec<(u32, u32, u32)>,
-    cache: HashMap<Box<str>, Box<[u32]>, FixedState>,
+    short: HashMap<u128, (u32, u32), FixedState>,
+    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
+    arena: Vec<u32>,
+}
+
+/// A word of at most 15 bytes as one integer: its bytes, and its length in
+/// the top byte.
+#[inline(always)]
+fn short_key(word: &[u8]) -> Option<u128> {
+    if word.len() > 15 {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..word.len()].copy_from_slice(word);
+    bytes[15] = word.len() as u8;
+    Some(u128::from_le_bytes(bytes))
 }
 
 /// The best path ending at a position.
@@ -327,22 +354,37 @@ impl Model {
         if word.is_empty() {
             return;
         }
-        let cacheable = word.len() <= CACHE_WORD_BYTES;
-        if cacheable {
-            if let Some(ids) = state.cache.get(word) {
-                out.extend_from_slice(ids);
-                return;
-            }
+        if word.len() > CACHE_WORD_BYTES {
+            self.viterbi(word, state);
+            self.emit(word, &state.path, out);
+            return;
+        }
+        let key = short_key(word.as_bytes());
+        let hit = match key {
+            Some(key) => state.short.get(&key),
+            None => state.long.get(word.as_bytes()),
+        };
+        if let Some(&(start, len)) = hit {
+            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+            return;
         }
         let from = out.len();
         self.viterbi(word, state);
         self.emit(word, &state.path, out);
-        if cacheable {
-            if state.cache.len() >= CACHE_WORDS {
-                state.cache.clear();
-            }
-            state.cache.insert(word.into(), out[from..].into());
+        let made = out.len() - from;
+        if state.arena.len() + made > CACHE_IDS
+            || state.short.len() + state.long.len() >= CACHE_WORDS
+        {
+            state.short.clear();
+            state.long.clear();
+            state.arena.clear();
         }
+        let entry = (state.arena.len() as u32, made as u32);
+        state.arena.extend_from_slice(&out[from..]);
+        match key {
+            Some(key) => state.short.insert(key, entry),
+            None => state.long.insert(word.as_bytes().into(), entry),
+        };
     }
 
     /// Leaves the best path's pieces in `state.path`, last first.
