@@ -430,3 +430,38 @@ fn speed() {
     );
     assert_eq!(n * 2, m);
 }
+
+/// The fast engine alone on a JSONL file named by `PREP_SPEED_CORPUS`
+/// (`cargo test --release --test engine_unigram -- --ignored
+/// speed_on_corpus --nocapture`): the first pass (a fresh state, as a run
+/// starts) and the best of four more; prints, asserts nothing.
+#[test]
+#[ignore]
+fn speed_on_corpus() {
+    let (Some(path), Some(corpus)) = (t5_path(), std::env::var_os("PREP_SPEED_CORPUS")) else {
+        eprintln!("skipped: PREP_SPEED_CORPUS is not set");
+        return;
+    };
+    let fast = FastTokenizer::from_json(&read_zst(&path)).unwrap();
+    let docs = texts(&std::fs::read(corpus).unwrap());
+    let mb = docs.iter().map(String::len).sum::<usize>() as f64 / 1e6;
+    let mut out = Vec::new();
+    let mut pass = |state: &mut EncodeState| {
+        let start = std::time::Instant::now();
+        for d in &docs {
+            out.clear();
+            fast.encode(d, state, &mut out);
+        }
+        start.elapsed().as_secs_f64()
+    };
+    let mut state = EncodeState::default();
+    let first = pass(&mut state);
+    let best = (0..4)
+        .map(|_| pass(&mut state))
+        .fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "{mb:.1} MB: first pass {:.1} MB/s, then {:.1} MB/s, one thread",
+        mb / first,
+        mb / best
+    );
+}
