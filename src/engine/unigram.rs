@@ -66,9 +66,8 @@ const NONE: u32 = u32::MAX;
 
 /// The model, ready to encode.
 pub(crate) struct Model {
+    /// The pieces, with their scores.
     trie: Trie,
-    /// Score by id.
-    scores: Vec<f64>,
     /// Text to id (the last id of a text listed twice, as HF).
     vocab: Vocab,
     unk_id: u32,
@@ -363,11 +362,10 @@ impl Model {
         } else {
             None
         };
-        let trie = Trie::new(&vocab);
+        let trie = Trie::new(&vocab, &scores);
         Ok((
             Model {
                 trie,
-                scores,
                 unk_id: unk_id as u32,
                 unk_score: min_score - UNK_PENALTY,
                 byte_ids,
@@ -450,9 +448,9 @@ impl Model {
             let here = best[start].score;
             let char_len = utf8_len(bytes[start]);
             let mut single = false;
-            self.trie.prefixes(&bytes[start..], |len, id| {
+            self.trie.prefixes(&bytes[start..], |len, id, score| {
                 let end = start + len;
-                let candidate = self.scores[id as usize] + here;
+                let candidate = score + here;
                 let target = &mut best[end];
                 if target.start == NONE || candidate > target.score {
                     *target = Best {
@@ -528,20 +526,31 @@ fn utf8_len(lead: u8) -> usize {
     }
 }
 
-/// The pieces' bytes as a trie in flat arrays: each node's children are a
-/// run of `labels`/`children` sorted by label; the root's are a table.
+/// The pieces' bytes as a trie, laid out for few cache misses per byte:
+/// each node (its piece's id and score, and where its children are) is
+/// one record, a node's children are consecutive records, and their labels
+/// lie in the same order in `labels`; the root's children are a table.
 struct Trie {
     root: Box<[u32; 256]>,
-    /// Per node: the id of the piece ending here, or [`NONE`].
-    ids: Vec<u32>,
-    /// Per node: its children's range in `labels` and `children`.
-    ranges: Vec<(u32, u32)>,
+    nodes: Vec<Node>,
+    /// Per node: the byte that leads to it.
     labels: Vec<u8>,
-    children: Vec<u32>,
+}
+
+/// A trie node.
+#[derive(Clone, Copy)]
+struct Node {
+    /// The score of the piece ending here.
+    score: f64,
+    /// The id of the piece ending here, or [`NONE`].
+    id: u32,
+    /// Its children: `nodes[first..first + count]`.
+    first: u32,
+    count: u32,
 }
 
 impl Trie {
-    fn new(vocab: &Vocab) -> Trie {
+    fn new(vocab: &Vocab, scores: &[f64]) -> Trie {
         let mut pieces: Vec<(&[u8], u32)> = vocab
             .iter()
             .filter(|(p, _)| !p.is_empty())
@@ -550,59 +559,55 @@ impl Trie {
         pieces.sort_unstable();
         let mut trie = Trie {
             root: Box::new([NONE; 256]),
-            ids: Vec::new(),
-            ranges: Vec::new(),
+            nodes: Vec::new(),
             labels: Vec::new(),
-            children: Vec::new(),
         };
-        // The root's children, each built depth first.
-        let mut i = 0;
-        while i < pieces.len() {
-            let label = pieces[i].0[0];
-            let j = i + pieces[i..].partition_point(|p| p.0[0] == label);
-            trie.root[label as usize] = trie.build(&pieces[i..j], 1);
-            i = j;
+        // Nodes to fill in: (node, its pieces, which share `depth` bytes).
+        let mut todo = std::collections::VecDeque::new();
+        for (label, range) in groups(&pieces, 0) {
+            trie.root[label as usize] = trie.push(label);
+            todo.push_back((trie.nodes.len() - 1, range, 1));
+        }
+        while let Some((node, range, depth)) = todo.pop_front() {
+            let mut group = &pieces[range.clone()];
+            let mut start = range.start;
+            // Sorted, so a piece of exactly `depth` bytes comes first.
+            if let Some(&(p, id)) = group.first() {
+                if p.len() == depth {
+                    trie.nodes[node].id = id;
+                    trie.nodes[node].score = scores[id as usize];
+                    group = &group[1..];
+                    start += 1;
+                }
+            }
+            let children = groups(group, depth);
+            trie.nodes[node].first = trie.nodes.len() as u32;
+            trie.nodes[node].count = children.len() as u32;
+            for (label, r) in children {
+                let child = trie.push(label);
+                todo.push_back((child as usize, start + r.start..start + r.end, depth + 1));
+            }
         }
         trie
     }
 
-    /// Builds the node for `pieces`, which share their first `depth`
-    /// bytes (sorted, so a piece of exactly `depth` bytes comes first).
-    fn build(&mut self, pieces: &[(&[u8], u32)], depth: usize) -> u32 {
-        let node = self.ids.len();
-        let (id, rest) = match pieces.first() {
-            Some((p, id)) if p.len() == depth => (*id, &pieces[1..]),
-            _ => (NONE, pieces),
-        };
-        self.ids.push(id);
-        self.ranges.push((0, 0));
-        // Labels first, so a node's children sit together.
-        let mut groups = Vec::new();
-        let mut i = 0;
-        while i < rest.len() {
-            let label = rest[i].0[depth];
-            let j = i + rest[i..].partition_point(|p| p.0[depth] == label);
-            groups.push((label, i, j));
-            i = j;
-        }
-        let first = self.labels.len();
-        for &(label, _, _) in &groups {
-            self.labels.push(label);
-            self.children.push(NONE);
-        }
-        self.ranges[node] = (first as u32, (first + groups.len()) as u32);
-        for (k, &(_, i, j)) in groups.iter().enumerate() {
-            let child = self.build(&rest[i..j], depth + 1);
-            self.children[first + k] = child;
-        }
-        node as u32
+    /// A new node reached by `label`, with no piece and no children yet.
+    fn push(&mut self, label: u8) -> u32 {
+        self.nodes.push(Node {
+            score: 0.0,
+            id: NONE,
+            first: 0,
+            count: 0,
+        });
+        self.labels.push(label);
+        (self.nodes.len() - 1) as u32
     }
 
-    /// Calls `found(length, id)` for each piece that is a prefix of
+    /// Calls `found(length, id, score)` for each piece that is a prefix of
     /// `bytes`, shortest first.
     #[inline]
-    fn prefixes(&self, bytes: &[u8], mut found: impl FnMut(usize, u32)) {
-        let Some((&b0, rest)) = bytes.split_first() else {
+    fn prefixes(&self, bytes: &[u8], mut found: impl FnMut(usize, u32, f64)) {
+        let Some(&b0) = bytes.first() else {
             return;
         };
         let mut node = self.root[b0 as usize];
@@ -611,15 +616,15 @@ impl Trie {
         }
         let mut len = 1;
         loop {
-            let id = self.ids[node as usize];
-            if id != NONE {
-                found(len, id);
+            let n = self.nodes[node as usize];
+            if n.id != NONE {
+                found(len, n.id, n.score);
             }
-            let Some(&b) = rest.get(len - 1) else {
+            let Some(&b) = bytes.get(len) else {
                 return;
             };
-            let (lo, hi) = self.ranges[node as usize];
-            let labels = &self.labels[lo as usize..hi as usize];
+            let (lo, hi) = (n.first as usize, (n.first + n.count) as usize);
+            let labels = &self.labels[lo..hi];
             let k = if labels.len() <= 8 {
                 match labels.iter().position(|&l| l == b) {
                     Some(k) => k,
@@ -631,10 +636,24 @@ impl Trie {
                     Err(_) => return,
                 }
             };
-            node = self.children[lo as usize + k];
+            node = (lo + k) as u32;
             len += 1;
         }
     }
+}
+
+/// The runs of `pieces` (sorted, each longer than `depth` bytes) by their
+/// byte at `depth`: (that byte, the run's range).
+fn groups(pieces: &[(&[u8], u32)], depth: usize) -> Vec<(u8, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pieces.len() {
+        let label = pieces[i].0[depth];
+        let j = i + pieces[i..].partition_point(|p| p.0[depth] == label);
+        out.push((label, i..j));
+        i = j;
+    }
+    out
 }
 
 #[cfg(test)]
