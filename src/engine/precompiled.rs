@@ -56,6 +56,9 @@ pub(crate) struct Precompiled {
     ascii: Box<[Option<Box<str>>; 128]>,
     /// What CR LF is written as; `None` where it is kept.
     crlf: Option<Box<str>>,
+    /// The ASCII bytes not copied as they are: those the table changes, and
+    /// CR (which may start CR LF).
+    stops: [bool; 128],
 }
 
 impl std::fmt::Debug for Precompiled {
@@ -73,14 +76,7 @@ impl Precompiled {
             let e: String = e.chars().take(200).collect();
             Unsupported(format!("normalizer: Precompiled: {e}"))
         })?;
-        let text = n
-            .get("precompiled_charsmap")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Unsupported("normalizer: Precompiled without its map".into()))?;
-        let bytes = base64(text).ok_or_else(|| {
-            Unsupported("normalizer: Precompiled: the map is not plain base64".into())
-        })?;
-        check(&bytes).map_err(|e| Unsupported(format!("normalizer: Precompiled: {e}")))?;
+        check_json(n).map_err(|e| Unsupported(format!("normalizer: Precompiled: {e}")))?;
         let changed = |s: &str| {
             let out = map.normalize_string(s);
             (out != s).then(|| out.into_boxed_str())
@@ -89,20 +85,23 @@ impl Precompiled {
             changed((b as u8 as char).encode_utf8(&mut [0; 4]))
         }));
         let crlf = changed("\r\n");
-        Ok(Precompiled { map, ascii, crlf })
+        let stops = std::array::from_fn(|b| ascii[b].is_some() || b == usize::from(b'\r'));
+        Ok(Precompiled {
+            map,
+            ascii,
+            crlf,
+            stops,
+        })
     }
 
     /// The normalized text.
     pub(crate) fn apply<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let bytes = text.as_bytes();
-        let crlf_changes = self.crlf.is_some();
-        // The first byte that is not ASCII or that the table changes.
-        let first = bytes.iter().enumerate().position(|(i, &b)| {
-            b >= 0x80
-                || self.ascii[b as usize].is_some()
-                || (crlf_changes && b == b'\r' && bytes.get(i + 1) == Some(&b'\n'))
-        });
-        let Some(first) = first else {
+        // The first byte that is not ASCII or not copied as it is.
+        let Some(first) = bytes
+            .iter()
+            .position(|&b| b >= 0x80 || self.stops[b as usize])
+        else {
             return Cow::Borrowed(text);
         };
         // Back to a certain cluster boundary (the byte is one, or the text
@@ -114,6 +113,7 @@ impl Precompiled {
         };
         let mut out = String::with_capacity(text.len() + text.len() / 8);
         out.push_str(&text[..start]);
+        let mut changed = false;
         let mut i = start;
         while i < bytes.len() {
             // ASCII up to the next non-ASCII byte, less the ASCII
@@ -127,38 +127,56 @@ impl Precompiled {
             } else {
                 next
             };
-            self.push_ascii(&bytes[i..stretch], &mut out);
+            changed |= self.push_ascii(&text[i..stretch], &mut out);
             if stretch == bytes.len() {
                 break;
             }
             // Through the crate up to the next certain boundary.
             let end = ascii_cut_after(bytes, next);
-            out.push_str(&self.map.normalize_string(&text[stretch..end]));
+            let part = &text[stretch..end];
+            let normalized = self.map.normalize_string(part);
+            changed |= normalized != part;
+            out.push_str(&normalized);
             i = end;
         }
-        if out == text {
-            Cow::Borrowed(text)
-        } else {
+        if changed {
             Cow::Owned(out)
+        } else {
+            Cow::Borrowed(text)
         }
     }
 
-    /// Appends ASCII text through the table.
-    fn push_ascii(&self, bytes: &[u8], out: &mut String) {
+    /// Appends ASCII text through the table, the runs it keeps copied
+    /// whole; whether anything changed.
+    fn push_ascii(&self, text: &str, out: &mut String) -> bool {
+        let bytes = text.as_bytes();
+        let mut changed = false;
         let mut i = 0;
         while i < bytes.len() {
-            let b = bytes[i];
-            if b == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
-                out.push_str(self.crlf.as_deref().unwrap_or("\r\n"));
-                i += 2;
-                continue;
+            let run = bytes[i..]
+                .iter()
+                .position(|&b| self.stops[b as usize])
+                .unwrap_or(bytes.len() - i);
+            out.push_str(&text[i..i + run]);
+            i += run;
+            let Some(&b) = bytes.get(i) else {
+                break;
+            };
+            let (with, len) = if b == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
+                (self.crlf.as_deref(), 2)
+            } else {
+                (self.ascii[b as usize].as_deref(), 1)
+            };
+            match with {
+                Some(s) => {
+                    out.push_str(s);
+                    changed = true;
+                }
+                None => out.push_str(&text[i..i + len]),
             }
-            match &self.ascii[b as usize] {
-                Some(s) => out.push_str(s),
-                None => out.push(b as char),
-            }
-            i += 1;
+            i += len;
         }
+        changed
     }
 }
 
@@ -217,6 +235,16 @@ fn base64(text: &str) -> Option<Vec<u8>> {
         out.extend_from_slice(&[a, b, c][..chunk.len() - 1]);
     }
     Some(out)
+}
+
+/// [`check`] on the map of a `{"type": "Precompiled", ...}` object: what
+/// makes the crate fail on it (at load or on some text), if anything.
+pub(crate) fn check_json(n: &Value) -> Result<(), String> {
+    let text = n
+        .get("precompiled_charsmap")
+        .and_then(Value::as_str)
+        .ok_or("no precompiled_charsmap string")?;
+    check(&base64(text).ok_or("the map is not plain base64")?)
 }
 
 /// The longest key the crate looks up: a cluster under 6 bytes.

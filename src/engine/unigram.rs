@@ -29,7 +29,7 @@
 //!   its ids inline, the least recently used of a set replaced), and other
 //!   words up to [`CACHE_WORD_BYTES`] bytes in a map emptied when it holds
 //!   [`LONG_WORDS`] words or [`LONG_IDS`] ids (under 3 MiB). Plus the
-//!   Viterbi buffers, which grow to the longest word seen (24 bytes per
+//!   Viterbi buffers, which grow to the longest word seen (28 bytes per
 //!   byte of it): about 4 MiB a thread in all.
 //!
 //! A model without `unk_id` is refused: HF fails on the first unknown
