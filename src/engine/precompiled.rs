@@ -468,7 +468,7 @@ mod tests {
                 base64(n["precompiled_charsmap"].as_str().unwrap()).unwrap(),
                 map
             );
-            Precompiled::from_json(&n).err().expect("refused").0
+            Precompiled::from_json(&n).expect_err("refused").0
         };
         // An empty trie: the crate reads its unit 0.
         let e = refused(&[0, 0, 0, 0, b'a', 0]);
