@@ -383,6 +383,82 @@ fn unigram_without_unk_id_is_refused() {
     assert!(err.0.contains("unk_id"), "{err}");
 }
 
+/// Standard base64 with padding, and back (what `precompiled_charsmap`
+/// holds).
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn to_base64(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let mut b = [0u8; 3];
+        b[..chunk.len()].copy_from_slice(chunk);
+        let n = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn from_base64(text: &str) -> Vec<u8> {
+    let digits: Vec<u32> = text
+        .bytes()
+        .filter(|&c| c != b'=')
+        .map(|c| B64.iter().position(|&d| d == c).unwrap() as u32)
+        .collect();
+    let mut out = Vec::new();
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0, |n, (k, &d)| n | d << (18 - 6 * k));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+/// A malformed `precompiled_charsmap` (on which the crate HF calls would
+/// fail to parse, or index out of bounds) is refused with a reason, not a
+/// panic, by the fast engine.
+#[test]
+fn malformed_charsmap_is_refused() {
+    let Some(t5) = t5_json() else {
+        return;
+    };
+    let map = from_base64(t5["normalizer"]["precompiled_charsmap"].as_str().unwrap());
+    assert_eq!(to_base64(&map), t5["normalizer"]["precompiled_charsmap"]);
+    let size = u32::from_le_bytes(map[..4].try_into().unwrap()) as usize;
+    let mut root_out = map.clone();
+    root_out[6] = 0xFF;
+    root_out[7] = 0x7F;
+    let garbage: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+    let mut big_trie = map.clone();
+    big_trie[..4].copy_from_slice(&(map.len() as u32 * 2).to_le_bytes());
+    for (name, charsmap) in [
+        ("not base64", "!!!not base64!!!".to_owned()),
+        ("garbage", to_base64(&garbage)),
+        ("truncated", to_base64(&map[..map.len() / 2])),
+        ("trie larger than the map", to_base64(&big_trie)),
+        ("empty trie", to_base64(&[0, 0, 0, 0, b'a', 0])),
+        ("root offset out of the trie", to_base64(&root_out)),
+        ("replacements cut short", to_base64(&map[..4 + size + 10])),
+    ] {
+        let mut j = t5.clone();
+        j["normalizer"]["precompiled_charsmap"] = json!(charsmap);
+        let json = serde_json::to_vec(&j).unwrap();
+        let result = std::panic::catch_unwind(|| FastTokenizer::from_json(&json));
+        let err = result
+            .unwrap_or_else(|_| panic!("{name}: the fast engine panics"))
+            .err()
+            .unwrap_or_else(|| panic!("{name}: accepted"));
+        assert!(err.0.contains("Precompiled"), "{name}: {err}");
+    }
+}
+
 /// Encode speed on the corpus excerpt, beside the HF crate's in the same
 /// run (`cargo test --release --test engine_unigram -- --ignored speed
 /// --nocapture`); prints, asserts nothing about time.
@@ -429,4 +505,39 @@ fn speed() {
         hf_s / fast_s
     );
     assert_eq!(n * 2, m);
+}
+
+/// The fast engine alone on a JSONL file named by `PREP_SPEED_CORPUS`
+/// (`cargo test --release --test engine_unigram -- --ignored
+/// speed_on_corpus --nocapture`): the first pass (a fresh state, as a run
+/// starts) and the best of four more; prints, asserts nothing.
+#[test]
+#[ignore]
+fn speed_on_corpus() {
+    let (Some(path), Some(corpus)) = (t5_path(), std::env::var_os("PREP_SPEED_CORPUS")) else {
+        eprintln!("skipped: PREP_SPEED_CORPUS is not set");
+        return;
+    };
+    let fast = FastTokenizer::from_json(&read_zst(&path)).unwrap();
+    let docs = texts(&std::fs::read(corpus).unwrap());
+    let mb = docs.iter().map(String::len).sum::<usize>() as f64 / 1e6;
+    let mut out = Vec::new();
+    let mut pass = |state: &mut EncodeState| {
+        let start = std::time::Instant::now();
+        for d in &docs {
+            out.clear();
+            fast.encode(d, state, &mut out);
+        }
+        start.elapsed().as_secs_f64()
+    };
+    let mut state = EncodeState::default();
+    let first = pass(&mut state);
+    let best = (0..4)
+        .map(|_| pass(&mut state))
+        .fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "{mb:.1} MB: first pass {:.1} MB/s, then {:.1} MB/s, one thread",
+        mb / first,
+        mb / best
+    );
 }

@@ -21,10 +21,16 @@
 //!   unknown pieces are fused into one, whose id is its text's if the
 //!   vocabulary has it, else its bytes' `<0xXX>` pieces under
 //!   `byte_fallback` (when every byte has one), else `unk_id`.
-//! - **State**: a cache of the ids of words up to [`CACHE_WORD_BYTES`]
-//!   bytes, at most [`CACHE_WORDS`] of them (emptied when full): under
-//!   4 MiB of words and ids a thread, plus the Viterbi buffers, which grow
-//!   to the longest word seen (24 bytes per byte of it).
+//! - **State**: a cache of the ids of words, sized to stay in a core's
+//!   L2 cache, since on a long run its lookups, not the Viterbi passes of
+//!   its misses, are what costs: words of up to 15 bytes with up to
+//!   [`SHORT_IDS`] ids (nearly all) in a two-way set-associative table of
+//!   [`SHORT_SETS`] sets of 64 bytes (1 MiB; the word as one `u128` and
+//!   its ids inline, the least recently used of a set replaced), and other
+//!   words up to [`CACHE_WORD_BYTES`] bytes in a map emptied when it holds
+//!   [`LONG_WORDS`] words or [`LONG_IDS`] ids (under 3 MiB). Plus the
+//!   Viterbi buffers, which grow to the longest word seen (28 bytes per
+//!   byte of it): about 4 MiB a thread in all.
 //!
 //! A model without `unk_id` is refused: HF fails on the first unknown
 //! character, and prep would rather run HF and report that than guess.
@@ -43,17 +49,25 @@ const UNK_PENALTY: f64 = 10.0;
 /// Words longer than this (in bytes) are not cached.
 pub(crate) const CACHE_WORD_BYTES: usize = 48;
 
-/// At most this many words are cached per thread.
-pub(crate) const CACHE_WORDS: usize = 16_384;
+/// The sets of the short words' table (two words each).
+pub(crate) const SHORT_SETS: usize = 1 << 14;
+
+/// The most ids a word in the short words' table has.
+pub(crate) const SHORT_IDS: usize = 4;
+
+/// At most this many other words are cached per thread.
+pub(crate) const LONG_WORDS: usize = 16_384;
+
+/// At most this many ids of other words are cached per thread.
+pub(crate) const LONG_IDS: usize = 1 << 18;
 
 /// No token ends at this trie node; no start reaches this position yet.
 const NONE: u32 = u32::MAX;
 
 /// The model, ready to encode.
 pub(crate) struct Model {
+    /// The pieces, with their scores.
     trie: Trie,
-    /// Score by id.
-    scores: Vec<f64>,
     /// Text to id (the last id of a text listed twice, as HF).
     vocab: Vocab,
     unk_id: u32,
@@ -68,7 +82,47 @@ pub(crate) struct State {
     best: Vec<Best>,
     /// The best path's pieces, last first: (start, end, id).
     path: Vec<(u32, u32, u32)>,
-    cache: HashMap<Box<str>, Box<[u32]>, FixedState>,
+    /// Words of up to 15 bytes with up to [`SHORT_IDS`] ids; [`SHORT_SETS`]
+    /// sets once the first word is cached.
+    short: Vec<Set>,
+    /// Other words: their ids' (start, length) in `arena`.
+    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
+    arena: Vec<u32>,
+}
+
+/// Two cached words whose keys hash alike, the most recently used first;
+/// one cache line.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Set([Entry; 2]);
+
+/// A cached word: its [`short_key`] (0 where none) and its ids, [`NONE`]
+/// after the last.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Entry {
+    key: u128,
+    ids: [u32; SHORT_IDS],
+}
+
+/// A word of at most 15 bytes as one integer: its bytes, and its length in
+/// the top byte (so never 0).
+#[inline(always)]
+fn short_key(word: &[u8]) -> Option<u128> {
+    if word.len() > 15 {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..word.len()].copy_from_slice(word);
+    bytes[15] = word.len() as u8;
+    Some(u128::from_le_bytes(bytes))
+}
+
+/// The set of a short key.
+#[inline(always)]
+fn set_of(key: u128) -> usize {
+    let folded = (key as u64) ^ ((key >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (folded.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - SHORT_SETS.trailing_zeros())) as usize
 }
 
 /// The best path ending at a position.
@@ -308,11 +362,10 @@ impl Model {
         } else {
             None
         };
-        let trie = Trie::new(&vocab);
+        let trie = Trie::new(&vocab, &scores);
         Ok((
             Model {
                 trie,
-                scores,
                 unk_id: unk_id as u32,
                 unk_score: min_score - UNK_PENALTY,
                 byte_ids,
@@ -327,22 +380,53 @@ impl Model {
         if word.is_empty() {
             return;
         }
-        let cacheable = word.len() <= CACHE_WORD_BYTES;
-        if cacheable {
-            if let Some(ids) = state.cache.get(word) {
-                out.extend_from_slice(ids);
+        if word.len() > CACHE_WORD_BYTES {
+            self.viterbi(word, state);
+            self.emit(word, &state.path, out);
+            return;
+        }
+        let key = short_key(word.as_bytes());
+        if let Some((key, set)) = key.and_then(|k| Some((k, state.short.get_mut(set_of(k))?))) {
+            if set.0[1].key == key {
+                set.0.swap(0, 1);
+            }
+            if set.0[0].key == key {
+                let ids = &set.0[0].ids;
+                let n = ids.iter().position(|&id| id == NONE).unwrap_or(SHORT_IDS);
+                out.extend_from_slice(&ids[..n]);
                 return;
             }
+        }
+        // A short word with more ids than the table holds is here too.
+        if let Some(&(start, len)) = state.long.get(word.as_bytes()) {
+            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+            return;
         }
         let from = out.len();
         self.viterbi(word, state);
         self.emit(word, &state.path, out);
-        if cacheable {
-            if state.cache.len() >= CACHE_WORDS {
-                state.cache.clear();
+        let made = &out[from..];
+        if let (Some(key), true) = (key, made.len() <= SHORT_IDS) {
+            if state.short.is_empty() {
+                state.short = vec![Set::default(); SHORT_SETS];
             }
-            state.cache.insert(word.into(), out[from..].into());
+            let mut entry = Entry {
+                key,
+                ids: [NONE; SHORT_IDS],
+            };
+            entry.ids[..made.len()].copy_from_slice(made);
+            let set = &mut state.short[set_of(key)];
+            set.0[1] = set.0[0];
+            set.0[0] = entry;
+            return;
         }
+        if state.arena.len() + made.len() > LONG_IDS || state.long.len() >= LONG_WORDS {
+            state.long.clear();
+            state.arena.clear();
+        }
+        let entry = (state.arena.len() as u32, made.len() as u32);
+        state.arena.extend_from_slice(&out[from..]);
+        state.long.insert(word.as_bytes().into(), entry);
     }
 
     /// Leaves the best path's pieces in `state.path`, last first.
@@ -364,9 +448,9 @@ impl Model {
             let here = best[start].score;
             let char_len = utf8_len(bytes[start]);
             let mut single = false;
-            self.trie.prefixes(&bytes[start..], |len, id| {
+            self.trie.prefixes(&bytes[start..], |len, id, score| {
                 let end = start + len;
-                let candidate = self.scores[id as usize] + here;
+                let candidate = score + here;
                 let target = &mut best[end];
                 if target.start == NONE || candidate > target.score {
                     *target = Best {
@@ -442,20 +526,31 @@ fn utf8_len(lead: u8) -> usize {
     }
 }
 
-/// The pieces' bytes as a trie in flat arrays: each node's children are a
-/// run of `labels`/`children` sorted by label; the root's are a table.
+/// The pieces' bytes as a trie, laid out for few cache misses per byte:
+/// each node (its piece's id and score, and where its children are) is
+/// one record, a node's children are consecutive records, and their labels
+/// lie in the same order in `labels`; the root's children are a table.
 struct Trie {
     root: Box<[u32; 256]>,
-    /// Per node: the id of the piece ending here, or [`NONE`].
-    ids: Vec<u32>,
-    /// Per node: its children's range in `labels` and `children`.
-    ranges: Vec<(u32, u32)>,
+    nodes: Vec<Node>,
+    /// Per node: the byte that leads to it.
     labels: Vec<u8>,
-    children: Vec<u32>,
+}
+
+/// A trie node.
+#[derive(Clone, Copy)]
+struct Node {
+    /// The score of the piece ending here.
+    score: f64,
+    /// The id of the piece ending here, or [`NONE`].
+    id: u32,
+    /// Its children: `nodes[first..first + count]`.
+    first: u32,
+    count: u32,
 }
 
 impl Trie {
-    fn new(vocab: &Vocab) -> Trie {
+    fn new(vocab: &Vocab, scores: &[f64]) -> Trie {
         let mut pieces: Vec<(&[u8], u32)> = vocab
             .iter()
             .filter(|(p, _)| !p.is_empty())
@@ -464,59 +559,55 @@ impl Trie {
         pieces.sort_unstable();
         let mut trie = Trie {
             root: Box::new([NONE; 256]),
-            ids: Vec::new(),
-            ranges: Vec::new(),
+            nodes: Vec::new(),
             labels: Vec::new(),
-            children: Vec::new(),
         };
-        // The root's children, each built depth first.
-        let mut i = 0;
-        while i < pieces.len() {
-            let label = pieces[i].0[0];
-            let j = i + pieces[i..].partition_point(|p| p.0[0] == label);
-            trie.root[label as usize] = trie.build(&pieces[i..j], 1);
-            i = j;
+        // Nodes to fill in: (node, its pieces, which share `depth` bytes).
+        let mut todo = std::collections::VecDeque::new();
+        for (label, range) in groups(&pieces, 0) {
+            trie.root[label as usize] = trie.push(label);
+            todo.push_back((trie.nodes.len() - 1, range, 1));
+        }
+        while let Some((node, range, depth)) = todo.pop_front() {
+            let mut group = &pieces[range.clone()];
+            let mut start = range.start;
+            // Sorted, so a piece of exactly `depth` bytes comes first.
+            if let Some(&(p, id)) = group.first() {
+                if p.len() == depth {
+                    trie.nodes[node].id = id;
+                    trie.nodes[node].score = scores[id as usize];
+                    group = &group[1..];
+                    start += 1;
+                }
+            }
+            let children = groups(group, depth);
+            trie.nodes[node].first = trie.nodes.len() as u32;
+            trie.nodes[node].count = children.len() as u32;
+            for (label, r) in children {
+                let child = trie.push(label);
+                todo.push_back((child as usize, start + r.start..start + r.end, depth + 1));
+            }
         }
         trie
     }
 
-    /// Builds the node for `pieces`, which share their first `depth`
-    /// bytes (sorted, so a piece of exactly `depth` bytes comes first).
-    fn build(&mut self, pieces: &[(&[u8], u32)], depth: usize) -> u32 {
-        let node = self.ids.len();
-        let (id, rest) = match pieces.first() {
-            Some((p, id)) if p.len() == depth => (*id, &pieces[1..]),
-            _ => (NONE, pieces),
-        };
-        self.ids.push(id);
-        self.ranges.push((0, 0));
-        // Labels first, so a node's children sit together.
-        let mut groups = Vec::new();
-        let mut i = 0;
-        while i < rest.len() {
-            let label = rest[i].0[depth];
-            let j = i + rest[i..].partition_point(|p| p.0[depth] == label);
-            groups.push((label, i, j));
-            i = j;
-        }
-        let first = self.labels.len();
-        for &(label, _, _) in &groups {
-            self.labels.push(label);
-            self.children.push(NONE);
-        }
-        self.ranges[node] = (first as u32, (first + groups.len()) as u32);
-        for (k, &(_, i, j)) in groups.iter().enumerate() {
-            let child = self.build(&rest[i..j], depth + 1);
-            self.children[first + k] = child;
-        }
-        node as u32
+    /// A new node reached by `label`, with no piece and no children yet.
+    fn push(&mut self, label: u8) -> u32 {
+        self.nodes.push(Node {
+            score: 0.0,
+            id: NONE,
+            first: 0,
+            count: 0,
+        });
+        self.labels.push(label);
+        (self.nodes.len() - 1) as u32
     }
 
-    /// Calls `found(length, id)` for each piece that is a prefix of
+    /// Calls `found(length, id, score)` for each piece that is a prefix of
     /// `bytes`, shortest first.
     #[inline]
-    fn prefixes(&self, bytes: &[u8], mut found: impl FnMut(usize, u32)) {
-        let Some((&b0, rest)) = bytes.split_first() else {
+    fn prefixes(&self, bytes: &[u8], mut found: impl FnMut(usize, u32, f64)) {
+        let Some(&b0) = bytes.first() else {
             return;
         };
         let mut node = self.root[b0 as usize];
@@ -525,15 +616,15 @@ impl Trie {
         }
         let mut len = 1;
         loop {
-            let id = self.ids[node as usize];
-            if id != NONE {
-                found(len, id);
+            let n = self.nodes[node as usize];
+            if n.id != NONE {
+                found(len, n.id, n.score);
             }
-            let Some(&b) = rest.get(len - 1) else {
+            let Some(&b) = bytes.get(len) else {
                 return;
             };
-            let (lo, hi) = self.ranges[node as usize];
-            let labels = &self.labels[lo as usize..hi as usize];
+            let (lo, hi) = (n.first as usize, (n.first + n.count) as usize);
+            let labels = &self.labels[lo..hi];
             let k = if labels.len() <= 8 {
                 match labels.iter().position(|&l| l == b) {
                     Some(k) => k,
@@ -545,10 +636,24 @@ impl Trie {
                     Err(_) => return,
                 }
             };
-            node = self.children[lo as usize + k];
+            node = (lo + k) as u32;
             len += 1;
         }
     }
+}
+
+/// The runs of `pieces` (sorted, each longer than `depth` bytes) by their
+/// byte at `depth`: (that byte, the run's range).
+fn groups(pieces: &[(&[u8], u32)], depth: usize) -> Vec<(u8, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pieces.len() {
+        let label = pieces[i].0[depth];
+        let j = i + pieces[i..].partition_point(|p| p.0[depth] == label);
+        out.push((label, i..j));
+        i = j;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -632,5 +737,32 @@ mod tests {
         assert_eq!(ids(&m, "aéa"), [1, 2, 3, 1]);
         // A byte without its piece: the whole unknown run is unk.
         assert_eq!(ids(&m, "aü"), [1, 0]);
+    }
+
+    #[test]
+    fn cached_ids_are_the_ids() {
+        let m = model(
+            &[("<unk>", 0.0), ("a", -1.0), ("b", -1.0), ("ab", -1.5)],
+            0,
+            false,
+        );
+        // Short with few ids, short with more ids than the table holds,
+        // long, too long to cache, and many words sharing sets.
+        let mut words: Vec<String> = ["ab", "abab", "a", "baaaaaaaa", &"ab".repeat(10)]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        words.push("ab".repeat(30));
+        for n in 0..3 * SHORT_SETS {
+            words.push(format!("{n:b}").replace('0', "a").replace('1', "b"));
+        }
+        let mut state = State::default();
+        for round in 0..3 {
+            for w in &words {
+                let mut got = Vec::new();
+                m.encode(w, &mut state, &mut got);
+                assert_eq!(got, ids(&m, w), "{w}, round {round}");
+            }
+        }
     }
 }
