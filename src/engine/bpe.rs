@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use foldhash::fast::FixedState;
 
-use super::cache::{self, ShortCache};
+use super::cache::PieceCache;
 
 /// A merge: the rank of the pair and the id it makes.
 #[derive(Debug, Clone, Copy)]
@@ -55,23 +55,11 @@ pub(crate) struct Affixed {
 
 /// Pieces longer than this (in bytes) merge through the heap.
 const SCAN_MAX: usize = 48;
-/// The map of pieces the short table does not take is emptied when it
-/// holds this many ids...
-const CACHE_IDS: usize = 1 << 18;
-/// ...or this many pieces.
-const CACHE_PIECES: usize = 1 << 15;
-
-/// One worker's reusable buffers and cache; nothing in it changes the ids.
-///
-/// Pieces of up to 15 bytes with up to 4 ids (nearly all) are cached in
-/// [`super::cache`]'s 1 MiB table; the others in a map of at most
-/// [`CACHE_PIECES`] pieces and [`CACHE_IDS`] ids. About 5 MiB a worker,
-/// plus the merge buffers.
+/// One worker's reusable buffers and cache ([`PieceCache`], about 6 MiB);
+/// nothing in it changes the ids.
 #[derive(Default)]
 pub struct BpeState {
-    short: ShortCache,
-    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
-    arena: Vec<u32>,
+    cache: PieceCache,
     syms: Vec<(u32, Merge)>,
     nodes: Vec<Node>,
     heap: BinaryHeap<Reverse<(u32, u32)>>,
@@ -128,26 +116,18 @@ impl Bpe {
             }
             return;
         }
-        // The short table first: a whole-token lookup (with
-        // `ignore_merges`) in the large vocabulary map costs as much as a
-        // cache miss, and whole tokens are cached too.
-        let key = cache::key(piece);
-        if key.is_some_and(|key| state.short.get(key, out)) {
+        // The cache first: a whole-token lookup (with `ignore_merges`) in
+        // the large vocabulary map costs as much as a cache miss, and whole
+        // tokens are cached too.
+        if state.cache.get(piece, out) {
             return;
         }
         if let Some(whole) = &self.whole {
             if let Some(&id) = whole.get(piece) {
                 out.push(id);
-                if let Some(key) = key {
-                    state.short.insert(key, &[id]);
-                }
+                state.cache.insert(piece, &[id]);
                 return;
             }
-        }
-        // Short pieces with more ids than the table holds are here too.
-        if let Some(&(start, len)) = state.long.get(piece) {
-            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
-            return;
         }
         let before = out.len();
         if piece.len() <= SCAN_MAX {
@@ -156,17 +136,7 @@ impl Bpe {
         } else {
             self.merge_heap(piece, state, out);
         }
-        let made = &out[before..];
-        if key.is_some_and(|key| state.short.insert(key, made)) {
-            return;
-        }
-        if state.arena.len() + made.len() > CACHE_IDS || state.long.len() >= CACHE_PIECES {
-            state.long.clear();
-            state.arena.clear();
-        }
-        let entry = (state.arena.len() as u32, made.len() as u32);
-        state.arena.extend_from_slice(made);
-        state.long.insert(piece.into(), entry);
+        state.cache.insert(piece, &out[before..]);
     }
 
     /// Merging on a small array of (id, merge of the pair it starts): lowest

@@ -11,7 +11,15 @@
 //!
 //! An entry is a piece of 1 to 15 bytes as one `u128` ([`key`]) and up to
 //! [`IDS`] ids inline. A set keeps its most recently used entry first; a
-//! new entry replaces the other.
+//! new entry replaces the other. [`PieceCache`] puts the pieces the table
+//! does not take (longer, or with more ids) in a map of at most
+//! [`LONG_PIECES`] pieces and [`LONG_IDS`] ids, emptied when full: with
+//! keys of up to 64 bytes, under 5 MiB. Every model's cache is a
+//! [`PieceCache`]: about 6 MiB a worker.
+
+use std::collections::HashMap;
+
+use foldhash::fast::FixedState;
 
 /// The sets of the table: two entries each.
 pub(crate) const SETS: usize = 1 << 14;
@@ -22,9 +30,56 @@ pub(crate) const IDS: usize = 4;
 /// After an entry's last id.
 const END: u32 = u32::MAX;
 
+/// The most pieces in the map of those the table does not take...
+pub(crate) const LONG_PIECES: usize = 1 << 15;
+
+/// ...and the most ids.
+pub(crate) const LONG_IDS: usize = 1 << 18;
+
+/// The ids of pieces: short ones in the table, the others in a map whose
+/// entries point into `arena`.
+#[derive(Default)]
+pub(crate) struct PieceCache {
+    short: ShortCache,
+    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
+    arena: Vec<u32>,
+}
+
+impl PieceCache {
+    /// Appends the ids cached for `piece` and says whether there were any.
+    #[inline(always)]
+    pub(crate) fn get(&mut self, piece: &[u8], out: &mut Vec<u32>) -> bool {
+        if key(piece).is_some_and(|key| self.short.get(key, out)) {
+            return true;
+        }
+        // Short pieces with more ids than the table holds are here too.
+        match self.long.get(piece) {
+            Some(&(start, len)) => {
+                out.extend_from_slice(&self.arena[start as usize..(start + len) as usize]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Caches the ids of `piece`.
+    pub(crate) fn insert(&mut self, piece: &[u8], ids: &[u32]) {
+        if key(piece).is_some_and(|key| self.short.insert(key, ids)) {
+            return;
+        }
+        if self.arena.len() + ids.len() > LONG_IDS || self.long.len() >= LONG_PIECES {
+            self.long.clear();
+            self.arena.clear();
+        }
+        let entry = (self.arena.len() as u32, ids.len() as u32);
+        self.arena.extend_from_slice(ids);
+        self.long.insert(piece.into(), entry);
+    }
+}
+
 /// The table; empty until the first insert.
 #[derive(Default)]
-pub(crate) struct ShortCache {
+struct ShortCache {
     sets: Vec<Set>,
 }
 
@@ -89,7 +144,7 @@ fn set_of(key: u128) -> usize {
 impl ShortCache {
     /// Appends the ids cached for `key` and says whether there were any.
     #[inline(always)]
-    pub(crate) fn get(&mut self, key: u128, out: &mut Vec<u32>) -> bool {
+    fn get(&mut self, key: u128, out: &mut Vec<u32>) -> bool {
         let Some(set) = self.sets.get_mut(set_of(key)) else {
             return false;
         };
@@ -107,7 +162,7 @@ impl ShortCache {
 
     /// Caches `ids` for `key`, if they are at most [`IDS`]; says whether
     /// it did.
-    pub(crate) fn insert(&mut self, key: u128, ids: &[u32]) -> bool {
+    fn insert(&mut self, key: u128, ids: &[u32]) -> bool {
         if ids.len() > IDS {
             return false;
         }
@@ -146,6 +201,33 @@ mod tests {
         assert_eq!(key(&[b'a'; 16]), None);
         assert_ne!(key(b"a"), key(b"a\0"));
         assert_ne!(key(b"\0"), Some(0));
+    }
+
+    #[test]
+    fn pieces_of_every_kind_are_found_as_cached() {
+        let mut cache = PieceCache::default();
+        let long = "x".repeat(40);
+        let pieces: [(&[u8], Vec<u32>); 4] = [
+            (b"ab", vec![7]),
+            (b"abcdef", vec![1, 2, 3, 4, 5, 6]),
+            (long.as_bytes(), vec![9, 9]),
+            (b"", vec![3]),
+        ];
+        for (piece, ids) in &pieces {
+            cache.insert(piece, ids);
+        }
+        for (piece, ids) in &pieces {
+            let mut out = vec![0];
+            assert!(cache.get(piece, &mut out));
+            assert_eq!(out[1..], ids[..]);
+        }
+        // Past its limit, the map is emptied, never wrong.
+        for n in 0..LONG_PIECES + 10 {
+            cache.insert(format!("{n:040}").as_bytes(), &[n as u32]);
+        }
+        let mut out = Vec::new();
+        assert!(cache.get(format!("{:040}", LONG_PIECES + 9).as_bytes(), &mut out));
+        assert_eq!(out, [(LONG_PIECES + 9) as u32]);
     }
 
     #[test]

@@ -44,11 +44,8 @@
 //!
 //! # Memory
 //!
-//! [`State`] caches the ids of pieces of up to [`CACHE_BYTES`] bytes: those
-//! of up to 15 bytes and 4 ids in the 1 MiB table of [`super::cache`],
-//! the others in a map emptied when it holds [`CACHE_IDS`] ids or
-//! [`CACHE_PIECES`] pieces (keys of at most 64 bytes, ids and the table:
-//! under 5 MiB). A worker holds about 6 MiB, plus the merge buffers, which
+//! [`State`] caches the ids of pieces of up to [`CACHE_BYTES`] bytes in a
+//! [`PieceCache`] (about 6 MiB a worker), plus the merge buffers, which
 //! grow to the longest piece merged.
 
 use std::cmp::Reverse;
@@ -58,7 +55,7 @@ use foldhash::fast::FixedState;
 use serde_json::Value;
 
 use super::bpe::{self, Merge};
-use super::cache::{self, ShortCache};
+use super::cache::PieceCache;
 use super::{Unsupported, Vocab};
 
 /// The character SentencePiece marks a word's start with.
@@ -73,10 +70,6 @@ const SCAN_MAX: usize = 48;
 /// Pieces of at most this many bytes are cached; longer ones are cut at
 /// every proven junction and their parts cached.
 pub(crate) const CACHE_BYTES: usize = 64;
-/// The map of longer pieces is emptied when it holds this many ids...
-pub(crate) const CACHE_IDS: usize = 1 << 18;
-/// ...or this many pieces.
-pub(crate) const CACHE_PIECES: usize = 1 << 15;
 
 /// The model, ready to encode.
 pub(crate) struct Model {
@@ -123,13 +116,10 @@ struct Cuts {
 }
 
 /// One worker's buffers and cache of merged pieces; nothing in it changes
-/// the ids. Pieces of up to 15 bytes with up to [`cache::IDS`] ids are in
-/// `short`; the others point into `arena` from `long`.
+/// the ids.
 #[derive(Default)]
 pub(crate) struct State {
-    short: ShortCache,
-    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
-    arena: Vec<u32>,
+    cache: PieceCache,
     ids: Vec<u32>,
     syms: Vec<(u32, Merge)>,
     nodes: Vec<Node>,
@@ -413,28 +403,12 @@ impl Model {
             }
             return self.merge_piece(piece, state, out);
         }
-        let key = cache::key(piece.as_bytes());
-        if key.is_some_and(|key| state.short.get(key, out)) {
-            return;
-        }
-        // Short pieces with more ids than the table holds are here too.
-        if let Some(&(start, len)) = state.long.get(piece.as_bytes()) {
-            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+        if state.cache.get(piece.as_bytes(), out) {
             return;
         }
         let before = out.len();
         self.merge_piece(piece, state, out);
-        let made = &out[before..];
-        if key.is_some_and(|key| state.short.insert(key, made)) {
-            return;
-        }
-        if state.arena.len() + made.len() > CACHE_IDS || state.long.len() >= CACHE_PIECES {
-            state.long.clear();
-            state.arena.clear();
-        }
-        let entry = (state.arena.len() as u32, made.len() as u32);
-        state.arena.extend_from_slice(made);
-        state.long.insert(piece.as_bytes().into(), entry);
+        state.cache.insert(piece.as_bytes(), &out[before..]);
     }
 
     /// HF's `merge_word`: the symbols of `piece`, merged.

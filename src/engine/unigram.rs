@@ -21,26 +21,21 @@
 //!   unknown pieces are fused into one, whose id is its text's if the
 //!   vocabulary has it, else its bytes' `<0xXX>` pieces under
 //!   `byte_fallback` (when every byte has one), else `unk_id`.
-//! - **State**: a cache of the ids of words, sized to stay in a core's
-//!   L2 cache, since on a long run its lookups, not the Viterbi passes of
-//!   its misses, are what costs: words of up to 15 bytes with up to
-//!   [`SHORT_IDS`] ids (nearly all) in a two-way set-associative table of
-//!   [`SHORT_SETS`] sets of 64 bytes (1 MiB; the word as one `u128` and
-//!   its ids inline, the least recently used of a set replaced), and other
-//!   words up to [`CACHE_WORD_BYTES`] bytes in a map emptied when it holds
-//!   [`LONG_WORDS`] words or [`LONG_IDS`] ids (under 3 MiB). Plus the
-//!   Viterbi buffers, which grow to the longest word seen (28 bytes per
-//!   byte of it): about 4 MiB a thread in all.
+//! - **State**: the ids of words of up to [`CACHE_WORD_BYTES`] bytes in a
+//!   [`PieceCache`], sized to stay in a core's L2 cache, since on a long
+//!   run its lookups, not the Viterbi passes of its misses, are what costs
+//!   (about 6 MiB a worker); plus the Viterbi buffers, which grow to the
+//!   longest word seen (28 bytes per byte of it).
 //!
 //! A model without `unk_id` is refused: HF fails on the first unknown
 //! character, and prep would rather run HF and report that than guess.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use foldhash::fast::FixedState;
 use serde_json::value::RawValue;
 
+use super::cache::PieceCache;
 use super::{Unsupported, Vocab};
 
 /// HF's penalty below the lowest score for an unknown character.
@@ -48,18 +43,6 @@ const UNK_PENALTY: f64 = 10.0;
 
 /// Words longer than this (in bytes) are not cached.
 pub(crate) const CACHE_WORD_BYTES: usize = 48;
-
-/// The sets of the short words' table (two words each).
-pub(crate) const SHORT_SETS: usize = 1 << 14;
-
-/// The most ids a word in the short words' table has.
-pub(crate) const SHORT_IDS: usize = 4;
-
-/// At most this many other words are cached per thread.
-pub(crate) const LONG_WORDS: usize = 16_384;
-
-/// At most this many ids of other words are cached per thread.
-pub(crate) const LONG_IDS: usize = 1 << 18;
 
 /// No token ends at this trie node; no start reaches this position yet.
 const NONE: u32 = u32::MAX;
@@ -82,47 +65,7 @@ pub(crate) struct State {
     best: Vec<Best>,
     /// The best path's pieces, last first: (start, end, id).
     path: Vec<(u32, u32, u32)>,
-    /// Words of up to 15 bytes with up to [`SHORT_IDS`] ids; [`SHORT_SETS`]
-    /// sets once the first word is cached.
-    short: Vec<Set>,
-    /// Other words: their ids' (start, length) in `arena`.
-    long: HashMap<Box<[u8]>, (u32, u32), FixedState>,
-    arena: Vec<u32>,
-}
-
-/// Two cached words whose keys hash alike, the most recently used first;
-/// one cache line.
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct Set([Entry; 2]);
-
-/// A cached word: its [`short_key`] (0 where none) and its ids, [`NONE`]
-/// after the last.
-#[derive(Clone, Copy, Default)]
-#[repr(C)]
-struct Entry {
-    key: u128,
-    ids: [u32; SHORT_IDS],
-}
-
-/// A word of at most 15 bytes as one integer: its bytes, and its length in
-/// the top byte (so never 0).
-#[inline(always)]
-fn short_key(word: &[u8]) -> Option<u128> {
-    if word.len() > 15 {
-        return None;
-    }
-    let mut bytes = [0u8; 16];
-    bytes[..word.len()].copy_from_slice(word);
-    bytes[15] = word.len() as u8;
-    Some(u128::from_le_bytes(bytes))
-}
-
-/// The set of a short key.
-#[inline(always)]
-fn set_of(key: u128) -> usize {
-    let folded = (key as u64) ^ ((key >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (folded.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - SHORT_SETS.trailing_zeros())) as usize
+    cache: PieceCache,
 }
 
 /// The best path ending at a position.
@@ -385,48 +328,13 @@ impl Model {
             self.emit(word, &state.path, out);
             return;
         }
-        let key = short_key(word.as_bytes());
-        if let Some((key, set)) = key.and_then(|k| Some((k, state.short.get_mut(set_of(k))?))) {
-            if set.0[1].key == key {
-                set.0.swap(0, 1);
-            }
-            if set.0[0].key == key {
-                let ids = &set.0[0].ids;
-                let n = ids.iter().position(|&id| id == NONE).unwrap_or(SHORT_IDS);
-                out.extend_from_slice(&ids[..n]);
-                return;
-            }
-        }
-        // A short word with more ids than the table holds is here too.
-        if let Some(&(start, len)) = state.long.get(word.as_bytes()) {
-            out.extend_from_slice(&state.arena[start as usize..(start + len) as usize]);
+        if state.cache.get(word.as_bytes(), out) {
             return;
         }
         let from = out.len();
         self.viterbi(word, state);
         self.emit(word, &state.path, out);
-        let made = &out[from..];
-        if let (Some(key), true) = (key, made.len() <= SHORT_IDS) {
-            if state.short.is_empty() {
-                state.short = vec![Set::default(); SHORT_SETS];
-            }
-            let mut entry = Entry {
-                key,
-                ids: [NONE; SHORT_IDS],
-            };
-            entry.ids[..made.len()].copy_from_slice(made);
-            let set = &mut state.short[set_of(key)];
-            set.0[1] = set.0[0];
-            set.0[0] = entry;
-            return;
-        }
-        if state.arena.len() + made.len() > LONG_IDS || state.long.len() >= LONG_WORDS {
-            state.long.clear();
-            state.arena.clear();
-        }
-        let entry = (state.arena.len() as u32, made.len() as u32);
-        state.arena.extend_from_slice(&out[from..]);
-        state.long.insert(word.as_bytes().into(), entry);
+        state.cache.insert(word.as_bytes(), &out[from..]);
     }
 
     /// Leaves the best path's pieces in `state.path`, last first.
@@ -753,7 +661,7 @@ mod tests {
             .map(|w| w.to_string())
             .collect();
         words.push("ab".repeat(30));
-        for n in 0..3 * SHORT_SETS {
+        for n in 0..3 * super::super::cache::SETS {
             words.push(format!("{n:b}").replace('0', "a").replace('1', "b"));
         }
         let mut state = State::default();
