@@ -456,6 +456,35 @@ fn malformed_charsmap_is_refused() {
             .err()
             .unwrap_or_else(|| panic!("{name}: accepted"));
         assert!(err.0.contains("Precompiled"), "{name}: {err}");
+        // prep itself, on either engine: exit 2 naming the file and the
+        // map, not HF's panic, and no dataset.
+        let t = common::TestDir::new();
+        let tok = t.write("broken.tokenizer.json", &json);
+        let input = t.write("in.jsonl", common::jsonl(&["one text", "two"]));
+        for engine in ["auto", "hf"] {
+            let out = t.path(&format!("out-{engine}"));
+            let stderr = common::fails(
+                t.prep()
+                    .args([
+                        "tokenize",
+                        "--engine",
+                        engine,
+                        "--eos",
+                        "</s>",
+                        "--tokenizer",
+                    ])
+                    .arg(&tok)
+                    .arg("--input")
+                    .arg(&input)
+                    .arg("--output")
+                    .arg(&out),
+                2,
+            );
+            for part in ["broken.tokenizer.json", "Precompiled"] {
+                assert!(stderr.contains(part), "{name}, {engine}: {stderr}");
+            }
+            assert!(!out.join("manifest.json").exists(), "{name}, {engine}");
+        }
     }
 }
 

@@ -237,6 +237,10 @@ impl LoadedTokenizer {
             path: path.into(),
             why,
         };
+        // HF panics on a SentencePiece character map it cannot read (at
+        // load, or on the first text that reaches a broken entry): such a
+        // file is refused first, naming what is wrong.
+        check_charsmaps(json).map_err(|e| unusable(format!("normalizer: Precompiled: {e}")))?;
         let mut tokenizer =
             Tokenizer::from_bytes(json).map_err(|e| diagnose(path, json, &e.to_string()))?;
         with_python_scores(&mut tokenizer, json).map_err(unusable)?;
@@ -522,6 +526,31 @@ pub fn read_tokenizer_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(out)
+}
+
+/// Whether every `Precompiled` normalizer of a `tokenizer.json` (alone or
+/// in a `Sequence`) has a map HF reads without panicking; else what is
+/// wrong with the first that does not. A file that is not JSON passes:
+/// HF's own reading reports that.
+fn check_charsmaps(json: &[u8]) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        normalizer: Value,
+    }
+    fn walk(n: &Value) -> Result<(), String> {
+        match n["type"].as_str() {
+            Some("Precompiled") => super::precompiled::check_json(n),
+            Some("Sequence") => n["normalizers"]
+                .as_array()
+                .map_or(Ok(()), |steps| steps.iter().try_for_each(walk)),
+            _ => Ok(()),
+        }
+    }
+    match serde_json::from_slice::<Head>(json) {
+        Ok(head) => walk(&head.normalizer),
+        Err(_) => Ok(()),
+    }
 }
 
 #[cfg(test)]
