@@ -94,7 +94,7 @@ enum Engine {
     /// Byte-level BPE (GPT-2 and its descendants).
     ByteLevel { pre: PreTokenizer, bpe: Box<Bpe> },
     /// BPE over characters, SentencePiece style (Llama 2, Mistral, Phi-3).
-    SentencePiece(Steps, sentencepiece::Model),
+    SentencePiece(Steps, Box<sentencepiece::Model>),
     /// Unigram (T5, mT5, XLM-R).
     Unigram(Steps, unigram::Model),
     /// WordPiece (BERT and its descendants).
@@ -246,7 +246,7 @@ impl FastTokenizer {
             }
             (Family::Bpe, false) => {
                 let (m, vocab) = sentencepiece::Model::from_json(model)?;
-                (Engine::SentencePiece(steps, m), vocab)
+                (Engine::SentencePiece(steps, Box::new(m)), vocab)
             }
             (Family::Unigram, false) => {
                 let (m, vocab) = unigram::Model::from_json(model)?;
