@@ -138,35 +138,26 @@ impl Normalizer {
                     Cow::Owned(text.chars().flat_map(char::to_lowercase).collect())
                 }
             }
-            Normalizer::Replace(from, to) => {
+            Normalizer::Replace(from, to) => match from.as_bytes() {
                 // One ASCII byte (SentencePiece's " " to "▁", frequent) is
                 // found by a byte loop, not a search started per match;
                 // longer strings by the two-way searcher.
-                let mut matches: Box<dyn Iterator<Item = (usize, &str)>> = match from.as_bytes() {
-                    &[b] if b < 0x80 => Box::new(
-                        text.as_bytes()
-                            .iter()
-                            .enumerate()
-                            .filter(move |&(_, &c)| c == b)
-                            .map(|(i, _)| (i, &text[i..i + 1])),
-                    ),
-                    _ => Box::new(text.match_indices(from.as_str())),
-                };
-                let Some((first, m)) = matches.next() else {
-                    return Cow::Borrowed(text);
-                };
-                let mut out = String::with_capacity(text.len() + text.len() / 4);
-                out.push_str(&text[..first]);
-                out.push_str(to);
-                let mut last = first + m.len();
-                for (i, m) in matches {
-                    out.push_str(&text[last..i]);
-                    out.push_str(to);
-                    last = i + m.len();
-                }
-                out.push_str(&text[last..]);
-                Cow::Owned(out)
-            }
+                &[b] if b < 0x80 => replace_all(
+                    text,
+                    1,
+                    text.bytes()
+                        .enumerate()
+                        .filter(|&(_, c)| c == b)
+                        .map(|(i, _)| i),
+                    to,
+                ),
+                _ => replace_all(
+                    text,
+                    from.len(),
+                    text.match_indices(from.as_str()).map(|(i, _)| i),
+                    to,
+                ),
+            },
             Normalizer::ReplaceRegex(re, to) => {
                 let mut out = String::new();
                 let mut last = 0;
@@ -225,4 +216,26 @@ impl Normalizer {
             }
         }
     }
+}
+
+/// `text` with each match, `len` bytes at each of `starts` (in order, not
+/// overlapping), replaced by `to`; borrowed where there is none.
+fn replace_all<'t>(
+    text: &'t str,
+    len: usize,
+    mut starts: impl Iterator<Item = usize>,
+    to: &str,
+) -> Cow<'t, str> {
+    let Some(first) = starts.next() else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    let mut last = 0;
+    for i in std::iter::once(first).chain(starts) {
+        out.push_str(&text[last..i]);
+        out.push_str(to);
+        last = i + len;
+    }
+    out.push_str(&text[last..]);
+    Cow::Owned(out)
 }
