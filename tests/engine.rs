@@ -453,29 +453,7 @@ fn corpus_excerpt_identical() {
 #[test]
 #[ignore]
 fn shared_corpus_identical() {
-    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return;
-    }
-    let corpus = read_zst(&path);
-    let mut failures = Vec::new();
-    for pair in pairs() {
-        let mut state = EncodeState::default();
-        let mut bad = 0;
-        for text in texts(&corpus) {
-            if let Err(e) = pair.check(&text, &mut state) {
-                bad += 1;
-                if bad <= 3 {
-                    failures.push(e);
-                }
-            }
-        }
-        if bad > 0 {
-            failures.push(format!("{}: {bad} documents differ", pair.name));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::engine::shared_corpus_identical(pairs());
 }
 
 /// Fragments that meet every branch of the patterns and the added tokens.

@@ -555,34 +555,12 @@ fn python_package_agrees() {
 #[test]
 #[ignore]
 fn shared_corpus_identical() {
-    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return;
-    }
-    let corpus = read_zst(&path);
-    let mut failures = Vec::new();
-    for pair in all_pairs() {
-        if pair.name.contains('+') {
-            continue;
-        }
-        let mut state = EncodeState::default();
-        let (mut bad, mut seen) = (0, 0);
-        for text in texts(&corpus) {
-            seen += 1;
-            if let Err(e) = pair.check(&text, &mut state) {
-                bad += 1;
-                if bad <= 3 {
-                    failures.push(e);
-                }
-            }
-        }
-        eprintln!("{}: {seen} documents compared, {bad} differ", pair.name);
-        if bad > 0 {
-            failures.push(format!("{}: {bad} documents differ", pair.name));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::engine::shared_corpus_identical(
+        all_pairs()
+            .into_iter()
+            .filter(|pair| !pair.name.contains('+'))
+            .collect(),
+    );
 }
 
 /// Encode speed on the corpus excerpt beside HF's in the same run, one

@@ -265,31 +265,7 @@ fn corpus_excerpt_is_pythons() {
 #[test]
 #[ignore]
 fn shared_corpus_identical() {
-    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return;
-    }
-    let corpus = read_zst(&path);
-    let mut failures = Vec::new();
-    for pair in pairs().into_iter().take(1) {
-        let mut state = EncodeState::default();
-        let (mut bad, mut n) = (0, 0);
-        for text in texts(&corpus) {
-            n += 1;
-            if let Err(e) = pair.check(&text, &mut state) {
-                bad += 1;
-                if bad <= 3 {
-                    failures.push(e);
-                }
-            }
-        }
-        eprintln!("{}: {n} documents compared, {bad} differ", pair.name);
-        if bad > 0 {
-            failures.push(format!("{}: {bad} documents differ", pair.name));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::engine::shared_corpus_identical(pairs().into_iter().take(1).collect());
 }
 
 /// Fragments for the adversarial texts.

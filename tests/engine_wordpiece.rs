@@ -270,34 +270,7 @@ json.dump(out, open(f"{d}/ids.json", "w"))
 #[test]
 #[ignore]
 fn shared_corpus_identical() {
-    let path = common::root().join("../shared/corpora/debian-docs.jsonl.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return;
-    }
-    let texts = texts(&read_zst(&path));
-    let mut failures = Vec::new();
-    for pair in pairs() {
-        let mut state = EncodeState::default();
-        let mut bad = 0;
-        for text in &texts {
-            if let Err(e) = pair.check(text, &mut state) {
-                bad += 1;
-                if bad <= 3 {
-                    failures.push(e);
-                }
-            }
-        }
-        eprintln!(
-            "{}: {} documents compared, {bad} differ",
-            pair.name,
-            texts.len()
-        );
-        if bad > 0 {
-            failures.push(format!("{}: {bad} documents differ", pair.name));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::engine::shared_corpus_identical(pairs());
 }
 
 /// Texts for the cases no fragment mix reaches reliably: words at and

@@ -106,3 +106,43 @@ pub fn check_all(pairs: &[Pair], text: &str) -> Result<(), String> {
         .iter()
         .try_for_each(|pair| pair.check(text, &mut state))
 }
+
+/// The whole-corpus check of the `--ignored` tests: every document of
+/// ../shared/corpora/debian-docs.jsonl.zst through each pair, the pairs in
+/// parallel (HF's encoding is the slow side); panics naming the first
+/// differences. Says so and passes when the corpus is not here.
+pub fn shared_corpus_identical(pairs: Vec<Pair>) {
+    use rayon::prelude::*;
+    let path = super::root().join("../shared/corpora/debian-docs.jsonl.zst");
+    if !path.exists() {
+        eprintln!("skipped: {} is not here", path.display());
+        return;
+    }
+    let texts = texts(&read_zst(&path));
+    let failures: Vec<String> = pairs
+        .par_iter()
+        .flat_map_iter(|pair| {
+            let mut state = EncodeState::default();
+            let mut failures = Vec::new();
+            let mut bad = 0;
+            for text in &texts {
+                if let Err(e) = pair.check(text, &mut state) {
+                    bad += 1;
+                    if bad <= 3 {
+                        failures.push(e);
+                    }
+                }
+            }
+            eprintln!(
+                "{}: {} documents compared, {bad} differ",
+                pair.name,
+                texts.len()
+            );
+            if bad > 0 {
+                failures.push(format!("{}: {bad} documents differ", pair.name));
+            }
+            failures
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
