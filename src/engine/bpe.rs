@@ -55,8 +55,9 @@ pub(crate) struct Affixed {
 
 /// Pieces longer than this (in bytes) merge through the heap.
 const SCAN_MAX: usize = 48;
-/// One worker's reusable buffers and cache ([`PieceCache`], about 6 MiB);
-/// nothing in it changes the ids.
+
+/// One worker's reusable buffers and cache ([`PieceCache`]); nothing in it
+/// changes the ids.
 #[derive(Default)]
 pub struct BpeState {
     cache: PieceCache,

@@ -31,10 +31,27 @@ const BLOCKS: usize = 0x11_0000 / BLOCK;
 
 static TABLE: &[u8] = include_bytes!("unicode.bin");
 
+/// The first block, ASCII, on its own: one load instead of two for the
+/// characters most text is made of.
+static ASCII: [u8; 128] = {
+    let bytes: &[u8] = include_bytes!("unicode.bin");
+    let block = u16::from_le_bytes([bytes[0], bytes[1]]) as usize;
+    let mut out = [0u8; 128];
+    let mut i = 0;
+    while i < 128 {
+        out[i] = bytes[BLOCKS * 2 + block * BLOCK + i];
+        i += 1;
+    }
+    out
+};
+
 /// The class bits of `c`.
 #[inline]
 pub(crate) fn class(c: char) -> u8 {
     let cp = c as usize;
+    if cp < 128 {
+        return ASCII[cp];
+    }
     let hi = cp / BLOCK;
     let block = u16::from_le_bytes([TABLE[2 * hi], TABLE[2 * hi + 1]]) as usize;
     TABLE[BLOCKS * 2 + block * BLOCK + cp % BLOCK]

@@ -661,7 +661,7 @@ mod tests {
             .map(|w| w.to_string())
             .collect();
         words.push("ab".repeat(30));
-        for n in 0..3 * super::super::cache::SETS {
+        for n in 0..3 * super::super::cache::MIN_SETS {
             words.push(format!("{n:b}").replace('0', "a").replace('1', "b"));
         }
         let mut state = State::default();
