@@ -216,7 +216,7 @@ fn is_json_whitespace(b: u8) -> bool {
 
 /// See [`super::extract_text`].
 pub(crate) fn extract_text<'a>(line: &'a [u8], key: &TextKey) -> Result<Cow<'a, str>, DocError> {
-    let text = std::str::from_utf8(line).map_err(|e| DocError::InvalidUtf8 {
+    let text = simdutf8::compat::from_utf8(line).map_err(|e| DocError::InvalidUtf8 {
         offset: e.valid_up_to(),
     })?;
     match extract_from_str(text, key) {
