@@ -379,6 +379,10 @@ fn leaf<'a>(value: &'a RawValue, line: &'a str, key: &TextKey) -> Result<Cow<'a,
             })
         }
     }
+    if let Some(text) = unescape(raw) {
+        return Ok(text);
+    }
+    // A surrogate left unpaired: serde_json words the error.
     let mut de = serde_json::Deserializer::from_str(raw);
     StrCow::deserialize(&mut de).map(|s| s.0).map_err(|e| {
         // The skipping pass already checked the string's syntax except for
@@ -393,6 +397,74 @@ fn leaf<'a>(value: &'a RawValue, line: &'a str, key: &TextKey) -> Result<Cow<'a,
             malformed(&e, offset)
         }
     })
+}
+
+/// The text of `raw`, a JSON string literal whose syntax serde_json's
+/// skipping pass has checked (quotes, escapes, hex digits, no control
+/// characters): borrowed when it has no escapes, else decoded into one
+/// string of the literal's size. `None` where a `\u` escape leaves a UTF-16
+/// surrogate unpaired, which that pass does not check.
+///
+/// serde_json's own decoding grows a scratch buffer by doubling and then
+/// copies it into a new string; this finds the escapes with `memchr` and
+/// copies each stretch between them once.
+fn unescape(raw: &str) -> Option<Cow<'_, str>> {
+    let body = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let Some(mut at) = memchr::memchr(b'\\', body.as_bytes()) else {
+        return Some(Cow::Borrowed(body));
+    };
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    loop {
+        out.push_str(&rest[..at]);
+        let mut next = at + 2;
+        match *rest.as_bytes().get(at + 1)? {
+            b'"' => out.push('"'),
+            b'\\' => out.push('\\'),
+            b'/' => out.push('/'),
+            b'b' => out.push('\u{8}'),
+            b'f' => out.push('\u{c}'),
+            b'n' => out.push('\n'),
+            b'r' => out.push('\r'),
+            b't' => out.push('\t'),
+            b'u' => {
+                let hex = |from: usize| {
+                    let digits = rest.get(from..from + 4)?;
+                    digits
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit())
+                        .then(|| u32::from_str_radix(digits, 16).ok())?
+                };
+                let first = hex(at + 2)?;
+                next = at + 6;
+                let code = match first {
+                    0xD800..=0xDBFF => {
+                        if rest.as_bytes().get(next..next + 2)? != b"\\u" {
+                            return None;
+                        }
+                        let second = hex(next + 2)?;
+                        if !(0xDC00..=0xDFFF).contains(&second) {
+                            return None;
+                        }
+                        next += 6;
+                        0x1_0000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => return None,
+                    _ => first,
+                };
+                out.push(char::from_u32(code)?);
+            }
+            _ => return None,
+        }
+        rest = &rest[next..];
+        match memchr::memchr(b'\\', rest.as_bytes()) {
+            Some(i) => at = i,
+            None => {
+                out.push_str(rest);
+                return Some(Cow::Owned(out));
+            }
+        }
+    }
 }
 
 /// Byte offset of `inner`, a slice of `outer`, within it.
@@ -519,6 +591,48 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(got, Cow::Borrowed("hello")));
+    }
+
+    /// JSON string literals, escapes of every kind among plain text, and
+    /// some that are not valid (unpaired surrogates, bad escapes).
+    fn literal() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            4 => "[a-z é中😀]{0,6}",
+            1 => any::<char>().prop_map(|c| serde_json::to_string(&c.to_string()).unwrap()
+                .trim_matches('"').to_owned()),
+            1 => prop::sample::select(vec![
+                r"\n", r"\t", r#"\""#, r"\\", r"\/", r"\b", r"\f", r"\r", r"\u00e9",
+                r"\u0000", r"\ud83d\ude00", r"\ud83d", r"\ude00", r"\ud83d\u0041",
+                r"\ud83d\n", r"\uDBFF\uDFFF", r"\u12", r"\x", r"\",
+            ]).prop_map(str::to_owned),
+        ];
+        prop::collection::vec(piece, 0..12).prop_map(|p| format!("\"{}\"", p.concat()))
+    }
+
+    proptest! {
+        /// Whatever serde_json makes of a literal it accepts, `unescape`
+        /// makes too; what it refuses for a surrogate, `unescape` leaves
+        /// to it.
+        #[test]
+        fn unescape_is_serde_jsons_decoding(raw in literal()) {
+            // Only literals the skipping pass accepts reach `unescape`.
+            prop_assume!(serde_json::from_str::<IgnoredAny>(&raw).is_ok());
+            match serde_json::from_str::<String>(&raw) {
+                Ok(want) => {
+                    let got = unescape(&raw);
+                    prop_assert_eq!(got.as_deref(), Some(want.as_str()));
+                }
+                Err(_) => prop_assert_eq!(unescape(&raw), None),
+            }
+        }
+
+        /// Every string, written by serde_json, reads back.
+        #[test]
+        fn unescape_reads_back_every_string(text in any::<String>()) {
+            let raw = serde_json::to_string(&text).unwrap();
+            let got = unescape(&raw);
+            prop_assert_eq!(got.as_deref(), Some(text.as_str()));
+        }
     }
 
     #[test]
