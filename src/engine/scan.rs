@@ -393,31 +393,46 @@ fn o200k(s: &str, i: usize) -> usize {
 fn deepseek<'t>(text: &'t str, piece: &mut impl FnMut(&'t str)) {
     isolate(
         text,
+        // A number is an ASCII digit or starts with a lead byte.
+        |b| b.is_ascii_digit() || b >= 0xC0,
         |s, i| (class_at(s, i) & N != 0).then(|| digits3(s, i)),
         &mut |part| {
             isolate(
                 part,
+                // U+3040 to U+30FF start with E3, U+4E00 to U+9FA5 with E4 to E9.
+                |b| (0xE3..=0xE9).contains(&b),
                 |s, i| {
                     let end = run_cjk(s, i);
                     (end > i).then_some(end)
                 },
-                &mut |part| isolate(part, deepseek_match, piece),
+                &mut |part| isolate(part, |_| true, deepseek_match, piece),
             )
         },
     );
 }
 
 /// HF's `Split` with `Isolated`: the matches of `find` (tried at each
-/// character, left to right) and the runs between them, in order.
+/// character, left to right) and the runs between them, in order. `find`
+/// is tried only where `may_start` accepts the byte, which must accept
+/// the first byte of every character a match can start with and refuse
+/// every UTF-8 continuation byte (0x80 to 0xBF), so that the scan steps
+/// over the bytes of other text one at a time and stops only at
+/// character boundaries.
 #[inline(always)]
 fn isolate<'t>(
     text: &'t str,
+    may_start: impl Fn(u8) -> bool,
     find: impl Fn(&str, usize) -> Option<usize>,
     piece: &mut impl FnMut(&'t str),
 ) {
+    let bytes = text.as_bytes();
     let mut gap = 0;
     let mut i = 0;
-    while i < text.len() {
+    while i < bytes.len() {
+        if !may_start(bytes[i]) {
+            i += 1;
+            continue;
+        }
         match find(text, i) {
             Some(end) => {
                 if gap < i {

@@ -45,7 +45,7 @@
 //! # Memory
 //!
 //! [`State`] caches the ids of pieces of up to [`CACHE_BYTES`] bytes in a
-//! [`PieceCache`] (about 6 MiB a worker), plus the merge buffers, which
+//! [`PieceCache`] (at most about 9 MiB a worker), plus the merge buffers, which
 //! grow to the longest piece merged.
 
 use std::cmp::Reverse;

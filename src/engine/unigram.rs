@@ -22,10 +22,11 @@
 //!   vocabulary has it, else its bytes' `<0xXX>` pieces under
 //!   `byte_fallback` (when every byte has one), else `unk_id`.
 //! - **State**: the ids of words of up to [`CACHE_WORD_BYTES`] bytes in a
-//!   [`PieceCache`], sized to stay in a core's L2 cache, since on a long
-//!   run its lookups, not the Viterbi passes of its misses, are what costs
-//!   (about 6 MiB a worker); plus the Viterbi buffers, which grow to the
-//!   longest word seen (28 bytes per byte of it).
+//!   [`PieceCache`], whose table grows only as far as stays fast to look
+//!   up, since on a long run its lookups, not the Viterbi passes of its
+//!   misses, are what costs (at most about 9 MiB a worker); plus the
+//!   Viterbi buffers, which grow to the longest word seen (28 bytes per
+//!   byte of it).
 //!
 //! A model without `unk_id` is refused: HF fails on the first unknown
 //! character, and prep would rather run HF and report that than guess.
