@@ -155,10 +155,14 @@ $(VENV_GIGA)/.installed: tools/requirements-gigatoken.txt
 
 # Throughput and peak memory against the Python tokenizers baseline, in one run;
 # then prep's two engines (--engine fast, --engine hf) beside Python tokenizers and
-# GigaToken's encode_files on 1 thread and all cores, ids checked equal across all.
+# GigaToken's encode_files on 1 thread and all cores, ids checked equal across all;
+# then prep's fast engine and GigaToken alone, in 5 rounds, each run once a
+# round, for ratios a drifting machine cannot tilt.
 bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
 	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
 	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --giga-python $(abspath $(VENV_GIGA))/bin/python
+	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --giga-python $(abspath $(VENV_GIGA))/bin/python \
+		--impls prep-fast,gigatoken --repeat 5 --json $(abspath $(TARGET_DIR))/bench/engines-rounds.json
 
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-shuffle: build $(VENV)/.installed

@@ -28,7 +28,9 @@ All read the same decompressed JSONL and tokenizer.json from the scratch
 folder (default target/bench), so none pays for zstd. If the prep binary has
 no --engine option yet, prep runs once per T without it, as prep-hf.
 
-Reported per run (best wall time of --repeat runs): wall time; input MB/s
+With --repeat N, the runs go in N rounds, each run once a round, so that a
+machine whose speed drifts slows the runs of a round alike. Reported per run
+(best wall time of the N, and the median): wall time; input MB/s
 (JSONL bytes / s, MB = 10^6 bytes); tokens/s (the tokens the run wrote:
 prep and tokenizers count one eos per document, gigatoken none); peak RSS of
 the child (ru_maxrss from os.wait4; Linux counts the parent's own peak, this
@@ -43,7 +45,7 @@ threads and of T=all over T=1, and the id checks:
   - gigatoken: documents equal, tokens + one eos per document equal prep's
     n_tokens, and its ids with the eos id put after each document equal
     prep's token stream, every token of every document.
-The whole result goes to target/bench/engines.json.
+The whole result goes to target/bench/engines.json (or --json).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -257,7 +260,10 @@ def main() -> int:
                     help=f"comma-separated, from {', '.join(IMPLS)}")
     ap.add_argument("--limit-mb", type=float, default=None,
                     help="bench on the first N MB of the JSONL (whole lines)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each; the best wall time counts")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of runs, each run once a round; the best wall time counts")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="where the result goes (default: SCRATCH/engines.json)")
     args = ap.parse_args()
 
     sys.path.insert(0, str(REPO / "tools"))
@@ -309,6 +315,8 @@ def main() -> int:
     for name in names:
         tok_json = write_tokenizer(args.tokenizer_dir, scratch, name)
         results = {}  # (impl, T) -> (run, output path)
+        # Every (impl, T) this file runs, its refusals found first.
+        jobs = []
         for impl in impls:
             for t in threads:
                 env = dict(os.environ)
@@ -329,7 +337,6 @@ def main() -> int:
                     out = scratch / f"engines-gigatoken-{name}-t{t}.bin"
                     cmd = [str(args.giga_python), str(Path(__file__).resolve()), "--gigatoken-child",
                            "--tokenizer", str(tok_json), "--input", str(jsonl), "--output", str(out)]
-                best = None
                 # An engine that refuses a file (prep's fast engine, gigatoken)
                 # says why and exits non-zero: that is a finding, not a failure.
                 if impl in ("prep-fast", "gigatoken"):
@@ -339,46 +346,55 @@ def main() -> int:
                         refused.append((name, impl, why))
                         print(f"  {name:12} {impl:10} refuses this file: {why}", flush=True)
                         break
-                for _ in range(args.repeat):
-                    # A previous run's prep output would be resumed, not rewritten.
-                    if out.is_dir():
-                        shutil.rmtree(out)
-                    else:
-                        out.unlink(missing_ok=True)
-                    # os.wait4 in run_measured reaps the child, so its CPU time
-                    # lands in RUSAGE_CHILDREN: the difference is this run's.
-                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    wall, rss, stdout = run_measured(cmd, env, scratch / f"engines-{impl}-{name}-t{t}.log")
-                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-                    if best is None or wall < best[0]:
-                        best = (wall, rss, cpu, stdout)
-                if best is None:
-                    continue
-                wall, rss, cpu, stdout = best
-                run = {"tokenizer": name, "impl": impl, "threads": t}
-                if impl.startswith("prep"):
-                    manifest, _, _ = prep_shards(out)
-                    tokens = manifest["n_tokens"]
-                    # What prep says it ran (absent from a prep without --engine).
-                    run["engine"] = manifest["provenance"]["options"].get("engine")
+                jobs.append((impl, t, cmd, env, out))
+        # Round by round, each run once a round: a machine whose speed drifts
+        # (a virtual machine's neighbours) slows every run of a round alike,
+        # not all the repeats of one of them.
+        walls = {(impl, t): [] for impl, t, *_ in jobs}
+        best = {}
+        for _ in range(args.repeat):
+            for impl, t, cmd, env, out in jobs:
+                # A previous run's prep output would be resumed, not rewritten.
+                if out.is_dir():
+                    shutil.rmtree(out)
                 else:
-                    summary = json.loads(stdout.strip().splitlines()[-1])
-                    tokens = summary["tokens"]
-                    if impl == "gigatoken":
-                        giga_version = summary["gigatoken"]
-                        run["steps_s"] = {k: summary[k] for k in ("load_s", "encode_files_s", "write_s")}
-                run.update({"wall_s": round(wall, 3), "input_mb_s": round(corpus_bytes / MB / wall, 3),
-                            "tokens": tokens, "tokens_per_s": round(tokens / wall),
-                            "peak_rss_mb": round(rss / MB, 1), "cpu_s": round(cpu, 2),
-                            "repeat": args.repeat})
-                runs.append(run)
-                results[(impl, t)] = (run, out)
-                print(f"  {name:12} {impl:10} T={t}  {wall:8.2f} s  {run['input_mb_s']:7.2f} MB/s  "
-                      f"{tokens:,} tokens  cpu {cpu:.1f} s"
-                      + (f"  (in the child: load {run['steps_s']['load_s']:.2f} s, encode_files "
-                         f"{run['steps_s']['encode_files_s']:.2f} s, write {run['steps_s']['write_s']:.2f} s)"
-                         if "steps_s" in run else ""), flush=True)
+                    out.unlink(missing_ok=True)
+                # os.wait4 in run_measured reaps the child, so its CPU time
+                # lands in RUSAGE_CHILDREN: the difference is this run's.
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall, rss, stdout = run_measured(cmd, env, scratch / f"engines-{impl}-{name}-t{t}.log")
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                walls[(impl, t)].append(wall)
+                if (impl, t) not in best or wall < best[(impl, t)][0]:
+                    best[(impl, t)] = (wall, rss, cpu, stdout)
+        for impl, t, cmd, env, out in jobs:
+            wall, rss, cpu, stdout = best[(impl, t)]
+            run = {"tokenizer": name, "impl": impl, "threads": t}
+            if impl.startswith("prep"):
+                manifest, _, _ = prep_shards(out)
+                tokens = manifest["n_tokens"]
+                # What prep says it ran (absent from a prep without --engine).
+                run["engine"] = manifest["provenance"]["options"].get("engine")
+            else:
+                summary = json.loads(stdout.strip().splitlines()[-1])
+                tokens = summary["tokens"]
+                if impl == "gigatoken":
+                    giga_version = summary["gigatoken"]
+                    run["steps_s"] = {k: summary[k] for k in ("load_s", "encode_files_s", "write_s")}
+            run.update({"wall_s": round(wall, 3), "wall_median_s": round(statistics.median(walls[(impl, t)]), 3),
+                        "input_mb_s": round(corpus_bytes / MB / wall, 3),
+                        "tokens": tokens, "tokens_per_s": round(tokens / wall),
+                        "peak_rss_mb": round(rss / MB, 1), "cpu_s": round(cpu, 2),
+                        "repeat": args.repeat})
+            runs.append(run)
+            results[(impl, t)] = (run, out)
+            print(f"  {name:12} {impl:10} T={t}  {wall:8.2f} s  {run['input_mb_s']:7.2f} MB/s  "
+                  f"{tokens:,} tokens  cpu {cpu:.1f} s"
+                  + (f"  median of {args.repeat} {run['wall_median_s']:.2f} s" if args.repeat > 1 else "")
+                  + (f"  (in the child: load {run['steps_s']['load_s']:.2f} s, encode_files "
+                     f"{run['steps_s']['encode_files_s']:.2f} s, write {run['steps_s']['write_s']:.2f} s)"
+                     if "steps_s" in run else ""), flush=True)
 
         # The checks, against the first prep run of this tokenizer.
         check = {}
@@ -428,7 +444,9 @@ def main() -> int:
                 for other in IMPLS[IMPLS.index(mine) + 1:]:
                     if (mine, t) in by and (other, t) in by:
                         ratios.append({"tokenizer": name, "what": f"{mine}/{other} T={t}",
-                                       "speedup": round(by[(other, t)]["wall_s"] / by[(mine, t)]["wall_s"], 2)})
+                                       "speedup": round(by[(other, t)]["wall_s"] / by[(mine, t)]["wall_s"], 2),
+                                       "speedup_median": round(by[(other, t)]["wall_median_s"]
+                                                               / by[(mine, t)]["wall_median_s"], 2)})
         if len(threads) > 1:
             lo, hi = min(threads), max(threads)
             for impl in impls:
@@ -451,14 +469,23 @@ def main() -> int:
     print()
     others = [i for i in IMPLS[1:] if i in impls]
     print(f"{'speedup of':24} {'T':>2} " + " ".join(f"{'over ' + o:>16}" for o in others))
-    speedup = {(r["tokenizer"], r["what"]): r["speedup"] for r in ratios}
+    if args.repeat > 1:
+        print(f"(best of {args.repeat} over best of {args.repeat}; in brackets, median over median)")
+    speedup = {(r["tokenizer"], r["what"]): r for r in ratios}
+
+    def cell(r):
+        if r is None:
+            return "-"
+        if args.repeat > 1:
+            return f"{r['speedup']:.2f}x ({r['speedup_median']:.2f}x)"
+        return f"{r['speedup']:.2f}x"
     for name in names:
         for mine in ("prep-fast", "prep-hf"):
             for t in threads:
                 cells = [speedup.get((name, f"{mine}/{o} T={t}")) for o in others]
                 if any(c is not None for c in cells):
                     print(f"{name + ' ' + mine:24} {t:>2} "
-                          + " ".join(f"{'-' if c is None else f'{c:.2f}x':>16}" for c in cells))
+                          + " ".join(f"{cell(c):>16}" for c in cells))
         scaling = [f"{r['what'].split()[0]} {r['speedup']:.2f}x" for r in ratios
                    if r["tokenizer"] == name and "/T=" in r["what"]]
         if scaling:
@@ -508,7 +535,7 @@ def main() -> int:
                    "jsonl_bytes": corpus_bytes, "text_bytes": text_bytes, "documents": n_docs},
         "notes": notes, "runs": runs, "ratios": ratios, "checks": checks,
     }
-    out = scratch / "engines.json"
+    out = args.json or scratch / "engines.json"
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"\nwrote {out}")
     return 0 if ok else 1
