@@ -107,29 +107,26 @@ impl Normalizer {
 
     /// The normalized text.
     pub(crate) fn apply<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let form = |quick: fn(&str) -> IsNormalized, run: fn(&str) -> String| {
-            if text.is_ascii() || quick(text) == IsNormalized::Yes {
-                Cow::Borrowed(text)
-            } else {
-                Cow::Owned(run(text))
-            }
-        };
         match self {
-            Normalizer::Nfc => form(
+            Normalizer::Nfc => by_segments(
+                text,
                 |t| is_nfc_quick(t.chars()),
-                |t| t.nfc().map(|(c, _)| c).collect(),
+                |t, out| out.extend(t.nfc().map(|(c, _)| c)),
             ),
-            Normalizer::Nfd => form(
+            Normalizer::Nfd => by_segments(
+                text,
                 |t| is_nfd_quick(t.chars()),
-                |t| t.nfd().map(|(c, _)| c).collect(),
+                |t, out| out.extend(t.nfd().map(|(c, _)| c)),
             ),
-            Normalizer::Nfkc => form(
+            Normalizer::Nfkc => by_segments(
+                text,
                 |t| is_nfkc_quick(t.chars()),
-                |t| t.nfkc().map(|(c, _)| c).collect(),
+                |t, out| out.extend(t.nfkc().map(|(c, _)| c)),
             ),
-            Normalizer::Nfkd => form(
+            Normalizer::Nfkd => by_segments(
+                text,
                 |t| is_nfkd_quick(t.chars()),
-                |t| t.nfkd().map(|(c, _)| c).collect(),
+                |t, out| out.extend(t.nfkd().map(|(c, _)| c)),
             ),
             Normalizer::Lowercase => {
                 if text.bytes().all(|b| !b.is_ascii_uppercase() && b < 0x80) {
@@ -218,6 +215,67 @@ impl Normalizer {
     }
 }
 
+/// `text` in one of the four Unicode forms: `quick` is the form's quick
+/// check, `run` appends a text in the form.
+///
+/// Only the text around non-ASCII characters is looked at. Each run of
+/// them, with the ASCII character before it (which a combining mark after
+/// it may compose with), is a segment, checked on its own and normalized
+/// on its own where the check is not sure. That is the form of the whole
+/// text: an ASCII character is a starter that never composes with what
+/// comes before it and that no reordering crosses, so no form joins or
+/// reorders characters across a cut made before one.
+fn by_segments<'t>(
+    text: &'t str,
+    quick: fn(&str) -> IsNormalized,
+    run: fn(&str, &mut String),
+) -> Cow<'t, str> {
+    let bytes = text.as_bytes();
+    let mut out: Option<String> = None;
+    // The bytes of `text` before this are in `out`.
+    let mut copied = 0;
+    let mut at = 0;
+    while let Some(start) = first_non_ascii(bytes, at) {
+        // Every byte from `at` to `start` is ASCII, and so is the one
+        // before `at`: a segment starts at a character boundary.
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b < 0x80)
+            .map_or(bytes.len(), |n| start + n);
+        let segment = start.saturating_sub(1)..end;
+        if quick(&text[segment.clone()]) != IsNormalized::Yes {
+            let out = out.get_or_insert_with(|| String::with_capacity(text.len() + 16));
+            out.push_str(&text[copied..segment.start]);
+            run(&text[segment], out);
+            copied = end;
+        }
+        at = end;
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut out) => {
+            out.push_str(&text[copied..]);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// The first byte at or after `from` that is not ASCII, eight at a time.
+#[inline]
+fn first_non_ascii(bytes: &[u8], from: usize) -> Option<usize> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while i + 8 <= bytes.len() {
+        let word = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let high = word & HIGH;
+        if high != 0 {
+            return Some(i + (high.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    bytes[i..].iter().position(|&b| b >= 0x80).map(|n| i + n)
+}
+
 /// `text` with each match, `len` bytes at each of `starts` (in order, not
 /// overlapping), replaced by `to`; borrowed where there is none.
 fn replace_all<'t>(
@@ -238,4 +296,56 @@ fn replace_all<'t>(
     }
     out.push_str(&text[last..]);
     Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Characters that compose, decompose, reorder or do nothing in the
+    /// four forms: ASCII a mark may compose with, marks of several
+    /// classes, singletons, Hangul jamo and syllables, two-part vowels,
+    /// compatibility characters.
+    fn form_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            6 => proptest::sample::select(vec![
+                'a', 'e', 'A', 'o', 'c', ' ', '\n', '1', '\u{301}', '\u{300}', '\u{327}',
+                '\u{323}', '\u{345}', '\u{344}', '\u{5b0}', '\u{338}', 'é', 'É', 'ö', 'ǖ', 'Å',
+                '\u{212b}', '\u{1100}', '\u{1161}', '\u{11a8}', '가', '각', '\u{b47}', '\u{b3e}',
+                '\u{b57}', 'ﬁ', '½', 'ΐ', '\u{f73}', '\u{f900}', 'Ａ', 'Ḋ', 'ẛ', '\u{1e0c}', '\u{307}',
+                '中', '😀', '\u{fb2c}', '\u{2126}', 'ſ', 'ͅ', 'ς',
+            ]),
+            1 => any::<char>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        #[test]
+        fn segments_give_the_form_of_the_whole_text(chars in proptest::collection::vec(form_char(), 0..40)) {
+            let text: String = chars.into_iter().collect();
+            let whole: [(Normalizer, String); 4] = [
+                (Normalizer::Nfc, text.nfc().map(|(c, _)| c).collect()),
+                (Normalizer::Nfd, text.nfd().map(|(c, _)| c).collect()),
+                (Normalizer::Nfkc, text.nfkc().map(|(c, _)| c).collect()),
+                (Normalizer::Nfkd, text.nfkd().map(|(c, _)| c).collect()),
+            ];
+            for (form, expected) in whole {
+                let got = form.apply(&text);
+                prop_assert_eq!(&*got, expected.as_str(), "{:?} of {:?}", form, text);
+                // ASCII is never copied.
+                prop_assert!(!text.is_ascii() || matches!(got, Cow::Borrowed(_)), "{:?}", form);
+            }
+        }
+
+        #[test]
+        fn first_non_ascii_is_the_first(bytes in proptest::collection::vec(prop_oneof![5 => 0u8..0x80, 1 => any::<u8>()], 0..40), from in 0usize..41) {
+            let from = from.min(bytes.len());
+            prop_assert_eq!(
+                first_non_ascii(&bytes, from),
+                bytes[from..].iter().position(|&b| b >= 0x80).map(|n| from + n)
+            );
+        }
+    }
 }
