@@ -47,7 +47,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Anchored, Input, MatchKind, StartKind};
 use foldhash::fast::FixedState;
 use serde_json::Value;
 
@@ -139,6 +139,12 @@ struct Strip {
 /// A set of added tokens, found by leftmost-longest match.
 struct Added {
     matcher: AhoCorasick,
+    /// The bytes every token starts with, where there are two or more: a
+    /// match starts only where they occur, and a search for them skips
+    /// text far faster than the automaton, whose own prefilter stops at
+    /// every occurrence of a first byte (GPT-NeoX's 23 runs of spaces all
+    /// start with two spaces). The automaton then runs anchored there.
+    prefix: Option<memchr::memmem::Finder<'static>>,
     ids: Vec<u32>,
     strip: Vec<Strip>,
 }
@@ -156,15 +162,54 @@ impl Added {
             ids.push(id);
             strip.push(s);
         }
+        let common = patterns.iter().skip(1).fold(patterns[0].len(), |n, p| {
+            let same = patterns[0]
+                .bytes()
+                .zip(p.bytes())
+                .take_while(|(a, b)| a == b);
+            n.min(same.count())
+        });
+        let prefix = (common >= 2)
+            .then(|| memchr::memmem::Finder::new(&patterns[0].as_bytes()[..common]).into_owned());
         let matcher = AhoCorasickBuilder::new()
             .match_kind(MatchKind::LeftmostLongest)
+            .start_kind(match prefix {
+                Some(_) => StartKind::Anchored,
+                None => StartKind::Unanchored,
+            })
             .build(&patterns)
             .map_err(|e| Unsupported(format!("added tokens: {e}")))?;
         Ok(Some(Added {
             matcher,
+            prefix,
             ids,
             strip,
         }))
+    }
+
+    /// The matches in `text`, leftmost-longest, none overlapping: (start,
+    /// end, which token).
+    fn matches<'a>(&'a self, text: &'a str) -> impl Iterator<Item = (usize, usize, usize)> + 'a {
+        let mut plain = self.prefix.is_none().then(|| self.matcher.find_iter(text));
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let found = |m: aho_corasick::Match| (m.start(), m.end(), m.pattern().as_usize());
+            if let Some(plain) = &mut plain {
+                return plain.next().map(found);
+            }
+            let prefix = self.prefix.as_ref()?;
+            loop {
+                let start = at + prefix.find(&text.as_bytes()[at..])?;
+                let input = Input::new(text).range(start..).anchored(Anchored::Yes);
+                match self.matcher.find(input) {
+                    Some(m) => {
+                        at = m.end();
+                        return Some(found(m));
+                    }
+                    None => at = start + 1,
+                }
+            }
+        })
     }
 }
 
@@ -192,9 +237,8 @@ fn split_added(
         return between(text, true, out);
     };
     let mut last = 0;
-    for m in added.matcher.find_iter(text) {
-        let (mut start, mut stop) = (m.start(), m.end());
-        let strip = added.strip[m.pattern().as_usize()];
+    for (mut start, mut stop, token) in added.matches(text) {
+        let strip = added.strip[token];
         if strip.single_word {
             let alone_before = start == 0 || !ENDS_WITH_WORD.is_match(&text[..start]);
             let alone_after = stop == text.len() || !STARTS_WITH_WORD.is_match(&text[stop..]);
@@ -215,7 +259,7 @@ fn split_added(
         if last < start {
             between(&text[last..start], last == 0, out);
         }
-        out.push(added.ids[m.pattern().as_usize()]);
+        out.push(added.ids[token]);
         last = stop.max(last);
     }
     if last < text.len() {
@@ -647,4 +691,38 @@ fn added_tokens(
         }
     }
     Ok((raw, normalized))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// With or without a common prefix, the matches are the automaton's
+        /// own leftmost-longest ones.
+        #[test]
+        fn added_token_matches_are_leftmost_longest(
+            prefix in "[ a]{0,3}",
+            tails in proptest::collection::vec("[ ab]{0,4}", 1..6),
+            text in "[ abé]{0,60}",
+        ) {
+            let tokens: Vec<String> = tails.iter().map(|t| format!("{prefix}{t}"))
+                .filter(|t| !t.is_empty()).collect();
+            prop_assume!(!tokens.is_empty());
+            let added = Added::new(tokens.iter().enumerate()
+                .map(|(i, t)| (t.clone(), i as u32, Strip::default())).collect())
+                .unwrap().unwrap();
+            let reference = AhoCorasickBuilder::new()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(&tokens)
+                .unwrap();
+            let expected: Vec<_> = reference.find_iter(&text)
+                .map(|m| (m.start(), m.end(), m.pattern().as_usize())).collect();
+            // Every token starts with `prefix`: two bytes of it make a search.
+            prop_assert!(prefix.len() < 2 || added.prefix.is_some());
+            prop_assert_eq!(added.matches(&text).collect::<Vec<_>>(), expected);
+        }
+    }
 }
