@@ -9,8 +9,8 @@ PyTorch's PackedDataset and the attention helpers.
         row, pieces = ds[i], ds.segments(i)
         cu, max_len = prep.attention.cu_seqlens(pieces, len(row))
 
-`prep.reader` is tools/prep_reader.py of the prep repository, byte for byte
-(see its docstring); `prep.PackedDataset` needs torch, and raises
+`prep.reader` is also the one file to copy for code that does not install
+the package (see its docstring); `prep.PackedDataset` needs torch, and raises
 ImportError when torch cannot be imported. The command is the same program
 as `cargo install --path .` builds from the repository: `prep --help`.
 """
@@ -18,6 +18,7 @@ as `cargo install --path .` builds from the repository: `prep --help`.
 from . import attention
 from .reader import (
     FORMAT_VERSION,
+    MAX_MANIFEST_BYTES,
     SEGMENT_DTYPE,
     Dataset,
     FormatError,
@@ -37,6 +38,7 @@ except PackageNotFoundError:  # imported from a source tree, not installed
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_MANIFEST_BYTES",
     "SEGMENT_DTYPE",
     "Dataset",
     "FormatError",

@@ -3,9 +3,10 @@
 Installed with pip (the distribution prep-llm: `pip install .` in the prep
 repository, beside the `prep` command) this is
 `prep.reader`, and everything below is importable from `prep` itself:
-`from prep import Dataset, Sampler`. The same file is tools/prep_reader.py in
-the prep repository, byte for byte, for training code that copies it instead
-(`from prep_reader import Dataset, Sampler`); a test keeps the two identical.
+`from prep import Dataset, Sampler`. Training code that does not install
+the package copies this one file (python/prep/reader.py in the prep
+repository) beside itself as prep_reader.py instead:
+`from prep_reader import Dataset, Sampler`. It imports nothing of prep.
 
 It reads the on-disk format of prep (src/format/FORMAT.md in the prep
 repository), version 1, and draws records in the order of prep's training
@@ -58,6 +59,7 @@ import numpy as np
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_MANIFEST_BYTES",
     "SEGMENT_DTYPE",
     "Dataset",
     "FormatError",
@@ -79,7 +81,9 @@ _IDX_HEADER = struct.Struct("<8sIB3sQQ")  # magic, version, token size, reserved
 _SEG_HEADER = struct.Struct("<8sIIQQ")  # magic, version, seq_len, rows, segments
 _HEADER_LEN = 32
 _DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
-_MAX_MANIFEST_BYTES = 64 << 20
+MAX_MANIFEST_BYTES = 256 << 20
+"""The largest manifest.json read (FORMAT.md, Limits); prep's own reader has the same."""
+_MAX_SEQ_LEN = (1 << 32) - 1
 _U64 = 1 << 64
 
 
@@ -163,7 +167,7 @@ def _read_manifest(root: Path) -> dict:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file; {root} is not a prep dataset "
                                 f"(or prep was interrupted while writing it)") from None
-    if size > _MAX_MANIFEST_BYTES:
+    if size > MAX_MANIFEST_BYTES:
         raise FormatError(path, f"{size} bytes, more than any manifest needs")
     try:
         m = json.loads(path.read_bytes())
@@ -184,7 +188,7 @@ def _read_manifest(root: Path) -> dict:
         raise FormatError(path, f'"dtype" is {m.get("dtype")!r}, not "uint16" or "uint32"')
     if m["kind"] == "packed":
         seq_len = m.get("seq_len")
-        if type(seq_len) is not int or not 1 <= seq_len < 1 << 32:
+        if type(seq_len) is not int or not 1 <= seq_len <= _MAX_SEQ_LEN:
             raise FormatError(path, f'a packed dataset\'s "seq_len" is {seq_len!r}')
     shards = m.get("shards")
     if not isinstance(shards, list) or not all(isinstance(s, dict) for s in shards):

@@ -12,9 +12,11 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const FORMAT_NAME: &str = "prep";
 /// The manifest version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u64 = 1;
-/// Manifests larger than this are refused before parsing: a real one is a
-/// few hundred bytes per shard.
-const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+/// The largest `manifest.json` a reader accepts (FORMAT.md, "Limits"):
+/// larger ones are refused before parsing. A real one is a few hundred
+/// bytes per shard, so 256 MiB holds about a million shards. The Python
+/// reader (python/prep/reader.py) refuses above the same value.
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
 /// The contents of `manifest.json` (see FORMAT.md for every field).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -21,6 +21,7 @@ pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
     identity, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance,
     ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    MAX_MANIFEST_BYTES,
 };
 pub(crate) use mmap::Mapped as MappedFile;
 pub(crate) use reader::{check_bin_len, check_idx_header, check_seg_header};
@@ -108,12 +109,12 @@ pub fn checksum_hex(hash: u64) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
     /// An I/O error on a file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The directory has no `manifest.json`.
     #[error("{}: not a prep dataset (no manifest.json; an interrupted run leaves none, re-run it to resume)", dir.display())]
@@ -231,7 +232,103 @@ impl FormatError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FormatError {
         FormatError::Io {
             path: path.into(),
-            source,
+            cause: source,
         }
+    }
+}
+
+#[cfg(test)]
+mod limits {
+    //! Each limit is stated once in FORMAT.md's "Limits" table and held by
+    //! one constant here and one in the Python reader: the three agree.
+    use super::*;
+
+    fn read(rel: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The value of `NAME = EXPR` in the Python reader, for the integer
+    /// expressions it uses (`256 << 20`, `(1 << 32) - 1`, `32`).
+    fn python_constant(source: &str, name: &str) -> u64 {
+        let line = source
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("python/prep/reader.py has no {name}"));
+        let expr = line
+            .split('#')
+            .next()
+            .unwrap()
+            .trim()
+            .replace(['(', ')'], "");
+        let (expr, minus) = match expr.split_once(" - ") {
+            Some((e, m)) => (e.to_string(), m.trim().parse::<u64>().unwrap()),
+            None => (expr, 0),
+        };
+        let value = match expr.split_once(" << ") {
+            Some((a, b)) => a.trim().parse::<u64>().unwrap() << b.trim().parse::<u32>().unwrap(),
+            None => expr.trim().parse::<u64>().unwrap(),
+        };
+        value - minus
+    }
+
+    /// The number in the "limit" column of FORMAT.md's row for `what`.
+    fn spec_number(spec: &str, what: &str) -> u64 {
+        let limits = spec
+            .split("## Limits")
+            .nth(1)
+            .expect("FORMAT.md has a Limits section");
+        let row = limits
+            .lines()
+            .find(|l| l.starts_with(&format!("| {what} ")))
+            .unwrap_or_else(|| panic!("FORMAT.md's Limits table has no row {what:?}"));
+        let cell = row.split('|').nth(2).unwrap();
+        // The largest number in the cell ("1 to 4,294,967,295": the upper bound).
+        cell.split(|c: char| !(c.is_ascii_digit() || c == ','))
+            .filter_map(|n| n.replace(',', "").parse::<u64>().ok())
+            .max()
+            .unwrap_or_else(|| panic!("no number in {row:?}"))
+    }
+
+    #[test]
+    fn format_md_rust_and_python_agree() {
+        let spec = read("src/format/FORMAT.md");
+        let py = read("python/prep/reader.py");
+        let rows: [(&str, u64, &str); 4] = [
+            (
+                "`manifest.json` size",
+                MAX_MANIFEST_BYTES,
+                "MAX_MANIFEST_BYTES",
+            ),
+            ("`.idx` header", IDX_HEADER_LEN as u64, "_HEADER_LEN"),
+            ("`.seg` header", SEG_HEADER_LEN as u64, "_HEADER_LEN"),
+            (
+                "a packed dataset's `seq_len`",
+                u32::MAX as u64,
+                "_MAX_SEQ_LEN",
+            ),
+        ];
+        for (what, rust, python) in rows {
+            assert_eq!(
+                spec_number(&spec, what),
+                rust,
+                "FORMAT.md against Rust: {what}"
+            );
+            assert_eq!(
+                python_constant(&py, python),
+                rust,
+                "Python {python} against Rust: {what}"
+            );
+        }
+        assert_eq!(
+            spec_number(&spec, "one `.seg` segment"),
+            SEGMENT_BYTES as u64
+        );
+        let dtype = py
+            .lines()
+            .find(|l| l.starts_with("SEGMENT_DTYPE = "))
+            .unwrap();
+        let bytes = 8 * dtype.matches("\"<u8\"").count() + 4 * dtype.matches("\"<u4\"").count();
+        assert_eq!(bytes, SEGMENT_BYTES, "Python SEGMENT_DTYPE: {dtype}");
     }
 }
