@@ -17,12 +17,11 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::format::{checksum_hex, FormatError, Manifest, ShardInfo, MANIFEST_FILE, TMP_SUFFIX};
+use crate::format::{
+    checksum_hex, FormatError, Manifest, ShardInfo, MANIFEST_FILE, MAX_MANIFEST_BYTES, TMP_SUFFIX,
+};
 use crate::output::{Done, Output, OutputError, Start};
 use crate::store::{Object, StoreError};
-
-/// Manifests are small; a larger object is not one of prep's.
-const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
 /// What to fetch, and where.
 #[derive(Debug, Clone)]
@@ -62,15 +61,14 @@ pub enum FetchError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The transfer of an object failed part way.
-    #[error("{url}: reading failed after {at} bytes: {source}")]
+    #[error("{url}: reading failed after {at} bytes: {cause}")]
     Read {
         /// The object.
         url: String,
         /// Bytes received before the failure.
         at: u64,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// An object's bytes are not those the manifest lists.
     #[error(
@@ -319,7 +317,7 @@ fn copy_checked(
                 return Err(FetchError::Read {
                     url: object.url().to_owned(),
                     at,
-                    source,
+                    cause: source,
                 })
             }
         };

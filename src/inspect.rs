@@ -14,6 +14,14 @@ use serde::Serialize;
 use crate::format::{Dataset, FormatError, Manifest};
 use crate::source::{Source, SourceError, StoreDataset};
 
+/// The error printed with a hint after it: its cause is in its message,
+/// not returned as a source as well.
+impl From<FormatError> for InspectError {
+    fn from(e: FormatError) -> InspectError {
+        InspectError::Open(e)
+    }
+}
+
 /// Context lengths whose overflow `inspect` reports.
 pub const CONTEXT_LENGTHS: [u64; 4] = [2048, 4096, 8192, 32768];
 /// Percentiles reported.
@@ -25,11 +33,11 @@ pub enum InspectError {
     /// The dataset cannot be opened (missing, or it fails the quick checks),
     /// or the record's segment entries break the rules of their row.
     #[error("{0} (prep validate tells every problem)")]
-    Open(#[from] FormatError),
+    Open(FormatError),
     /// A dataset in object storage could not be read: a missing bucket or
     /// manifest, refused credentials, a dropped connection (the message
     /// names the object), or a shard that breaks the reader's checks.
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] SourceError),
     /// `--record` past the end.
     #[error("record {index} does not exist: the dataset has {len} records")]

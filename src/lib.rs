@@ -26,6 +26,7 @@ pub mod partition;
 pub mod permute;
 pub mod pipeline;
 pub mod progress;
+pub mod run;
 pub mod sampler;
 pub mod shuffle;
 pub mod size;
@@ -38,7 +39,13 @@ pub mod validate;
 
 pub use format::{Dataset, Dtype, FormatError, Manifest, Tokens};
 
-/// The README's Rust examples compile (they are run by `cargo test --doc`).
+/// The README's code blocks: any Rust among them compiles (`cargo test --doc`).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
+
+/// The guide's Rust examples compile too: one include per page of docs/
+/// that holds a Rust code block.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/reading.md")]
+struct GuideReading;

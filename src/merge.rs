@@ -75,6 +75,9 @@ pub enum MergeError {
     /// A part or the output could not be read or written.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// The output overlaps an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
     /// No part given.
     #[error("no partial dataset given")]
     NoInput,
@@ -142,21 +145,10 @@ pub enum MergeError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// Any other I/O error.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> MergeError + '_ {
-    move |source| MergeError::Io {
-        path: path.into(),
-        source,
-    }
+    move |source| MergeError::Format(crate::format::FormatError::io(path, source))
 }
 
 /// What a run did.
@@ -202,17 +194,11 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         return Err(MergeError::NoInput);
     }
     let out = &config.output;
+    // Parts may lie inside the output (their shards are then used where
+    // they lie), but the output may not be a part or lie inside one.
+    crate::run::refuse_inside(out, &config.parts, "the part")?;
     let mut parts = Vec::with_capacity(config.parts.len());
     for dir in &config.parts {
-        if crate::util::same_or_inside(out, dir) {
-            return Err(MergeError::OutputExists {
-                dir: out.clone(),
-                why: format!(
-                    "is the part {} or inside it; choose the directory that holds the parts",
-                    dir.display()
-                ),
-            });
-        }
         let local = Local::of(dir)?;
         let ds = Dataset::open(local.dir())?;
         let partition = ds

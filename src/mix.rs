@@ -53,9 +53,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::fetch::Local;
-use crate::format::{
-    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Partition, Provenance,
-};
+use crate::format::{Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest};
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::permute::{shuffle_key, Permutation};
@@ -138,14 +136,9 @@ pub enum MixError {
         /// Its weight.
         weight: f64,
     },
-    /// The output is one of the sources or inside one.
-    #[error("output directory {}: is the source {} or inside it; choose another directory", output.display(), source_dir.display())]
-    OutputIsSource {
-        /// The output.
-        output: PathBuf,
-        /// The source.
-        source_dir: PathBuf,
-    },
+    /// The output overlaps an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
     /// Two sources cannot be mixed.
     #[error("cannot mix {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
     Mismatch {
@@ -361,13 +354,9 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
                 weight: s.weight,
             });
         }
-        if crate::util::same_or_inside(&config.output, &s.dir) {
-            return Err(MixError::OutputIsSource {
-                output: config.output.clone(),
-                source_dir: s.dir.clone(),
-            });
-        }
     }
+    let dirs: Vec<&PathBuf> = config.sources.iter().map(|s| &s.dir).collect();
+    crate::run::refuse_overlap(&config.output, &dirs, "the source")?;
     // Sources in object storage are read from verified local copies.
     let local = config
         .sources
@@ -389,20 +378,16 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.dir(), ds.manifest()))
         .collect::<Result<Vec<_>, _>>()?;
 
+    // The weights in the sources' order; the sources themselves count by
+    // content, as the inputs.
     let request = json!({
-        "sources": config.sources.iter().map(|s| json!({
-            "source": s.dir.display().to_string(),
-            "weight": s.weight,
-        })).collect::<Vec<_>>(),
+        "weights": config.sources.iter().map(|s| s.weight).collect::<Vec<_>>(),
         "tokens": config.tokens,
         "seed": config.seed,
         "max_epochs": config.max_epochs,
         "shard_size": config.shard_size,
     });
-    let job = crate::partition::fingerprint(
-        &json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "mix", "options": request, "inputs": inputs }),
-    );
-    let fingerprint = crate::partition::part_fingerprint(&job, config.part);
+    let identity = crate::run::Identity::new("mix", &request, inputs, config.part);
 
     let lengths: Vec<Vec<u64>> = datasets
         .iter()
@@ -418,7 +403,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     drop(lengths);
 
     let mut output = Output::lock(&config.output)?;
-    let journal = match output.start::<(), ()>(&fingerprint, config.overwrite)? {
+    let journal = match output.start::<(), ()>(&identity.fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the mixture is already complete; nothing to do");
             return Ok(MixReport {
@@ -440,8 +425,8 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         }
         Start::Fresh(journal) => journal,
     };
-    let pool =
-        crate::util::thread_pool(config.threads).map_err(|e| FormatError::io(&config.output, e))?;
+    let pool = crate::run::thread_pool(config.threads, "mix")
+        .map_err(|e| FormatError::io(&config.output, e))?;
     let n = plan.drawn.len() as u64;
     let order = order(n, config.seed, &pool);
     let range = config.part.unwrap_or(Part::WHOLE).range(n);
@@ -488,34 +473,19 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     }
     let shards = writer.finish()?;
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
-    let mut options = json!({
+    let options = json!({
         "seed": config.seed,
         "tokens": config.tokens,
         "max_epochs": config.max_epochs,
         "shard_size": config.shard_size,
         "recipe": plan.sources,
     });
-    if let Some(p) = config.part {
-        options["part"] = json!(p.to_string());
-    }
-    let manifest = base
-        .derived(
-            shards,
-            Provenance::new(
-                "mix",
-                inputs,
-                options,
-                DocumentCounts::all_written(range.end - range.start),
-                fingerprint,
-            ),
-        )
-        .with_partition(config.part.map(|p| Partition {
-            stage: "mix".into(),
-            part: p.index,
-            parts: p.count,
-            job,
-            hashes: None,
-        }));
+    let manifest = identity.derive(
+        &base,
+        shards,
+        options,
+        DocumentCounts::all_written(range.end - range.start),
+    );
     output.commit(&manifest)?;
     progress.finish();
     Ok(MixReport {

@@ -88,23 +88,6 @@ impl FromStr for Part {
     }
 }
 
-/// A run's fingerprint: XXH3-64 of the JSON of everything that shapes its
-/// output (inputs, options, prep's version), 16 hex digits. Equal
-/// fingerprints mean equal bytes.
-pub fn fingerprint(run: &serde_json::Value) -> String {
-    crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(run.to_string().as_bytes()))
-}
-
-/// The fingerprint of part `part` of the run whose fingerprint is `job`
-/// (the job's own for a run that is not partitioned): every part's output
-/// differs, and a part re-run into its directory recognises its own.
-pub fn part_fingerprint(job: &str, part: Option<Part>) -> String {
-    match part {
-        None => job.into(),
-        Some(p) => fingerprint(&serde_json::json!({ "job": job, "part": p.to_string() })),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

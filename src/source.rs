@@ -19,16 +19,13 @@ use bytes::Bytes;
 
 use crate::format::{
     check_bin_len, check_idx_header, check_seg_header, Dtype, FormatError, IdxHeader, Manifest,
-    MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN, SEGMENT_BYTES,
-    SEG_HEADER_LEN,
+    MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN, MAX_MANIFEST_BYTES,
+    SEGMENT_BYTES, SEG_HEADER_LEN,
 };
 use crate::store::{Object, ObjectReader, StoreError};
 
 /// Bytes of a mapped file handed out as one chunk.
 pub const LOCAL_CHUNK: usize = 8 << 20;
-
-/// Manifests are small; a larger file is not one of prep's.
-pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 
 /// Why a dataset's file could not be read (as opposed to what is wrong with
 /// its bytes, which the callers report in their own terms).
@@ -51,15 +48,14 @@ pub enum SourceError {
     },
     /// The transfer of an object's range failed part way (a dropped
     /// connection, an object that changed while it was read).
-    #[error("{url}: reading failed after {at} bytes: {source}")]
+    #[error("{url}: reading failed after {at} bytes: {cause}")]
     Read {
         /// The object.
         url: String,
         /// Bytes of the range received before the failure.
         at: u64,
         /// What failed.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -143,7 +139,7 @@ impl Source {
                 let path = dir.join(name);
                 match MappedFile::open(&path) {
                     Ok(map) => Ok(Some(File(Kind::Mapped(map)))),
-                    Err(FormatError::Io { source, .. })
+                    Err(FormatError::Io { cause: source, .. })
                         if source.kind() == std::io::ErrorKind::NotFound =>
                     {
                         Ok(None)
@@ -403,7 +399,7 @@ impl<'a> Chunks<'a> {
                 Err(source) => Err(SourceError::Read {
                     url: url.clone(),
                     at: *at,
-                    source,
+                    cause: source,
                 }),
             },
         }
@@ -805,7 +801,7 @@ fn open_shard(
         source.open(name)?.ok_or_else(|| {
             FormatError::Io {
                 path: source.path_of(name),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+                cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
             }
             .into()
         })

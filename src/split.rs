@@ -39,10 +39,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::format::Partition;
-use crate::format::{
-    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Provenance,
-};
+use crate::format::{Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest};
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::progress::{Progress, ProgressSnapshot};
@@ -162,14 +159,9 @@ pub enum SplitError {
         /// Its kind.
         kind: String,
     },
-    /// The output is the input, or one holds the other.
-    #[error("output directory {}: is the input {} or inside it, or holds it; choose another directory", output.display(), input.display())]
-    OutputIsInput {
-        /// The output.
-        output: PathBuf,
-        /// The input.
-        input: PathBuf,
-    },
+    /// The output overlaps an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
 }
 
 /// One side as written.
@@ -200,9 +192,8 @@ pub struct SplitReport {
 struct Writing {
     side: Side,
     output: Output,
-    /// The fingerprint every part of a partitioned run shares.
-    job: String,
-    fingerprint: String,
+    /// The side's identity: a job of its own, which every part shares.
+    identity: crate::run::Identity,
     /// `None` when the side was already complete.
     writer: Option<DatasetWriter>,
     /// The journal; each shard's checkpoint is the number of input records
@@ -221,14 +212,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     if !(share(val) && share(test) && val + test < 1.0) {
         return Err(SplitError::BadShares { val, test });
     }
-    if crate::util::same_or_inside(&config.output, &config.input)
-        || crate::util::same_or_inside(&config.input, &config.output)
-    {
-        return Err(SplitError::OutputIsInput {
-            output: config.output.clone(),
-            input: config.input.clone(),
-        });
-    }
+    crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
     let local = crate::fetch::Local::of(&config.input)?;
     let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
@@ -245,18 +229,18 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         "test": test,
         "shard_size": config.shard_size,
     });
-    let job = json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "split", "options": options, "inputs": inputs });
+    let identity = crate::run::Identity::new("split", &options, inputs, config.part);
 
     let mut sides = Vec::new();
     for side in config.sides() {
         // A side's job is what every part shares; a part's own fingerprint
         // also names the part, so a re-run finds it complete or resumes it.
-        let side_job = crate::partition::fingerprint(&json!({ "job": job, "side": side.name() }));
-        let fingerprint = crate::partition::part_fingerprint(&side_job, config.part);
+        let identity = identity.output(side.name());
+        let fingerprint = &identity.fingerprint;
         let dir = config.output.join(side.name());
         let mut output = Output::lock(&dir)?;
-        let (journal, complete) = match output.start::<(), u64>(&fingerprint, config.overwrite)? {
-            Start::Complete(m) => (crate::output::Journal::new(&fingerprint), Some(*m)),
+        let (journal, complete) = match output.start::<(), u64>(fingerprint, config.overwrite)? {
+            Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),
             Start::Resume(j) | Start::Fresh(j) => (j, None),
         };
         let from = match &complete {
@@ -274,8 +258,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         sides.push(Writing {
             side,
             output,
-            job: side_job,
-            fingerprint,
+            identity,
             writer,
             journal,
             from,
@@ -336,8 +319,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         let Writing {
             side,
             output,
-            job,
-            fingerprint,
+            identity,
             writer,
             complete,
             ..
@@ -349,31 +331,12 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
                 output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
                 let mut options = options.clone();
                 options["side"] = json!(side.name());
-                if let Some(p) = config.part {
-                    options["part"] = json!(p.to_string());
-                }
-                let manifest = base
-                    .derived(
-                        shards,
-                        Provenance::new(
-                            "split",
-                            inputs.clone(),
-                            options,
-                            DocumentCounts {
-                                read: range.end - range.start,
-                                written: count,
-                                ..DocumentCounts::default()
-                            },
-                            fingerprint,
-                        ),
-                    )
-                    .with_partition(config.part.map(|p| Partition {
-                        stage: "split".into(),
-                        part: p.index,
-                        parts: p.count,
-                        job,
-                        hashes: None,
-                    }));
+                let documents = DocumentCounts {
+                    read: range.end - range.start,
+                    written: count,
+                    ..DocumentCounts::default()
+                };
+                let manifest = identity.derive(&base, shards, options, documents);
                 output.commit(&manifest)?;
                 manifest
             }

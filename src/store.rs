@@ -65,13 +65,12 @@ pub enum StoreError {
         why: String,
     },
     /// There is no object (or no bucket) at the address.
-    #[error("{url}: no such object or bucket ({source})")]
+    #[error("{url}: no such object or bucket ({cause})")]
     NotFound {
         /// The address.
         url: String,
         /// The store's own words.
-        #[source]
-        source: Box<object_store::Error>,
+        cause: Box<object_store::Error>,
     },
     /// The bucket (or container) itself does not exist.
     #[error("{url}: no such bucket ({op} answered: the bucket does not exist)")]
@@ -97,26 +96,24 @@ pub enum StoreError {
     },
     /// Any other failure: a connection refused or dropped, a server error,
     /// after the retries.
-    #[error("{url}: {op} failed: {source}")]
+    #[error("{url}: {op} failed: {cause}")]
     Request {
         /// The address.
         url: String,
         /// What was being done.
         op: String,
         /// The store's own words.
-        #[source]
-        source: Box<object_store::Error>,
+        cause: Box<object_store::Error>,
     },
     /// A local file to upload could not be read.
-    #[error("{url}: not uploaded: {}: {source}", path.display())]
+    #[error("{url}: not uploaded: {}: {cause}", path.display())]
     Local {
         /// The object it was going to.
         url: String,
         /// The file.
         path: std::path::PathBuf,
         /// What failed.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A file to upload does not hold the bytes recorded for it (it changed
     /// on disk after it was written); the upload was aborted.
@@ -184,7 +181,7 @@ impl StoreError {
         }
         let source = Box::new(source);
         match *source {
-            object_store::Error::NotFound { .. } => StoreError::NotFound { url, source },
+            object_store::Error::NotFound { .. } => StoreError::NotFound { url, cause: source },
             object_store::Error::Unauthenticated { .. }
             | object_store::Error::PermissionDenied { .. } => StoreError::Denied {
                 url,
@@ -194,7 +191,7 @@ impl StoreError {
             _ => StoreError::Request {
                 url,
                 op: op.into(),
-                source,
+                cause: source,
             },
         }
     }
@@ -437,7 +434,7 @@ impl Object {
         let local = |source| StoreError::Local {
             url: self.url.clone(),
             path: path.to_path_buf(),
-            source,
+            cause: source,
         };
         let mut file = std::fs::File::open(path).map_err(local)?;
         let size = file.metadata().map_err(local)?.len();

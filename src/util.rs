@@ -36,38 +36,6 @@ pub(crate) fn thread_count(requested: usize) -> usize {
     }
 }
 
-/// A rayon pool of `thread_count(requested)` threads, its build error as an
-/// I/O error (the one way it fails: the OS refused a thread).
-pub(crate) fn thread_pool(requested: usize) -> std::io::Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(thread_count(requested))
-        .build()
-        .map_err(std::io::Error::other)
-}
-
-/// True when `path` is `dir` or lies inside it, compared as canonical paths
-/// (`path` need not exist yet: its nearest existing ancestor is resolved).
-/// Guards `--overwrite` against an output that is one of the inputs.
-pub(crate) fn same_or_inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
-    let canon = |p: &std::path::Path| {
-        let mut head = p.to_path_buf();
-        let mut tail = Vec::new();
-        while !head.exists() {
-            match (head.file_name().map(|n| n.to_owned()), head.parent()) {
-                (Some(name), Some(parent)) => {
-                    tail.push(name);
-                    head = parent.to_path_buf();
-                }
-                _ => break,
-            }
-        }
-        let mut out = std::fs::canonicalize(&head).unwrap_or(head);
-        out.extend(tail.iter().rev());
-        out
-    };
-    canon(path).starts_with(canon(dir))
-}
-
 /// The process's peak resident memory in bytes (Linux `VmHWM`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

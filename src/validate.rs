@@ -384,9 +384,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
     }
 
     let threads = crate::util::thread_count(config.threads);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
+    let pool = crate::run::thread_pool(threads, "validate")
         .map_err(|e| ValidateError::Threads(e.to_string()))?;
     let cap = problems.cap;
     let results: Vec<(Problems, Checked, Pieces)> = pool.install(|| {

@@ -37,9 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CORPORA = REPO.parent / "shared" / "corpora"
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "python"))  # the reader from the source tree
 
-from prep_reader import Dataset  # noqa: E402
+from prep.reader import Dataset  # noqa: E402
 
 
 def sh(*cmd: object) -> float:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The read benchmark: tools/prep_reader.py gathering rows in sampler order, beside a memcpy.
+"""The read benchmark: the Python reader (python/prep/reader.py) gathering rows in sampler order, beside a memcpy.
 
     cargo build --release
     target/venv/bin/python tools/bench_read.py [--prep target/release/prep] [--scratch target/bench]
@@ -41,7 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from bench_pack import CORPORA, REPO, sh, tokenized_corpus
-from prep_reader import Dataset, Sampler
+
+sys.path.insert(0, str(REPO / "python"))  # the reader from the source tree
+from prep.reader import Dataset, Sampler  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench_read;
+#[cfg(test)]
+mod docs_check;
 mod export;
 mod fetch;
 mod import;
@@ -101,19 +103,11 @@ pub fn run() -> ExitCode {
     }
 }
 
-/// The error and its causes, each cause added only when the message does not
-/// already say it (most of prep's errors embed their cause).
+/// The error and its causes, joined by ": ". Each of prep's error
+/// variants either prints its cause or returns it as a source, never both
+/// (tests/it/errors.rs holds this for the errors users meet), so nothing repeats.
 fn describe(e: &anyhow::Error) -> String {
-    let mut message = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if message.is_empty() {
-            message = text;
-        } else if !message.contains(&text) {
-            message = format!("{message}: {text}");
-        }
-    }
-    message
+    format!("{e:#}")
 }
 
 /// A closed stdout (`prep ... | head`) is not an error.

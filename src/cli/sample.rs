@@ -11,7 +11,7 @@ use prep::sampler::Sampler;
 /// Print the records one rank reads in one epoch, in order, one per line.
 ///
 /// The order is the one training code gets from prep's Sampler (Rust) and
-/// prep_reader.Sampler (Python) with the same arguments: a seeded
+/// prep.Sampler (Python) with the same arguments: a seeded
 /// permutation of the records per epoch, rank R taking every W-th position
 /// from R. Each rank reads floor(n / W) records; the rest of the epoch's
 /// last positions are left out.

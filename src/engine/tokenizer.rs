@@ -18,13 +18,12 @@ use crate::format::Dtype;
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     /// The file cannot be read or decompressed.
-    #[error("tokenizer {}: {source}", path.display())]
+    #[error("tokenizer {}: {cause}", path.display())]
     Read {
         /// The tokenizer file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not JSON at all.
     #[error("tokenizer {}: not valid JSON: {message} at line {line} column {column}", path.display())]
@@ -222,7 +221,7 @@ impl LoadedTokenizer {
     ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizerError> {
         let json = read_tokenizer_bytes(path).map_err(|source| TokenizerError::Read {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         std::thread::scope(|scope| {
             let fast = fast.then(|| scope.spawn(|| FastTokenizer::from_json(&json)));

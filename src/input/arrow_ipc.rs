@@ -48,11 +48,11 @@ pub(crate) struct ArrowSource {
 fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batches), InputError> {
     let io = |source| InputError::Open {
         path: path.to_owned(),
-        source,
+        cause: source,
     };
     let bad = |source| InputError::ArrowOpen {
         path: path.to_owned(),
-        source,
+        cause: source,
     };
     let mut magic = [0u8; 6];
     let is_file = {
@@ -108,7 +108,7 @@ impl ArrowSource {
                         path: self.path.clone(),
                         batch: self.batch,
                         row: self.row,
-                        source,
+                        cause: source,
                     })
                 }
             };

@@ -62,7 +62,7 @@ impl JsonlSource {
     ) -> Result<JsonlSource, InputError> {
         let open_error = |source| InputError::Open {
             path: path.to_owned(),
-            source,
+            cause: source,
         };
         let mut pos = 0;
         let raw: Box<dyn Read + Send> = match super::remote(path)? {
@@ -134,7 +134,7 @@ impl JsonlSource {
                     return Err(InputError::Read {
                         path: self.path.clone(),
                         line,
-                        source,
+                        cause: source,
                     });
                 }
             };

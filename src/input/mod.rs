@@ -60,13 +60,12 @@ pub enum InputError {
         skipped: Vec<PathBuf>,
     },
     /// A glob pattern is not valid glob syntax.
-    #[error("--input {pattern:?} is not a valid glob pattern: {source}")]
+    #[error("--input {pattern:?} is not a valid glob pattern: {cause}")]
     BadPattern {
         /// The pattern as given.
         pattern: String,
         /// What is wrong with it.
-        #[source]
-        source: glob::PatternError,
+        cause: glob::PatternError,
     },
     /// A file or directory named on the command line does not exist.
     #[error("{}: No such file or directory", path.display())]
@@ -76,13 +75,12 @@ pub enum InputError {
     },
     /// A path exists but its metadata or directory listing could not be read
     /// (for example, permission denied).
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read: {cause}", path.display())]
     Stat {
         /// The path that could not be examined.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A file named explicitly (or matched by a glob) has an extension that
     /// says neither JSONL nor Parquet.
@@ -92,17 +90,16 @@ pub enum InputError {
         path: PathBuf,
     },
     /// An input file could not be opened (or its decompressor set up).
-    #[error("{}: cannot open: {source}", path.display())]
+    #[error("{}: cannot open: {cause}", path.display())]
     Open {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Reading or decompressing a JSONL file failed part way (a truncated
     /// `.gz`, a corrupt `.zst`, a disk error).
-    #[error("{}: reading failed at line {line}: {source}", path.display())]
+    #[error("{}: reading failed at line {line}: {cause}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -112,30 +109,27 @@ pub enum InputError {
         /// itself lies at or after this line.
         line: u64,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A `.parquet` file is not a readable Parquet file (bad magic, corrupt
     /// footer or metadata).
-    #[error("{}: not a readable Parquet file: {source}", path.display())]
+    #[error("{}: not a readable Parquet file: {cause}", path.display())]
     ParquetOpen {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: ::parquet::errors::ParquetError,
+        cause: ::parquet::errors::ParquetError,
     },
     /// A `.arrow` file is neither an Arrow IPC stream nor an Arrow IPC file.
-    #[error("{}: not a readable Arrow IPC stream or file: {source}", path.display())]
+    #[error("{}: not a readable Arrow IPC stream or file: {cause}", path.display())]
     ArrowOpen {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: arrow::error::ArrowError,
+        cause: arrow::error::ArrowError,
     },
     /// Decoding a record batch of a `.arrow` file failed part way.
-    #[error("{}: reading record batch {batch} (from row {row}) failed: {source}", path.display())]
+    #[error("{}: reading record batch {batch} (from row {row}) failed: {cause}", path.display())]
     ArrowRead {
         /// The file.
         path: PathBuf,
@@ -144,8 +138,7 @@ pub enum InputError {
         /// 0-based row of the file that batch would have started at.
         row: u64,
         /// The underlying error.
-        #[source]
-        source: arrow::error::ArrowError,
+        cause: arrow::error::ArrowError,
     },
     /// An object in storage could not be listed, found or read (the
     /// message names its URL and the request that failed).
@@ -153,15 +146,14 @@ pub enum InputError {
     #[error(transparent)]
     Store(Box<crate::store::StoreError>),
     /// Decoding the data of a Parquet file failed part way.
-    #[error("{}: reading row group {row_group} failed: {source}", path.display())]
+    #[error("{}: reading row group {row_group} failed: {cause}", path.display())]
     ParquetRead {
         /// The file.
         path: PathBuf,
         /// 0-based row group being decoded when the error occurred.
         row_group: usize,
         /// The underlying error.
-        #[source]
-        source: arrow::error::ArrowError,
+        cause: arrow::error::ArrowError,
     },
     /// The text column (or a struct field on its path) is not in the file.
     #[error(
@@ -575,12 +567,12 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
             let matches =
                 glob::glob_with(pattern, options).map_err(|source| InputError::BadPattern {
                     pattern: pattern.clone(),
-                    source,
+                    cause: source,
                 })?;
             for entry in matches {
                 let path = entry.map_err(|e| InputError::Stat {
                     path: e.path().to_owned(),
-                    source: e.into(),
+                    cause: e.into(),
                 })?;
                 add_named(&path, &mut files, &mut visited_dirs, &mut skipped)?;
             }
@@ -730,7 +722,7 @@ fn stat_error(path: &Path, source: std::io::Error) -> InputError {
     } else {
         InputError::Stat {
             path: path.to_owned(),
-            source,
+            cause: source,
         }
     }
 }

@@ -68,7 +68,7 @@ impl ParquetSource {
     ) -> Result<ParquetSource, InputError> {
         let parquet_error = |source| InputError::ParquetOpen {
             path: path.to_owned(),
-            source,
+            cause: source,
         };
         // An object in storage is read by ranged GETs of what the reader
         // asks for: the footer, then the projected column chunks.
@@ -82,7 +82,7 @@ impl ParquetSource {
             None => {
                 let file = File::open(path).map_err(|source| InputError::Open {
                     path: path.to_owned(),
-                    source,
+                    cause: source,
                 })?;
                 let builder =
                     ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
@@ -101,7 +101,7 @@ impl ParquetSource {
     ) -> Result<ParquetSource, InputError> {
         let parquet_error = |source| InputError::ParquetOpen {
             path: path.to_owned(),
-            source,
+            cause: source,
         };
         let names = resolve(builder.schema().fields(), key, path)?;
 
@@ -170,7 +170,7 @@ impl ParquetSource {
                     return Err(InputError::ParquetRead {
                         path: self.path.clone(),
                         row_group,
-                        source,
+                        cause: source,
                     });
                 }
             };

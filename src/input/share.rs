@@ -143,7 +143,7 @@ fn whole(file: &InputFile) -> Share {
 fn group_sizes(path: &Path) -> Result<Vec<u64>, InputError> {
     let parquet_error = |source| InputError::ParquetOpen {
         path: path.to_owned(),
-        source,
+        cause: source,
     };
     let metadata = match super::remote(path)? {
         Some((object, size)) => {
@@ -155,7 +155,7 @@ fn group_sizes(path: &Path) -> Result<Vec<u64>, InputError> {
         None => {
             let file = File::open(path).map_err(|source| InputError::Open {
                 path: path.to_owned(),
-                source,
+                cause: source,
             })?;
             SerializedFileReader::new(file)
                 .map_err(parquet_error)?

@@ -102,21 +102,10 @@ pub enum InteropError {
         /// The manifest's vocabulary size.
         vocab_size: u64,
     },
-    /// An I/O error.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
 }
 
 pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> InteropError + '_ {
-    move |source| InteropError::Io {
-        path: path.into(),
-        source,
-    }
+    move |source| InteropError::Format(crate::format::FormatError::io(path, source))
 }
 
 pub(crate) fn bad(path: &Path, message: impl Into<String>) -> InteropError {
@@ -659,11 +648,7 @@ pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
             xxh3: None,
         })
         .collect();
-    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "command": "import", "options": options, "inputs": given })
-            .to_string()
-            .as_bytes(),
-    ));
+    let fingerprint = crate::run::job_fingerprint("import", &options, &given);
     let mut output = Output::lock(&config.output)?;
     match output.start::<(), ()>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => return Ok(*manifest),

@@ -65,8 +65,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use crate::format::{
-    Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, Partition, Provenance,
-    ShardInfo,
+    Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, ShardInfo,
 };
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
@@ -163,6 +162,9 @@ pub enum PackError {
     /// The input or the output could not be read or written.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// The output overlaps an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
     /// The options do not fit together or do not fit the input.
     #[error("{0}")]
     Usage(String),
@@ -182,14 +184,6 @@ pub enum PackError {
     /// An input dataset in object storage could not be fetched.
     #[error(transparent)]
     Fetch(#[from] crate::fetch::FetchError),
-    /// An I/O error on the output directory.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
 }
 
 /// What a run did.
@@ -212,9 +206,18 @@ struct Specials {
     pad: Option<u32>,
 }
 
-/// Runs `prep pack`.
-pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, PackError> {
-    let started = Instant::now();
+/// What a run decides before it writes: the special ids, the order's
+/// seed, the options the manifest records and the run's fingerprints.
+struct Plan {
+    specials: Specials,
+    seed: Option<u64>,
+    window: Option<u64>,
+    options: serde_json::Value,
+    identity: crate::run::Identity,
+}
+
+/// Refuses flags that do not go together.
+fn check_flags(config: &PackConfig) -> Result<(), PackError> {
     if config.seq_len == 0 {
         return Err(PackError::Usage("--seq-len must be at least 1".into()));
     }
@@ -226,15 +229,16 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     if config.window == 0 {
         return Err(PackError::Usage("--window must be at least 1".into()));
     }
-    if crate::util::same_or_inside(&config.output, &config.input) {
-        return Err(PackError::Usage(format!(
-            "the output {} is the input or inside it; choose another directory",
-            config.output.display()
-        )));
-    }
-    let local = crate::fetch::Local::of(&config.input)?;
-    let input = Dataset::open(local.dir())?;
-    let base = input.manifest().clone();
+    Ok(())
+}
+
+/// Checks the input against the flags and plans the run.
+fn plan(
+    config: &PackConfig,
+    input: &Dataset,
+    shown_as: &std::path::Path,
+) -> Result<Plan, PackError> {
+    let base = input.manifest();
     if base.kind != "documents" {
         return Err(PackError::Usage(format!(
             "{} is a {} dataset; pack takes a documents dataset (from prep tokenize or prep shuffle)",
@@ -242,12 +246,14 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
             base.kind
         )));
     }
-    let specials = specials(config, &base)?;
+    let specials = specials(config, base)?;
     // Before anything is written: rows that are not full need a pad token.
     let stream_tokens = input.n_tokens() + input.len() * u64::from(specials.sep.is_some());
     let short_rows = match config.mode {
         PackMode::BestFit => true,
-        PackMode::Concat => config.pad_last && stream_tokens % u64::from(config.seq_len) != 0,
+        PackMode::Concat => {
+            config.pad_last && !stream_tokens.is_multiple_of(u64::from(config.seq_len))
+        }
     };
     if short_rows && specials.pad.is_none() {
         return Err(no_pad());
@@ -257,9 +263,8 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         PackMode::BestFit => Some(config.seed.unwrap_or(0)),
     };
     let window = (config.mode == PackMode::BestFit).then_some(config.window);
-    let l = config.seq_len;
     let options = json!({
-        "seq_len": l,
+        "seq_len": config.seq_len,
         "mode": config.mode.name(),
         "seed": seed,
         "window": window,
@@ -268,15 +273,29 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         "pad_last": config.pad_last,
         "shard_size": config.shard_size,
     });
-    let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
-    let job = crate::partition::fingerprint(
-        &json!({ "prep_version": env!("CARGO_PKG_VERSION"), "command": "pack", "options": options, "inputs": inputs }),
-    );
-    let fingerprint = crate::partition::part_fingerprint(&job, config.part);
-    let part = config.part.unwrap_or(Part::WHOLE);
+    let inputs = vec![InputInfo::of_dataset(shown_as, input.dir(), base)?];
+    let identity = crate::run::Identity::new("pack", &options, inputs, config.part);
+    Ok(Plan {
+        specials,
+        seed,
+        window,
+        options,
+        identity,
+    })
+}
+
+/// Runs `prep pack`: plans the run, resumes or starts its output, writes
+/// the part's rows in the chosen mode, and commits the derived manifest.
+pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, PackError> {
+    let started = Instant::now();
+    check_flags(config)?;
+    crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
+    let local = crate::fetch::Local::of(&config.input)?;
+    let input = Dataset::open(local.dir())?;
+    let plan = plan(config, &input, &config.input)?;
     let mut output = Output::lock(&config.output)?;
     let dir = &output.dir().to_path_buf();
-    let mut journal = match output.start::<(), ()>(&fingerprint, config.overwrite)? {
+    let mut journal = match output.start::<(), ()>(&plan.identity.fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the packed dataset is already complete; nothing to do");
             return Ok(PackReport {
@@ -298,21 +317,20 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     }
 
     let threads = crate::util::thread_count(config.threads);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| PackError::Io {
-            path: dir.clone(),
-            source: std::io::Error::other(e),
-        })?;
-    let builder = RowBuilder::new(&input, l, specials.sep, specials.pad);
-    let mut out = PackWriter::new(builder, &pool, dir, config.shard_size, kept);
-    let sep = u64::from(specials.sep.is_some());
-    let per_batch = batch_rows(u64::from(l) * base.dtype.size() as u64);
-    let mut shown = Shown {
-        progress,
-        seq_len: u64::from(l),
-        rows: 0,
+    let pool = crate::run::thread_pool(threads, "pack")
+        .map_err(|e| PackError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
+    let l = config.seq_len;
+    let builder = RowBuilder::new(&input, l, plan.specials.sep, plan.specials.pad);
+    let mut rows = Rows {
+        out: PackWriter::new(builder, &pool, dir, config.shard_size, kept),
+        pool: &pool,
+        per_batch: batch_rows(u64::from(l) * input.manifest().dtype.size() as u64),
+        skip,
+        shown: Shown {
+            progress,
+            seq_len: u64::from(l),
+            rows: 0,
+        },
     };
     // Each shard is journaled as soon as it is in place.
     let mut sealed = |s: &ShardInfo| -> Result<(), PackError> {
@@ -322,168 +340,232 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         });
         Ok(output.save(&journal)?)
     };
-
-    // Input documents this run accounts for: all of them, or a part's share.
-    let documents;
-    let packing = match config.mode {
-        PackMode::Concat => {
-            let stream = concat::Stream::new(&input, specials.sep.is_some());
-            let total = stream.len();
-            let full = total / u64::from(l);
-            let tail = total % u64::from(l);
-            let rows = full + u64::from(config.pad_last && tail > 0);
-            let written = (rows * u64::from(l)).min(total);
-            let perm = seed.map(|s| Permutation::new(rows, s, 0));
-            let stream_row = |k: u64| perm.as_ref().map_or(k, |p| p.get(k));
-            // This part writes output rows `share`. It counts the documents
-            // whose first token lies in its share of the stream (the last
-            // part also those past it, in the dropped tail), and the pieces
-            // and padding of the rows it writes.
-            let share = part.range(rows);
-            let lu = u64::from(l);
-            let owned = share.start * lu..if part.is_last() {
-                u64::MAX
-            } else {
-                share.end * lu
-            };
-            // Unless a seed scatters them, the part's rows are one run of
-            // the stream, and their pieces are counted in the same pass.
-            let scattered = perm.is_some() && part.count > 1;
-            let contiguous = if scattered { 0..0 } else { share.clone() };
-            let lengths = input.record_lengths().map(|n| n + sep);
-            let mut c = concat::counts(lengths, l, written, owned, contiguous);
-            if scattered {
-                let stream_rows = share.clone().into_par_iter().map(stream_row);
-                c.pieces = pool.install(|| concat::pieces_in(&stream, stream_rows, l));
-            }
-            // Only the stream's last row can be padded.
-            let padded = rows * lu - written;
-            let holds_padded_row = padded > 0
-                && if scattered {
-                    pool.install(|| {
-                        share
-                            .clone()
-                            .into_par_iter()
-                            .any(|k| stream_row(k) + 1 == rows)
-                    })
-                } else {
-                    share.contains(&(rows - 1))
-                };
-            shown.rows = share.end - share.start;
-            let mut first = share.start + skip;
-            while first < share.end {
-                let last = (first + per_batch).min(share.end);
-                let batch: Vec<Vec<bestfit::Piece>> = pool.install(|| {
-                    (first..last)
-                        .into_par_iter()
-                        .map(|k| {
-                            let mut pieces = Vec::new();
-                            stream.row(stream_row(k), l, &mut pieces);
-                            pieces
-                        })
-                        .collect()
-                });
-                out.write(&batch, &mut sealed)?;
-                shown.rows(last - share.start);
-                first = last;
-            }
-            documents = c.records;
-            Packing {
-                mode: "concat".into(),
-                seed,
-                window: None,
-                separator: specials.sep,
-                rows: share.end - share.start,
-                pad_tokens: if holds_padded_row { padded } else { 0 },
-                pad_share: 0.0,
-                documents: c.documents,
-                documents_cut: c.cut,
-                pieces: c.pieces,
-                tokens_dropped: if part.is_last() { total - written } else { 0 },
-            }
-        }
-        PackMode::BestFit => {
-            let seed = seed.expect("bestfit always has a seed");
-            // An estimate for the progress bar; padding adds a little.
-            shown.rows = (input.n_tokens() + input.len() * sep).div_ceil(u64::from(l));
-            let mut packing = Packing {
-                mode: "bestfit".into(),
-                seed: Some(seed),
-                window,
-                separator: specials.sep,
-                rows: 0,
-                pad_tokens: 0,
-                pad_share: 0.0,
-                documents: 0,
-                documents_cut: 0,
-                pieces: 0,
-                tokens_dropped: 0,
-            };
-            // This part plans and writes windows `share`, whole: window `w`
-            // holds documents `w * window ..`, whichever part packs it.
-            let n_docs = input.len();
-            let share = part.range(n_docs.div_ceil(config.window));
-            let mut next_doc = share.start.saturating_mul(config.window).min(n_docs);
-            let end_doc = share.end.saturating_mul(config.window).min(n_docs);
-            if config.part.is_some() && next_doc == end_doc && n_docs > 0 {
-                progress.note(&format!(
-                    "part {part} has no work: the input's {n_docs} documents make only {} windows of --window {}",
-                    n_docs.div_ceil(config.window),
-                    config.window
-                ));
-            }
-            if part.count > 1 {
-                let share = u128::from(end_doc - next_doc) * u128::from(shown.rows);
-                shown.rows = (share / u128::from(n_docs.max(1))) as u64;
-            }
-            documents = end_doc - next_doc;
-            let mut lengths = lengths_from(&input, next_doc).map(|n| n + sep);
-            let mut w = share.start;
-            let mut tokens = 0u64;
-            while next_doc < end_doc {
-                // A batch of windows, planned in parallel, written in order.
-                let mut batch = Vec::with_capacity(threads);
-                while batch.len() < threads && next_doc < end_doc {
-                    let n = config.window.min(end_doc - next_doc);
-                    let lens: Vec<u64> = lengths.by_ref().take(n as usize).collect();
-                    batch.push((w, next_doc, lens));
-                    next_doc += n;
-                    w += 1;
-                }
-                let plans: Vec<_> = pool.install(|| {
-                    batch
-                        .into_par_iter()
-                        .map(|(w, first, lens)| (w, bestfit::plan(first, &lens, l)))
-                        .collect()
-                });
-                for (w, plan) in plans {
-                    let rows = plan.n_rows() as u64;
-                    let first_row = packing.rows;
-                    packing.rows += rows;
-                    packing.documents += plan.documents;
-                    packing.documents_cut += plan.cut;
-                    packing.pieces += plan.pieces.len() as u64;
-                    tokens += plan.tokens;
-                    if packing.rows <= skip {
-                        continue;
-                    }
-                    let perm = Permutation::new(rows, seed, w);
-                    let mut j = skip.saturating_sub(first_row);
-                    while j < rows {
-                        let end = (j + per_batch).min(rows);
-                        let batch: Vec<&[bestfit::Piece]> =
-                            (j..end).map(|j| plan.row(perm.get(j) as usize)).collect();
-                        out.write(&batch, &mut sealed)?;
-                        shown.rows(first_row + end);
-                        j = end;
-                    }
-                }
-            }
-            packing.pad_tokens = packing.rows * u64::from(l) - tokens;
-            packing
-        }
+    let (documents, packing) = match config.mode {
+        PackMode::Concat => write_concat(config, &plan, &input, &mut rows, &mut sealed)?,
+        PackMode::BestFit => write_bestfit(config, &plan, &input, threads, &mut rows, &mut sealed)?,
     };
-    let shards = out.finish(&mut sealed)?;
+    let shards = rows.out.finish(&mut sealed)?;
+    output.copy_tokenizer(input.manifest().tokenizer.file.as_deref(), input.dir())?;
+    let manifest = derived_manifest(config, plan, input.manifest(), shards, documents, packing);
+    output.commit(&manifest)?;
+    progress.finish();
+    Ok(PackReport {
+        manifest,
+        already_complete: false,
+        resumed_rows: skip,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The output rows as they are built and written, and what a run shows.
+struct Rows<'a> {
+    out: PackWriter<'a>,
+    pool: &'a rayon::ThreadPool,
+    /// Rows built and written at a time.
+    per_batch: u64,
+    /// Rows kept from an interrupted run: the first this run writes.
+    skip: u64,
+    shown: Shown<'a>,
+}
+
+/// The journal's hook, called with each shard as it is sealed.
+type Sealed<'s> = dyn FnMut(&ShardInfo) -> Result<(), PackError> + Send + 's;
+
+/// Concat: the documents end to end, cut every `seq_len` tokens, the rows
+/// in stream order or permuted by the seed; this part writes its share of
+/// the rows. Returns the documents it accounts for and its packing record.
+fn write_concat(
+    config: &PackConfig,
+    plan: &Plan,
+    input: &Dataset,
+    rows_out: &mut Rows,
+    sealed: &mut Sealed,
+) -> Result<(u64, Packing), PackError> {
+    let (l, part) = (config.seq_len, config.part.unwrap_or(Part::WHOLE));
+    let sep = u64::from(plan.specials.sep.is_some());
+    let pool = rows_out.pool;
+    let stream = concat::Stream::new(input, plan.specials.sep.is_some());
+    let total = stream.len();
+    let full = total / u64::from(l);
+    let tail = total % u64::from(l);
+    let rows = full + u64::from(config.pad_last && tail > 0);
+    let written = (rows * u64::from(l)).min(total);
+    let perm = plan.seed.map(|s| Permutation::new(rows, s, 0));
+    let stream_row = |k: u64| perm.as_ref().map_or(k, |p| p.get(k));
+    // This part writes output rows `share`. It counts the documents
+    // whose first token lies in its share of the stream (the last
+    // part also those past it, in the dropped tail), and the pieces
+    // and padding of the rows it writes.
+    let share = part.range(rows);
+    let lu = u64::from(l);
+    let owned = share.start * lu..if part.is_last() {
+        u64::MAX
+    } else {
+        share.end * lu
+    };
+    // Unless a seed scatters them, the part's rows are one run of
+    // the stream, and their pieces are counted in the same pass.
+    let scattered = perm.is_some() && part.count > 1;
+    let contiguous = if scattered { 0..0 } else { share.clone() };
+    let lengths = input.record_lengths().map(|n| n + sep);
+    let mut c = concat::counts(lengths, l, written, owned, contiguous);
+    if scattered {
+        let stream_rows = share.clone().into_par_iter().map(stream_row);
+        c.pieces = pool.install(|| concat::pieces_in(&stream, stream_rows, l));
+    }
+    // Only the stream's last row can be padded.
+    let padded = rows * lu - written;
+    let holds_padded_row = padded > 0
+        && if scattered {
+            pool.install(|| {
+                share
+                    .clone()
+                    .into_par_iter()
+                    .any(|k| stream_row(k) + 1 == rows)
+            })
+        } else {
+            share.contains(&(rows - 1))
+        };
+    rows_out.shown.rows = share.end - share.start;
+    let mut first = share.start + rows_out.skip;
+    while first < share.end {
+        let last = (first + rows_out.per_batch).min(share.end);
+        let batch: Vec<Vec<bestfit::Piece>> = pool.install(|| {
+            (first..last)
+                .into_par_iter()
+                .map(|k| {
+                    let mut pieces = Vec::new();
+                    stream.row(stream_row(k), l, &mut pieces);
+                    pieces
+                })
+                .collect()
+        });
+        rows_out.out.write(&batch, &mut *sealed)?;
+        rows_out.shown.rows(last - share.start);
+        first = last;
+    }
+    let packing = Packing {
+        mode: "concat".into(),
+        seed: plan.seed,
+        window: None,
+        separator: plan.specials.sep,
+        rows: share.end - share.start,
+        pad_tokens: if holds_padded_row { padded } else { 0 },
+        pad_share: 0.0,
+        documents: c.documents,
+        documents_cut: c.cut,
+        pieces: c.pieces,
+        tokens_dropped: if part.is_last() { total - written } else { 0 },
+    };
+    Ok((c.records, packing))
+}
+
+/// Bestfit: windows of `--window` documents, each packed whole by best-fit
+/// decreasing and its rows permuted by the seed and the window's number;
+/// this part plans and writes its share of the windows, planned in
+/// parallel and written in order. Returns the documents it accounts for
+/// and its packing record.
+fn write_bestfit(
+    config: &PackConfig,
+    plan: &Plan,
+    input: &Dataset,
+    threads: usize,
+    rows_out: &mut Rows,
+    sealed: &mut Sealed,
+) -> Result<(u64, Packing), PackError> {
+    let (l, part) = (config.seq_len, config.part.unwrap_or(Part::WHOLE));
+    let sep = u64::from(plan.specials.sep.is_some());
+    let seed = plan.seed.expect("bestfit always has a seed");
+    // An estimate for the progress bar; padding adds a little.
+    rows_out.shown.rows = (input.n_tokens() + input.len() * sep).div_ceil(u64::from(l));
+    let mut packing = Packing {
+        mode: "bestfit".into(),
+        seed: Some(seed),
+        window: plan.window,
+        separator: plan.specials.sep,
+        rows: 0,
+        pad_tokens: 0,
+        pad_share: 0.0,
+        documents: 0,
+        documents_cut: 0,
+        pieces: 0,
+        tokens_dropped: 0,
+    };
+    // This part plans and writes windows `share`, whole: window `w`
+    // holds documents `w * window ..`, whichever part packs it.
+    let n_docs = input.len();
+    let share = part.range(n_docs.div_ceil(config.window));
+    let mut next_doc = share.start.saturating_mul(config.window).min(n_docs);
+    let end_doc = share.end.saturating_mul(config.window).min(n_docs);
+    if config.part.is_some() && next_doc == end_doc && n_docs > 0 {
+        rows_out.shown.progress.note(&format!(
+            "part {part} has no work: the input's {n_docs} documents make only {} windows of --window {}",
+            n_docs.div_ceil(config.window),
+            config.window
+        ));
+    }
+    if part.count > 1 {
+        let share = u128::from(end_doc - next_doc) * u128::from(rows_out.shown.rows);
+        rows_out.shown.rows = (share / u128::from(n_docs.max(1))) as u64;
+    }
+    let documents = end_doc - next_doc;
+    let mut lengths = lengths_from(input, next_doc).map(|n| n + sep);
+    let mut w = share.start;
+    let mut tokens = 0u64;
+    let skip = rows_out.skip;
+    while next_doc < end_doc {
+        // A batch of windows, planned in parallel, written in order.
+        let mut batch = Vec::with_capacity(threads);
+        while batch.len() < threads && next_doc < end_doc {
+            let n = config.window.min(end_doc - next_doc);
+            let lens: Vec<u64> = lengths.by_ref().take(n as usize).collect();
+            batch.push((w, next_doc, lens));
+            next_doc += n;
+            w += 1;
+        }
+        let plans: Vec<_> = rows_out.pool.install(|| {
+            batch
+                .into_par_iter()
+                .map(|(w, first, lens)| (w, bestfit::plan(first, &lens, l)))
+                .collect()
+        });
+        for (w, window) in plans {
+            let rows = window.n_rows() as u64;
+            let first_row = packing.rows;
+            packing.rows += rows;
+            packing.documents += window.documents;
+            packing.documents_cut += window.cut;
+            packing.pieces += window.pieces.len() as u64;
+            tokens += window.tokens;
+            if packing.rows <= skip {
+                continue;
+            }
+            let perm = Permutation::new(rows, seed, w);
+            let mut j = skip.saturating_sub(first_row);
+            while j < rows {
+                let end = (j + rows_out.per_batch).min(rows);
+                let batch: Vec<&[bestfit::Piece]> =
+                    (j..end).map(|j| window.row(perm.get(j) as usize)).collect();
+                rows_out.out.write(&batch, &mut *sealed)?;
+                rows_out.shown.rows(first_row + end);
+                j = end;
+            }
+        }
+    }
+    packing.pad_tokens = packing.rows * u64::from(l) - tokens;
+    Ok((documents, packing))
+}
+
+/// The packed dataset's manifest: the input's, with this run's shards,
+/// provenance, special tokens, packing record and partition.
+fn derived_manifest(
+    config: &PackConfig,
+    plan: Plan,
+    base: &Manifest,
+    shards: Vec<ShardInfo>,
+    documents: u64,
+    packing: Packing,
+) -> Manifest {
     let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
     let packing = Packing {
         pad_share: if n_tokens == 0 {
@@ -493,45 +575,25 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
         },
         ..packing
     };
-
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
+    let specials = &plan.specials;
     let special = crate::format::SpecialTokens {
         eos: base.special_tokens.eos.or(specials.sep),
         pad: specials.pad,
         ..base.special_tokens
     };
-    let manifest = base
-        .derived(
+    plan.identity
+        .derive(
+            base,
             shards,
-            Provenance::new(
-                "pack",
-                inputs,
-                options,
-                DocumentCounts::all_written(documents),
-                fingerprint,
-            ),
+            plan.options,
+            DocumentCounts::all_written(documents),
         )
         .with_specials(
             special,
             base.bos_prepended,
             base.eos_appended || specials.sep.is_some(),
         )
-        .with_packing(u64::from(l), packing)
-        .with_partition(config.part.map(|p| Partition {
-            stage: "pack".into(),
-            part: p.index,
-            parts: p.count,
-            job,
-            hashes: None,
-        }));
-    output.commit(&manifest)?;
-    progress.finish();
-    Ok(PackReport {
-        manifest,
-        already_complete: false,
-        resumed_rows: skip,
-        elapsed: started.elapsed(),
-    })
+        .with_packing(u64::from(config.seq_len), packing)
 }
 
 /// The length of every record from `first` on, read from the offsets alone.

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::{
     for_each_document, for_each_length, key, open_inputs, read_records, Batch, Bucket, Checkpoint,
@@ -309,15 +309,20 @@ pub fn scatter(
         return Err(ShuffleError::TooManyBuckets { buckets, need });
     }
     let dir = part_dir(&config.work, part.index);
+    crate::run::refuse_overlap(&dir, &config.inputs, "the input")?;
     let Inputs {
         datasets,
         base,
         info: inputs,
         _local,
-    } = open_inputs(&config.inputs, &dir)?;
+    } = open_inputs(&config.inputs)?;
     let n_total: u64 = datasets.iter().map(|d| d.len()).sum();
-    let job = job_fingerprint(config.seed, part.count, buckets, &inputs);
-    let task = task_fingerprint(&job, part);
+    let job = crate::run::job_fingerprint(
+        "shuffle --scatter",
+        &json!({ "seed": config.seed, "parts": part.count, "buckets": buckets }),
+        &inputs,
+    );
+    let task = crate::run::part_fingerprint(&job, Some(part));
 
     let mut output = Output::lock(&dir)?.owning(&[SCATTER_FILE, DATA_FILE]);
     if !config.overwrite {
@@ -384,10 +389,7 @@ pub fn scatter(
     let tmp = output
         .dir()
         .join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
-    let io = |e| ShuffleError::Io {
-        path: tmp.clone(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e));
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -452,10 +454,8 @@ pub fn scatter(
         .collect::<Result<Vec<_>, ShuffleError>>()?;
     file.sync_all().map_err(io)?;
     drop(file);
-    std::fs::rename(&tmp, &path).map_err(|e| ShuffleError::Io {
-        path: path.clone(),
-        source: e,
-    })?;
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e)))?;
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
     let info = ScatterInfo {
@@ -510,18 +510,8 @@ pub fn gather(
         return Err(ShuffleError::NoBucket { bucket: j, buckets });
     }
     let dir = &config.output;
-    if let Some((part, _)) = parts
-        .iter()
-        .find(|(d, _)| crate::util::same_or_inside(dir, d) || crate::util::same_or_inside(d, dir))
-    {
-        return Err(ShuffleError::OutputExists {
-            dir: dir.clone(),
-            why: format!(
-                "is the scatter directory {} or holds it; choose another directory",
-                part.display()
-            ),
-        });
-    }
+    let scattered: Vec<&PathBuf> = parts.iter().map(|(d, _)| d).collect();
+    crate::run::refuse_overlap(dir, &scattered, "the scatter directory")?;
     let options = json!({
         "seed": first.seed,
         "parts": first.parts,
@@ -529,11 +519,14 @@ pub fn gather(
         "bucket": j,
         "shard_size": config.shard_size,
     });
-    let fingerprint = checksum_hex(xxh3_64(
-        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "job": first.job, "options": options })
-            .to_string()
-            .as_bytes(),
-    ));
+    // The gather of every bucket is one job (the scatter job's, with this
+    // stage's own options); each bucket is a part of it.
+    let gather_job = crate::run::job_fingerprint(
+        "shuffle --gather",
+        &json!({ "scatter": first.job, "shard_size": config.shard_size }),
+        &[],
+    );
+    let fingerprint = crate::run::part_fingerprint(&gather_job, Part::new(j, buckets));
     let mut output = Output::lock(dir)?;
     let journal = match output.start::<JournalState, Checkpoint>(&fingerprint, config.overwrite)? {
         Start::Complete(manifest) => {
@@ -569,10 +562,8 @@ pub fn gather(
         read_region(part_dir, info, j, &mut batch)?;
     }
 
-    let pool = crate::util::thread_pool(config.threads).map_err(|e| ShuffleError::Io {
-        path: dir.clone(),
-        source: e,
-    })?;
+    let pool = crate::run::thread_pool(config.threads, "scatter")
+        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
     let local = output.dir().to_path_buf();
     let mut sorter = Gather {
         pool: &pool,
@@ -624,31 +615,6 @@ pub fn gather(
         already_complete: false,
         elapsed: started.elapsed(),
     })
-}
-
-/// The fingerprint of a whole distributed run: everything that shapes its
-/// output but the part. Inputs count by content (size and manifest
-/// checksum), not by path, so tasks that see the inputs at other mount
-/// points agree.
-fn job_fingerprint(seed: u64, parts: u64, buckets: u64, inputs: &[InputInfo]) -> String {
-    let inputs: Vec<_> = inputs
-        .iter()
-        .map(|i| json!({ "bytes": i.bytes, "xxh3": i.xxh3 }))
-        .collect();
-    let job = json!({
-        "prep_version": env!("CARGO_PKG_VERSION"),
-        "stage": "shuffle",
-        "seed": seed,
-        "parts": parts,
-        "buckets": buckets,
-        "inputs": inputs,
-    });
-    checksum_hex(xxh3_64(job.to_string().as_bytes()))
-}
-
-/// A scatter task's own fingerprint, for its journal: the job and the part.
-fn task_fingerprint(job: &str, part: Part) -> String {
-    checksum_hex(xxh3_64(format!("{job} {part}").as_bytes()))
 }
 
 /// A writer at a position of a file, for one bucket's region: each write
@@ -787,10 +753,7 @@ fn data_intact(dir: &Path, info: &ScatterInfo) -> bool {
 /// Every part of the run in `work`, in part order, checked to be complete
 /// and of one job: parts `0..N` and nothing else.
 fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> {
-    let io = |e| ShuffleError::Io {
-        path: work.into(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(work, e));
     // The work directory's folders: its entries on disk, or the first
     // names of the objects under its prefix in object storage.
     let source = Source::new(work)?;
@@ -921,9 +884,11 @@ fn check_data_file(dir: &Path, info: &ScatterInfo) -> Result<(), ShuffleError> {
             info.part, info.parts
         ),
     };
-    let file = source.open(&info.data)?.ok_or_else(|| ShuffleError::Io {
-        path: path.clone(),
-        source: std::io::ErrorKind::NotFound.into(),
+    let file = source.open(&info.data)?.ok_or_else(|| {
+        ShuffleError::Format(crate::format::FormatError::io(
+            path.clone(),
+            std::io::ErrorKind::NotFound.into(),
+        ))
     })?;
     let len = file.len();
     if len != info.data_bytes {
@@ -970,9 +935,11 @@ fn read_region(
         ),
     }
     };
-    let file = source.open(&info.data)?.ok_or_else(|| ShuffleError::Io {
-        path: path.clone(),
-        source: std::io::ErrorKind::NotFound.into(),
+    let file = source.open(&info.data)?.ok_or_else(|| {
+        ShuffleError::Format(crate::format::FormatError::io(
+            path.clone(),
+            std::io::ErrorKind::NotFound.into(),
+        ))
     })?;
     let mut reader = Hashing {
         inner: file.reader(region.offset..region.offset + region.bytes),
@@ -1046,7 +1013,10 @@ mod tests {
         std::fs::remove_file(done.dir.join(SCATTER_FILE)).unwrap();
         std::fs::remove_file(done.dir.join(DATA_FILE)).unwrap();
         std::fs::write(done.dir.join("buckets.bin.tmp"), b"PREPSCAT").unwrap();
-        save_journal::<(), ()>(&done.dir, &task_fingerprint(&done.info.job, part));
+        save_journal::<(), ()>(
+            &done.dir,
+            &crate::run::part_fingerprint(&done.info.job, Some(part)),
+        );
         let again = scatter(&config, &NoProgress).unwrap();
         assert!(!again.already_complete);
         assert_eq!(files(&done.dir), complete);
@@ -1055,7 +1025,7 @@ mod tests {
         std::fs::remove_file(done.dir.join(SCATTER_FILE)).unwrap();
         save_journal::<(), ()>(
             &done.dir,
-            &task_fingerprint(&done.info.job, Part::new(0, 2).unwrap()),
+            &crate::run::part_fingerprint(&done.info.job, Part::new(0, 2)),
         );
         let err = scatter(&config, &NoProgress).unwrap_err();
         assert!(

@@ -124,6 +124,9 @@ pub enum ShuffleError {
         /// The other's.
         b: String,
     },
+    /// The output overlaps an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
     /// The output directory holds something this run must not overwrite.
     #[error("output directory {}: {why}", dir.display())]
     OutputExists {
@@ -145,14 +148,6 @@ pub enum ShuffleError {
     /// A request to object storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    /// An I/O error on a temporary bucket file or the output directory.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
     /// No input given.
     #[error("no input dataset given")]
     NoInput,
@@ -293,7 +288,8 @@ impl Batch {
 /// shards whose checksums still match and goes on from there; a finished
 /// dataset is left alone.
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
-    let inputs = open_inputs(&config.inputs, &config.output)?;
+    crate::run::refuse_overlap(&config.output, &config.inputs, "the input")?;
+    let inputs = open_inputs(&config.inputs)?;
     let output = Output::lock(&config.output)?;
     shuffle_into(config, inputs, output, progress)
 }
@@ -305,7 +301,7 @@ pub(crate) fn run_in(
     output: Output,
     progress: &dyn Progress,
 ) -> Result<ShuffleReport, ShuffleError> {
-    let inputs = open_inputs(&config.inputs, &config.output)?;
+    let inputs = open_inputs(&config.inputs)?;
     shuffle_into(config, inputs, output, progress)
 }
 
@@ -323,11 +319,7 @@ fn shuffle_into(
         _local,
     } = inputs;
     let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
-    let fingerprint = checksum_hex(xxhash_rust::xxh3::xxh3_64(
-        json!({ "prep_version": env!("CARGO_PKG_VERSION"), "options": options, "inputs": inputs })
-            .to_string()
-            .as_bytes(),
-    ));
+    let fingerprint = crate::run::job_fingerprint("shuffle", &options, &inputs);
     let fingerprint = config
         .record_as
         .as_ref()
@@ -379,10 +371,8 @@ fn shuffle_into(
     };
     let budget = config.memory.max(64 << 10);
     let need = token_bytes + n_docs * ENTRY_BYTES;
-    let pool = crate::util::thread_pool(config.threads).map_err(|e| ShuffleError::Io {
-        path: dir.clone(),
-        source: e,
-    })?;
+    let pool = crate::run::thread_pool(config.threads, "shuffle")
+        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
     let tmp = dir.join(TMP_DIR);
     let resume_at = journal
         .shards
@@ -422,14 +412,12 @@ fn shuffle_into(
                 .next_power_of_two()
                 .clamp(2, MAX_BUCKETS);
             if tmp.exists() {
-                std::fs::remove_dir_all(&tmp).map_err(|e| ShuffleError::Io {
-                    path: tmp.clone(),
-                    source: e,
+                std::fs::remove_dir_all(&tmp).map_err(|e| {
+                    ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e))
                 })?;
             }
-            std::fs::create_dir_all(&tmp).map_err(|e| ShuffleError::Io {
-                path: tmp.clone(),
-                source: e,
+            std::fs::create_dir_all(&tmp).map_err(|e| {
+                ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e))
             })?;
             let mut files = open_buckets(&tmp, 0, 0, b.trailing_zeros(), bucket_buffer(budget, b))?;
             let bits = b.trailing_zeros();
@@ -458,7 +446,8 @@ fn shuffle_into(
         };
         for name in names.iter().filter(|n| leftover(n)) {
             let path = tmp.join(name);
-            std::fs::remove_file(&path).map_err(|e| ShuffleError::Io { path, source: e })?;
+            std::fs::remove_file(&path)
+                .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path, e)))?;
         }
         names.retain(|n| !leftover(n));
         buckets = names.len() as u64;
@@ -475,10 +464,8 @@ fn shuffle_into(
     }
     let shards = gather.writer.finish()?;
     if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| ShuffleError::Io {
-            path: tmp.clone(),
-            source: e,
-        })?;
+        std::fs::remove_dir_all(&tmp)
+            .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e)))?;
     }
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
@@ -517,23 +504,10 @@ struct Inputs {
     info: Vec<InputInfo>,
 }
 
-/// Opens the inputs, checks that they can be shuffled together and that
-/// `output` is none of them (nor inside one), and describes each for the
-/// provenance.
-fn open_inputs(paths: &[PathBuf], output: &Path) -> Result<Inputs, ShuffleError> {
+/// Opens the inputs, checks that they can be shuffled together, and
+/// describes each for the provenance.
+fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
     let first = paths.first().ok_or(ShuffleError::NoInput)?;
-    if let Some(input) = paths
-        .iter()
-        .find(|i| crate::util::same_or_inside(output, i))
-    {
-        return Err(ShuffleError::OutputExists {
-            dir: output.into(),
-            why: format!(
-                "is the input {} or inside it; choose another directory",
-                input.display()
-            ),
-        });
-    }
     let local = paths
         .iter()
         .map(|p| Local::of(p))
@@ -652,7 +626,7 @@ fn walk(
             }
             let io = |name: &str| {
                 let path = dir.join(name);
-                move |e| ShuffleError::Io { path, source: e }
+                move |e| ShuffleError::Format(crate::format::FormatError::io(path, e))
             };
             let open = |name: &str, at: u64| {
                 let mut file = File::open(dir.join(name)).map_err(io(name))?;
@@ -741,10 +715,7 @@ fn bucket_names(tmp: &Path) -> Result<Vec<String>, ShuffleError> {
     if !tmp.exists() {
         return Ok(Vec::new()); // shuffled in memory
     }
-    let io = |e| ShuffleError::Io {
-        path: tmp.into(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp, e));
     let mut names: Vec<String> = std::fs::read_dir(tmp)
         .map_err(io)?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -767,9 +738,8 @@ fn open_buckets(
     (0..1u64 << sub_bits)
         .map(|i| {
             let path = tmp.join(bucket_name(start | (i << (64 - total)), total));
-            let file = File::create(&path).map_err(|e| ShuffleError::Io {
-                path: path.clone(),
-                source: e,
+            let file = File::create(&path).map_err(|e| {
+                ShuffleError::Format(crate::format::FormatError::io(path.clone(), e))
             })?;
             Ok(Bucket {
                 path,
@@ -799,10 +769,7 @@ fn put<W: Write>(
     tokens: &[u8],
 ) -> Result<(), ShuffleError> {
     let head = record_head(key, g, tokens.len());
-    let io = |e| ShuffleError::Io {
-        path: bucket.path.clone(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(bucket.path.clone(), e));
     bucket.out.write_all(&head).map_err(io)?;
     bucket.out.write_all(tokens).map_err(io)?;
     bucket.hash.update(&head);
@@ -821,10 +788,7 @@ fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleE
     buckets
         .into_iter()
         .map(|b| {
-            let io = |e| ShuffleError::Io {
-                path: b.path.clone(),
-                source: e,
-            };
+            let io = |e| ShuffleError::Format(crate::format::FormatError::io(b.path.clone(), e));
             let file = b.out.into_inner().map_err(|e| io(e.into_error()))?;
             if sync {
                 file.sync_all().map_err(io)?;
@@ -867,10 +831,7 @@ impl Gather<'_> {
     /// the budget and not being resumed, splits it on the next key bits.
     fn bucket(&mut self, name: &str, skip: usize, resuming: bool) -> Result<(), ShuffleError> {
         let path = self.tmp.join(name);
-        let io = |e| ShuffleError::Io {
-            path: path.clone(),
-            source: e,
-        };
+        let io = |e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e));
         let bytes = std::fs::metadata(&path).map_err(io)?.len();
         let (start, bits) = parse_bucket_name(name).expect("listed bucket names parse");
         if bytes > self.budget / 2 && bits < 56 && !resuming {
@@ -939,8 +900,9 @@ impl Gather<'_> {
                     .filter(|n| n.as_str() < name)
                 {
                     let path = self.tmp.join(old);
-                    std::fs::remove_file(&path)
-                        .map_err(|e| ShuffleError::Io { path, source: e })?;
+                    std::fs::remove_file(&path).map_err(|e| {
+                        ShuffleError::Format(crate::format::FormatError::io(path, e))
+                    })?;
                 }
             }
             self.moved.bytes += e.len as u64;
@@ -958,10 +920,7 @@ fn read_bucket(
     path: &Path,
     f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    let io = |e| ShuffleError::Io {
-        path: path.into(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
     let file = File::open(path).map_err(io)?;
     let bytes = file.metadata().map_err(io)?.len();
     read_records(BufReader::with_capacity(IO_BUFFER, file), bytes, path, f)?;
@@ -979,10 +938,7 @@ fn read_records(
     path: &Path,
     mut f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
 ) -> Result<u64, ShuffleError> {
-    let io = |e| ShuffleError::Io {
-        path: path.into(),
-        source: e,
-    };
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
     let mut head = [0u8; BUCKET_HEADER];
     let mut tokens = Vec::new();
     let (mut left, mut records) = (bytes, 0u64);

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use xxhash_rust::xxh3::xxh3_64;
 
 pub use crate::engine::EngineChoice;
 use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
@@ -160,14 +159,6 @@ pub enum TokenizeError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
-    /// An I/O error outside the dataset files.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
     /// Options that do not go together.
     #[error("{0}")]
     Usage(String),
@@ -239,26 +230,24 @@ fn options_json(
     options
 }
 
-/// Equal fingerprints mean a run would write the same bytes.
+/// The job's fingerprint ([`crate::run::job_fingerprint`]): equal
+/// fingerprints mean a run would write the same bytes.
 ///
-/// `skip_bad` and `engine` are left out: it changes nothing until a bad document is met,
-/// and a run that stopped at one must be resumable with `--skip-bad`, as its
-/// error message suggests. A resumed or finished run that did skip documents
-/// is only accepted with `--skip-bad` (see the pipeline).
+/// The tokenizer counts by its checksum, not its path. `skip_bad` is left
+/// out: it changes nothing until a bad document is met, and a run that
+/// stopped at one must be resumable with `--skip-bad`, as its error message
+/// suggests (a resumed or finished run that did skip documents is only
+/// accepted with `--skip-bad`: see the pipeline). `engine` is left out
+/// because both engines give the same ids: a run may resume with the other.
 fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3: u64) -> String {
     let mut options = options.clone();
     if let Some(map) = options.as_object_mut() {
         map.remove("skip_bad");
-        // Both engines give the same ids: a run may resume with the other.
         map.remove("engine");
+        map.remove("tokenizer");
+        map.insert("tokenizer_xxh3".into(), checksum_hex(tokenizer_xxh3).into());
     }
-    let canonical = json!({
-        "prep_version": env!("CARGO_PKG_VERSION"),
-        "options": options,
-        "inputs": inputs,
-        "tokenizer_xxh3": checksum_hex(tokenizer_xxh3),
-    });
-    checksum_hex(xxh3_64(canonical.to_string().as_bytes()))
+    crate::run::job_fingerprint("tokenize", &options, inputs)
 }
 
 /// The path as given, for the manifest and messages.

@@ -213,7 +213,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
                 ));
             }
             options["part"] = part.to_string().into();
-            crate::partition::part_fingerprint(&job, Some(part))
+            crate::run::part_fingerprint(&job, Some(part))
         }
         None => job.clone(),
     };
@@ -312,11 +312,8 @@ pub(crate) fn write(
         ));
     }
 
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("prep-tokenize-{i}"))
-        .build()
-        .map_err(|e| TokenizeError::Threads {
+    let pool =
+        crate::run::thread_pool(threads, "tokenize").map_err(|e| TokenizeError::Threads {
             threads,
             message: e.to_string(),
         })?;

@@ -1,0 +1,366 @@
+//! The rules every stage that writes a dataset follows around its own work,
+//! each written once: which output it may write given its inputs, how a run
+//! is fingerprinted (the identity that decides whether an output on disk is
+//! this run's, and whether partial datasets are parts of one job), and the
+//! thread pool it works on.
+//!
+//! A stage plans its work, calls these, and hands its shards to
+//! [`crate::output::Output`], which owns the directory's lifecycle.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::format::{
+    checksum_hex, DocumentCounts, InputInfo, Manifest, Partition, Provenance, ShardInfo,
+};
+use crate::partition::Part;
+
+/// An output directory that overlaps an input: writing it could destroy or
+/// reread what the run reads.
+#[derive(Debug, thiserror::Error)]
+#[error("output directory {}: {} {what} {}{}; choose another directory", output.display(), if *holds { "holds" } else { "is" }, input.display(), if *holds { "" } else { " or lies inside it" })]
+pub struct Overlap {
+    /// The output directory.
+    pub output: PathBuf,
+    /// The input it overlaps.
+    pub input: PathBuf,
+    /// What the input is to the stage ("the input", "the part", ...).
+    pub what: &'static str,
+    /// True when the output holds the input; false when the output is the
+    /// input or lies inside it.
+    pub holds: bool,
+}
+
+/// Refuses an output that is one of `inputs`, lies inside one, or holds
+/// one. Paths are compared as canonical paths, so a symlink or a `..`
+/// does not hide an overlap; the output need not exist yet.
+pub fn refuse_overlap<P: AsRef<Path>>(
+    output: &Path,
+    inputs: &[P],
+    what: &'static str,
+) -> Result<(), Overlap> {
+    refuse_inside(output, inputs, what)?;
+    match inputs.iter().find(|i| same_or_inside(i.as_ref(), output)) {
+        Some(input) => Err(Overlap {
+            output: output.into(),
+            input: input.as_ref().into(),
+            what,
+            holds: true,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses an output that is one of `inputs` or lies inside one, and
+/// allows one that holds them: for `prep merge`, whose parts may lie inside
+/// the directory they are merged into.
+pub fn refuse_inside<P: AsRef<Path>>(
+    output: &Path,
+    inputs: &[P],
+    what: &'static str,
+) -> Result<(), Overlap> {
+    match inputs.iter().find(|i| same_or_inside(output, i.as_ref())) {
+        Some(input) => Err(Overlap {
+            output: output.into(),
+            input: input.as_ref().into(),
+            what,
+            holds: false,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// True when `path` is `dir` or lies inside it, compared as canonical paths
+/// (`path` need not exist yet: its nearest existing ancestor is resolved).
+pub(crate) fn same_or_inside(path: &Path, dir: &Path) -> bool {
+    let canon = |p: &Path| {
+        let mut head = p.to_path_buf();
+        let mut tail = Vec::new();
+        while !head.exists() {
+            match (head.file_name().map(|n| n.to_owned()), head.parent()) {
+                (Some(name), Some(parent)) => {
+                    tail.push(name);
+                    head = parent.to_path_buf();
+                }
+                _ => break,
+            }
+        }
+        let mut out = std::fs::canonicalize(&head).unwrap_or(head);
+        out.extend(tail.iter().rev());
+        out
+    };
+    canon(path).starts_with(canon(dir))
+}
+
+/// The fingerprint of a job: XXH3-64 (16 hex digits) of everything that
+/// shapes its output. Equal fingerprints mean equal bytes; every part of a
+/// partitioned job shares it, and `prep merge` joins only parts that do.
+///
+/// The one rule for what goes in: prep's version, the command, the options
+/// that change the bytes written (the caller leaves out those that do not,
+/// and never puts a path among them), and the inputs by what they hold,
+/// not where they are mounted:
+/// - an input with a checksum (a dataset: the XXH3 of its manifest, which
+///   names every shard's) counts by that checksum and its size;
+/// - an input without one (raw text, which is not read twice to be
+///   hashed) counts by its size and its path below the directory all the
+///   inputs share, so that `/mnt/a/corpus/x.jsonl` and `/data/corpus/x.jsonl`
+///   agree while two files of one job stay distinct.
+///
+/// So tasks that see the same inputs through other mount points, symlinks
+/// or object-store prefixes compute the same fingerprint.
+pub fn job_fingerprint(command: &str, options: &serde_json::Value, inputs: &[InputInfo]) -> String {
+    let names = relative_names(inputs.iter().map(|i| i.path.as_str()));
+    let inputs: Vec<serde_json::Value> = inputs
+        .iter()
+        .zip(names)
+        .map(|(i, name)| match &i.xxh3 {
+            Some(xxh3) => json!({ "bytes": i.bytes, "xxh3": xxh3 }),
+            None => json!({ "bytes": i.bytes, "name": name }),
+        })
+        .collect();
+    fingerprint(&json!({
+        "prep_version": env!("CARGO_PKG_VERSION"),
+        "command": command,
+        "options": options,
+        "inputs": inputs,
+    }))
+}
+
+/// Who a run is: its command, its inputs, and the fingerprints of its job
+/// and of its own part, computed once by the one rule
+/// ([`job_fingerprint`]); and the provenance and partition its manifest
+/// records, derived from them in one place.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    command: &'static str,
+    inputs: Vec<InputInfo>,
+    part: Option<Part>,
+    /// The whole job's fingerprint: every part's `partition.job`.
+    pub job: String,
+    /// This run's own: the job's for a whole run, the part's for a part.
+    pub fingerprint: String,
+}
+
+impl Identity {
+    /// The identity of a `command` run over `inputs` with the `options`
+    /// that shape its bytes (no paths among them), writing part `part` of
+    /// the job or all of it.
+    pub fn new(
+        command: &'static str,
+        options: &serde_json::Value,
+        inputs: Vec<InputInfo>,
+        part: Option<Part>,
+    ) -> Identity {
+        let job = job_fingerprint(command, options, &inputs);
+        Identity::of_job(command, job, inputs, part)
+    }
+
+    fn of_job(
+        command: &'static str,
+        job: String,
+        inputs: Vec<InputInfo>,
+        part: Option<Part>,
+    ) -> Identity {
+        Identity {
+            fingerprint: part_fingerprint(&job, part),
+            command,
+            inputs,
+            part,
+            job,
+        }
+    }
+
+    /// The identity of one of several outputs of this job (split's sides):
+    /// a job of its own, with the same part.
+    pub fn output(&self, name: &str) -> Identity {
+        let job = sub_fingerprint(&self.job, name);
+        Identity::of_job(self.command, job, self.inputs.clone(), self.part)
+    }
+
+    /// The provenance a manifest records: `options` as the stage records
+    /// them, with `"part": "I/N"` added for a part.
+    pub fn provenance(
+        &self,
+        mut options: serde_json::Value,
+        documents: DocumentCounts,
+    ) -> Provenance {
+        if let (Some(p), Some(map)) = (self.part, options.as_object_mut()) {
+            map.insert("part".into(), p.to_string().into());
+        }
+        Provenance::new(
+            self.command,
+            self.inputs.clone(),
+            options,
+            documents,
+            self.fingerprint.clone(),
+        )
+    }
+
+    /// The manifest's `partition`: which part of which job, for `prep
+    /// merge`; none for a whole run.
+    pub fn partition(&self) -> Option<Partition> {
+        self.part.map(|p| Partition {
+            stage: self.command.into(),
+            part: p.index,
+            parts: p.count,
+            job: self.job.clone(),
+            hashes: None,
+        })
+    }
+
+    /// The manifest of a dataset derived from `base` (the input's): its
+    /// shards, this run's provenance and its partition.
+    pub fn derive(
+        &self,
+        base: &Manifest,
+        shards: Vec<ShardInfo>,
+        options: serde_json::Value,
+        documents: DocumentCounts,
+    ) -> Manifest {
+        base.derived(shards, self.provenance(options, documents))
+            .with_partition(self.partition())
+    }
+}
+
+/// The fingerprint of part `part` of the job whose fingerprint is `job`
+/// (the job's own for a run that is not partitioned): every part's output
+/// differs, and a part re-run into its directory recognises its own.
+pub fn part_fingerprint(job: &str, part: Option<Part>) -> String {
+    match part {
+        None => job.into(),
+        Some(p) => fingerprint(&json!({ "job": job, "part": p.to_string() })),
+    }
+}
+
+/// A fingerprint derived from another one and a name: each output of a
+/// job that writes several (split's sides) is a job of its own.
+pub fn sub_fingerprint(job: &str, name: &str) -> String {
+    fingerprint(&json!({ "job": job, "side": name }))
+}
+
+fn fingerprint(value: &serde_json::Value) -> String {
+    checksum_hex(xxhash_rust::xxh3::xxh3_64(value.to_string().as_bytes()))
+}
+
+/// Each path with the directory all of them share taken off (`/`- or
+/// `\`-separated, local paths and URLs alike): one path keeps its file
+/// name.
+fn relative_names<'a>(paths: impl Iterator<Item = &'a str> + Clone) -> Vec<&'a str> {
+    let dir_of = |p: &'a str| p.rfind(['/', '\\']).map_or("", |i| &p[..=i]);
+    let mut common: Option<&str> = None;
+    for p in paths.clone() {
+        let dir = dir_of(p);
+        common = Some(match common {
+            None => dir,
+            Some(c) => {
+                let shared = c
+                    .char_indices()
+                    .zip(dir.chars())
+                    .take_while(|((_, a), b)| a == b)
+                    .filter(|((_, a), _)| *a == '/' || *a == '\\')
+                    .last()
+                    .map_or(0, |((i, _), _)| i + 1);
+                &c[..shared]
+            }
+        });
+    }
+    let cut = common.map_or(0, str::len);
+    paths.map(|p| &p[cut..]).collect()
+}
+
+/// The rayon pool a stage works on: `--threads N` threads (one per core
+/// for 0), named `prep-STAGE-I` so that a profile or `top -H` says whose
+/// they are; its build error as an I/O error (the one way it fails: the OS
+/// refused a thread).
+pub fn thread_pool(requested: usize, stage: &str) -> std::io::Result<rayon::ThreadPool> {
+    let stage = stage.to_owned();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(crate::util::thread_count(requested))
+        .thread_name(move |i| format!("prep-{stage}-{i}"))
+        .build()
+        .map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(path: &str, bytes: u64) -> InputInfo {
+        InputInfo {
+            path: path.into(),
+            bytes,
+            xxh3: None,
+        }
+    }
+
+    #[test]
+    fn names_are_relative_to_the_shared_directory() {
+        fn names<'a>(p: &[&'a str]) -> Vec<&'a str> {
+            relative_names(p.iter().copied())
+        }
+        assert_eq!(names(&["/mnt/a/x.jsonl"]), ["x.jsonl"]);
+        assert_eq!(
+            names(&[
+                "/mnt/a/c/x.jsonl",
+                "/mnt/a/c/d/y.jsonl",
+                "/mnt/a/cc/z.jsonl"
+            ]),
+            ["c/x.jsonl", "c/d/y.jsonl", "cc/z.jsonl"]
+        );
+        assert_eq!(names(&["s3://b/p/x.gz", "s3://b/p/y.gz"]), ["x.gz", "y.gz"]);
+        assert_eq!(names(&["x.jsonl", "d/y.jsonl"]), ["x.jsonl", "d/y.jsonl"]);
+    }
+
+    #[test]
+    fn mount_points_do_not_change_a_fingerprint_and_content_does() {
+        let options = json!({ "seed": 1 });
+        let a = job_fingerprint("t", &options, &[raw("/mnt/a/c/x", 5), raw("/mnt/a/c/y", 6)]);
+        let b = job_fingerprint("t", &options, &[raw("/data/c/x", 5), raw("/data/c/y", 6)]);
+        assert_eq!(a, b);
+        for other in [
+            job_fingerprint("t", &options, &[raw("/data/c/x", 5), raw("/data/c/z", 6)]),
+            job_fingerprint("t", &options, &[raw("/data/c/x", 5), raw("/data/c/y", 7)]),
+            job_fingerprint("t", &options, &[raw("/data/c/y", 6), raw("/data/c/x", 5)]),
+            job_fingerprint("u", &options, &[raw("/data/c/x", 5), raw("/data/c/y", 6)]),
+            job_fingerprint(
+                "t",
+                &json!({ "seed": 2 }),
+                &[raw("/data/c/x", 5), raw("/data/c/y", 6)],
+            ),
+        ] {
+            assert_ne!(a, other);
+        }
+        let dataset = |path: &str, xxh3: &str| InputInfo {
+            path: path.into(),
+            bytes: 9,
+            xxh3: Some(xxh3.into()),
+        };
+        assert_eq!(
+            job_fingerprint("t", &options, &[dataset("/a/tok", "00ff")]),
+            job_fingerprint("t", &options, &[dataset("/b/other-name", "00ff")])
+        );
+        assert_ne!(
+            job_fingerprint("t", &options, &[dataset("/a/tok", "00ff")]),
+            job_fingerprint("t", &options, &[dataset("/a/tok", "00fe")])
+        );
+    }
+
+    #[test]
+    fn overlaps_are_refused_in_both_directions() {
+        let t = tempfile::tempdir().unwrap();
+        let input = t.path().join("in");
+        std::fs::create_dir(&input).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let inside = refuse_overlap(&link.join("out"), &[&input], "the input").unwrap_err();
+        assert!(!inside.holds);
+        assert!(inside.to_string().contains("or lies inside it"), "{inside}");
+        let holds = refuse_overlap(t.path(), &[&input], "the input").unwrap_err();
+        assert!(holds.holds);
+        assert!(holds.to_string().contains("holds the input"), "{holds}");
+        assert!(refuse_inside(t.path(), &[&input], "the part").is_ok());
+        assert!(refuse_overlap(&t.path().join("out"), &[&input], "the input").is_ok());
+    }
+}
