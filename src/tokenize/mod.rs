@@ -230,8 +230,8 @@ fn options_json(
     options
 }
 
-/// The job's fingerprint ([`crate::run::job_fingerprint`]): equal
-/// fingerprints mean a run would write the same bytes.
+/// The options that shape a run's bytes, for its fingerprint
+/// ([`crate::run::job_fingerprint`]): the recorded options, adjusted.
 ///
 /// The tokenizer counts by its checksum, not its path. `skip_bad` is left
 /// out: it changes nothing until a bad document is met, and a run that
@@ -239,7 +239,7 @@ fn options_json(
 /// suggests (a resumed or finished run that did skip documents is only
 /// accepted with `--skip-bad`: see the pipeline). `engine` is left out
 /// because both engines give the same ids: a run may resume with the other.
-fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3: u64) -> String {
+fn fingerprinted(options: &serde_json::Value, tokenizer_xxh3: u64) -> serde_json::Value {
     let mut options = options.clone();
     if let Some(map) = options.as_object_mut() {
         map.remove("skip_bad");
@@ -247,7 +247,7 @@ fn fingerprint(options: &serde_json::Value, inputs: &[InputInfo], tokenizer_xxh3
         map.remove("tokenizer");
         map.insert("tokenizer_xxh3".into(), checksum_hex(tokenizer_xxh3).into());
     }
-    crate::run::job_fingerprint("tokenize", &options, inputs)
+    options
 }
 
 /// The path as given, for the manifest and messages.

@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::journal::Checkpoint;
 use super::{
-    fingerprint, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
+    fingerprinted, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
     TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
 use crate::engine::{EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Unsupported};
@@ -202,7 +202,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     options["engine"] = engine.into();
     // A part's fingerprint is its own; `job`, the whole run's, is what every
     // part shares and what the merged dataset carries.
-    let job = fingerprint(&options, &inputs, tok.xxh3);
+    let job = crate::run::job_fingerprint("tokenize", &fingerprinted(&options, tok.xxh3), &inputs);
     let fingerprint = match config.part {
         Some(part) => {
             if config.shuffle_seed.is_some() {
