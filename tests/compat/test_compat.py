@@ -21,6 +21,7 @@ Run with `make test-compat` (part of `make test`), or
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import shutil
 import struct
@@ -37,9 +38,15 @@ from nanogpt_get_batch import get_batch
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tools"))
-from prep_reader import Dataset  # noqa: E402
+# The reader as users who copy one file take it: python/prep/reader.py,
+# loaded as prep_reader (not the installed package).
+_spec = importlib.util.spec_from_file_location("prep_reader", REPO / "python" / "prep" / "reader.py")
+prep_reader = importlib.util.module_from_spec(_spec)
+sys.modules["prep_reader"] = prep_reader
+_spec.loader.exec_module(prep_reader)
+Dataset = prep_reader.Dataset
 
-PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / "target" / "debug" / "prep"))
+PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / "prep"))
 GPT2 = REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst"
 CORPUS = REPO / "fixtures" / "corpus" / "debian-sample.jsonl.zst"
 EOS = 50256

@@ -27,7 +27,7 @@ blob = pytest.importorskip("azure.storage.blob", reason="azure-storage-blob not 
 from test_s3 import GPT2, REPO, free_port, ok, prep, stop, write_inputs  # noqa: E402
 from test_s3_write import shard_names  # noqa: E402
 
-AZURITE = Path(os.environ.get("PREP_AZURITE", REPO / "target" / "azurite" / "node_modules" / ".bin" / "azurite-blob"))
+AZURITE = Path(os.environ.get("PREP_AZURITE", REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "azurite" / "node_modules" / ".bin" / "azurite-blob"))
 ACCOUNT = "devstoreaccount1"
 # Azurite's well-known development key (public, in Microsoft's documentation).
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="

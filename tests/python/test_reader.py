@@ -1,5 +1,6 @@
 """The Python reader for training loops (the installed package `prep`, whose
-prep.reader is tools/prep_reader.py byte for byte), against prep itself.
+prep.reader is python/prep/reader.py, the one file users may also copy
+alone), against prep itself.
 
 Datasets come from the real binary (`prep tokenize`, `prep pack`) or, for
 the sampler and the corrupt-file cases, are written here from the byte
@@ -44,7 +45,7 @@ def need_torch():
         import torch
 
         return torch
-    return need_torch()
+    return pytest.importorskip("torch", reason="torch is not installed: make test installs it")
 
 GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
 
@@ -482,14 +483,16 @@ def test_sampler_positions_and_errors():
 # --- torch --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("module", ["prep", "prep_reader"])
-def test_the_reader_imports_without_torch(module):
+def test_the_reader_imports_without_torch(module, tmp_path):
+    # prep_reader: python/prep/reader.py copied alone, as users copy it.
+    shutil.copy(REPO / "python" / "prep" / "reader.py", tmp_path / "prep_reader.py")
     code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
             f"import {module}\n"
             f"assert 'PackedDataset' not in {module}.__all__\n"
             f"try:\n    from {module} import PackedDataset\n"
             "except ImportError as e:\n    assert 'needs torch' in str(e), e\n"
             "else:\n    raise AssertionError('PackedDataset without torch')\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "tools")],
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 CORPUS = FIXTURES / "corpus" / "debian-sample.jsonl.zst"
 SCHEMA = REPO / "schemas" / "manifest.schema.json"
-PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / "target" / "debug" / "prep"))
+PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / "prep"))
 
 EOS = {"gpt2": "<|endoftext|>", "minilm-wordpiece": "[SEP]"}
 SHARD_SIZE = "1MiB"

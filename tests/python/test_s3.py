@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "fixtures" / "corpus" / "debian-sample.jsonl.zst"
 PARQUET = REPO / "fixtures" / "corpus" / "debian-sample.parquet"
 GPT2 = REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst"
-PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / "target" / "debug" / "prep"))
+PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / "prep"))
 
 # Small ranged GETs, so that a 3 MB corpus crosses many chunk boundaries.
 CHUNK = 256 << 10
@@ -410,19 +410,54 @@ def upload_dataset(s3, local: Path, prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def packed_dataset(s3, remote_dataset, tmp_path_factory):
-    """The tokenized dataset packed into rows (a .seg per shard), locally and at packed/."""
+def small_dataset(s3, tmp_path_factory):
+    """A quarter of the corpus in shards of 16 KiB (about 10 of them), tokenized
+    with a word-level tokenizer of its 2,000 commonest words, locally and at small/.
+    The in-place tests read it in GETs of ODD_CHUNK bytes, every command the
+    shards and the tokenizer.json the dataset keeps: with GPT-2's (3.5 MB) on
+    the whole corpus that was tens of thousands of requests to the moto server,
+    ten minutes on 2 cores, for the same checks."""
+    import collections
+    import json
+
+    tmp = tmp_path_factory.mktemp("small")
+    lines = corpus_lines()[: len(corpus_lines()) // 4]
+    source = tmp / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    words = collections.Counter(w for line in lines for w in json.loads(line)["text"].split())
+    vocab = {"[UNK]": 0, "<eos>": 1}
+    for word, _ in words.most_common(2000):
+        vocab.setdefault(word, len(vocab))
+    tokenizer = tmp / "words.tokenizer.json"
+    tokenizer.write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 1, "content": "<eos>", "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True}],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
+    }))
+    local = tmp / "ds"
+    ok(prep("tokenize", "--tokenizer", tokenizer, "--input", source, "--output", local, "--shard-size", "16KiB",
+            "--threads", 2))
+    assert len([p for p in local.iterdir() if p.suffix == ".bin"]) >= 4
+    upload_dataset(s3, local, "small")
+    return local
+
+
+@pytest.fixture(scope="module")
+def packed_dataset(s3, small_dataset, tmp_path_factory):
+    """The small dataset packed into rows (a .seg per shard), locally and at packed/."""
     local = tmp_path_factory.mktemp("packed") / "packed"
-    ok(prep("pack", remote_dataset, local, "--seq-len", 128, "--shard-size", "64KiB", "--threads", 2))
-    assert any(p.suffix == ".seg" for p in local.iterdir())
+    ok(prep("pack", small_dataset, local, "--seq-len", 128, "--shard-size", "16KiB", "--threads", 2))
+    assert len([p for p in local.iterdir() if p.suffix == ".seg"]) >= 4
     upload_dataset(s3, local, "packed")
     return local
 
 
 @pytest.mark.parametrize("which", ["documents", "packed"])
-def test_validate_inspect_and_sample_in_place_equal_them_on_disk(s3, remote_dataset, packed_dataset, which):
+def test_validate_inspect_and_sample_in_place_equal_them_on_disk(s3, small_dataset, packed_dataset, which):
     env = in_place_env(s3)
-    local, url = (remote_dataset, "s3://data/ds") if which == "documents" else (packed_dataset, "s3://data/packed")
+    local, url = (small_dataset, "s3://data/small") if which == "documents" else (packed_dataset, "s3://data/packed")
     runs = [
         ["validate"],
         ["validate", "--json"],
@@ -473,11 +508,11 @@ def corrupt(path: Path, how: str) -> None:
     ],
 )
 def test_a_corrupt_object_gives_the_problems_of_the_same_corruption_on_disk(
-    s3, remote_dataset, packed_dataset, tmp_path, which, suffix, how
+    s3, small_dataset, packed_dataset, tmp_path, which, suffix, how
 ):
     import shutil
 
-    source = remote_dataset if which == "documents" else packed_dataset
+    source = small_dataset if which == "documents" else packed_dataset
     local = tmp_path / "ds"
     shutil.copytree(source, local)
     victim = sorted(p for p in local.iterdir() if p.suffix == suffix)[1]
@@ -492,11 +527,11 @@ def test_a_corrupt_object_gives_the_problems_of_the_same_corruption_on_disk(
     same_output(prep("validate", local), prep("validate", url, env=env), local, url)
 
 
-def test_an_object_prep_did_not_write_is_reported_as_an_unlisted_file(s3, remote_dataset, tmp_path):
+def test_an_object_prep_did_not_write_is_reported_as_an_unlisted_file(s3, small_dataset, tmp_path):
     import shutil
 
     local = tmp_path / "ds"
-    shutil.copytree(remote_dataset, local)
+    shutil.copytree(small_dataset, local)
     (local / "shard-99999.bin").write_bytes(b"\0\0")
     url = upload_dataset(s3, local, "extra")
     here = prep("validate", "--json", local)

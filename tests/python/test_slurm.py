@@ -6,7 +6,7 @@ dependency order by calling tools/slurm/prep-task.sh with the arguments each
 sbatch call was given, once per array index with SLURM_ARRAY_TASK_ID set, as
 Slurm would. RUN/packed is compared record for record (and segment for
 segment) with `prep tokenize; prep shuffle --seed S; prep pack` on one
-machine, read with tools/prep_reader.py. The helpers here are shared with
+machine, read with the Python reader (python/prep/reader.py). The helpers here are shared with
 test_ray.py.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_slurm.py
@@ -15,6 +15,7 @@ test_ray.py.
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import shlex
 import stat
@@ -30,11 +31,16 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
 CORPUS = FIXTURES / "corpus" / "debian-sample.jsonl.zst"
 GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
-PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / "target" / "debug" / "prep"))
+PREP_BIN = Path(os.environ.get("PREP_BIN", REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug" / "prep"))
 SLURM = REPO / "tools" / "slurm"
 
-sys.path.insert(0, str(REPO / "tools"))
-from prep_reader import Dataset  # noqa: E402
+# The reader as users who copy one file take it: python/prep/reader.py,
+# loaded as prep_reader (not the installed package).
+_spec = importlib.util.spec_from_file_location("prep_reader", REPO / "python" / "prep" / "reader.py")
+prep_reader = importlib.util.module_from_spec(_spec)
+sys.modules["prep_reader"] = prep_reader
+_spec.loader.exec_module(prep_reader)
+Dataset = prep_reader.Dataset
 
 # The run every test here and in test_ray.py makes: several parts and
 # buckets of a corpus split into several files, so that parts cut across files.

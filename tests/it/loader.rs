@@ -8,15 +8,13 @@
 //! drops mid-epoch end cleanly. The asynchronous test backend below copies
 //! and frees on a thread of its own, like a GPU stream, with random delays.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use prep::format::{Dataset, Dtype};
 use prep::loader::{
     Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position,

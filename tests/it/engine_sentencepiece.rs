@@ -19,9 +19,9 @@
 //! `python_package_agrees` checks that on these files when the reference
 //! venv is built.
 
-mod common;
+use crate::common;
 
-use common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{read_zst, texts, Pair};
 
 use std::io::BufRead;
 
@@ -497,10 +497,11 @@ fn unsupported_options_are_refused() {
 
 /// The Python package (what `prep tokenize --engine hf` users compare
 /// with) gives the `tokenizers` crate's ids on these files: run when the
-/// reference venv (`make target/venv/.installed`) is there.
+/// reference venv (`make target/venv/.installed`, or `PREP_REFERENCE_PYTHON`)
+/// is there.
 #[test]
 fn python_package_agrees() {
-    let python = common::root().join("target/venv/bin/python");
+    let python = common::reference_python();
     if !python.exists() {
         eprintln!("skipped: {} is not here", python.display());
         return;

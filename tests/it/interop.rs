@@ -4,11 +4,9 @@
 //! file. tests/python/test_interop.py reads the exports with readers written
 //! from the formats' own facts.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
 
 /// Writes `docs` as a dataset whose manifest says its documents end with
@@ -309,8 +307,8 @@ fn exports_refuse_to_replace_files_without_overwrite() {
 /// Past every 32-bit limit: 2^32 + 18 uint16 tokens (8 GiB) in three
 /// records, exported to Megatron (byte offsets past 4 GiB, lengths at the
 /// int32 limit) and datatrove, and imported back. Writes about 17 GiB, so it
-/// is not part of `make test`: run it with `cargo test --test interop --
-/// --ignored`.
+/// is not part of `make test`: run it with `cargo test --test it --
+/// --ignored interop::`.
 #[test]
 #[ignore = "writes about 17 GiB; run by hand"]
 fn a_dataset_past_4_gib_round_trips() {

@@ -2,12 +2,10 @@
 //! the one-machine shuffle, record for record, for any number of parts and
 //! buckets; every task can be run again; damaged or mixed work is refused.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use prep::format::Dtype;
 
 /// `n` records of pseudo-random lengths 0..40 (some empty), their tokens

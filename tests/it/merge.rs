@@ -1,13 +1,13 @@
 //! `prep tokenize --part I/N` and `prep merge`: the parts of a partitioned
 //! run, merged, are record for record the dataset one run makes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{fails, ok, records, tokenize_cmd, write_parquet, xorshift, TestDir};
+use crate::common::{fails, ok, records, tokenize_cmd, write_parquet, xorshift, TestDir};
 use prep::format::Manifest;
 
 /// Texts of varied length, some repeated (for --dedup), some empty.

@@ -2,11 +2,9 @@
 //! (made by tools/make_validate_fixtures.py from fixtures/validate/good), and
 //! the library reader refusing the same corruptions.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 fn case(name: &str) -> PathBuf {
     fixture(&format!("validate/{name}"))

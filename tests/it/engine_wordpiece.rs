@@ -16,9 +16,9 @@
 //! there, that the Python package gives the same ids on the same texts, and
 //! the golden MiniLM ids (written by the Python package) are checked too.
 
-mod common;
+use crate::common;
 
-use common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{read_zst, texts, Pair};
 
 use std::io::{BufRead, BufReader};
 
@@ -190,9 +190,7 @@ fn golden_minilm_ids_identical() {
 /// naming a python with tokenizers 0.23.2).
 #[test]
 fn python_reference_agrees() {
-    let python = std::env::var_os("PREP_REFERENCE_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| common::root().join("target/venv/bin/python"));
+    let python = common::reference_python();
     if !python.exists() {
         eprintln!("skipped: no reference python at {}", python.display());
         return;

@@ -3,16 +3,14 @@
 //! file) and what is wrong, and leaves no `manifest.json` behind; with
 //! `--skip-bad` the same bad documents are counted and skipped instead.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field};
-use common::*;
 
 /// Runs `cmd`, which must fail with exit 2; checks that stderr is a
 /// `prep: error:` line holding each of `parts`, and that `out` holds no

@@ -3,12 +3,10 @@
 //! prep's files, journals that lag no shard, nothing left by a failed run.
 //! Each test is named after the defect it pins.
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 
 /// The fixture corpus tokenized with GPT-2 into `out`, with small shards.
 fn tokenized(t: &TestDir, out: &Path) {

@@ -2,9 +2,7 @@
 //! token, shards are cut as specified, 64-bit offsets work past 4 GiB, and a
 //! damaged index is refused, never read out of bounds.
 
-mod common;
-
-use common::{manifest, write_dataset, write_sparse_u16};
+use crate::common::{manifest, write_dataset, write_sparse_u16};
 use prep::format::{atomic_write, Dtype, FormatError, MANIFEST_FILE};
 use prep::Dataset;
 use proptest::prelude::*;

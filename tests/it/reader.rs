@@ -1,9 +1,7 @@
 //! Reading from training code: token spans across shards, the sampler's
 //! order from the command line, packed rows' pieces.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use prep::format::{Dataset, Dtype};
 use prep::sampler::Sampler;
 

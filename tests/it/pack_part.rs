@@ -3,11 +3,9 @@
 //! its counts; every part is a valid dataset on its own, is the same on every
 //! run, and resumes when interrupted.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::format::{atomic_write, Dataset, Dtype, Manifest, Packing, Segment, MANIFEST_FILE};
 
 /// The part counts every case is split into.
@@ -125,7 +123,11 @@ fn parts_join_into_the_whole(
                 partition.job, whole.manifest.provenance.fingerprint,
                 "{name}: the job is the one-machine fingerprint"
             );
-            assert_eq!(m.provenance.options, whole.manifest.provenance.options);
+            // A part records the options of the whole run and which part it is.
+            let mut options = m.provenance.options.clone();
+            let named = options.as_object_mut().unwrap().remove("part");
+            assert_eq!(named, Some(format!("{i}/{n}").into()), "{name}");
+            assert_eq!(options, whole.manifest.provenance.options);
             fingerprints.push(m.provenance.fingerprint.clone());
             let k = m.packing.as_ref().unwrap();
             let d = &m.provenance.documents;

@@ -4,11 +4,9 @@
 //! additions are reported rather than dropped, and `--eos`, `--bos`, `--pad`
 //! and `--sep` read a whole number as an id in every subcommand.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::engine::{token_arg, LoadedTokenizer, PostProcessorTokens};
 
 /// DeepSeek V3: the token "0" is id 18; id 0 is `<｜begin▁of▁sentence｜>`.
@@ -63,6 +61,13 @@ const EXPECTED: &[Expected] = &[
         file: "mistral-7b-v0.1",
         eos: ("</s>", 2),
         before: &[1],
+        after: &[],
+    },
+    // Gemma 3 (SentencePiece-style BPE, 262,144 ids): bos first, nothing after.
+    Expected {
+        file: "gemma3",
+        eos: ("<eos>", 1),
+        before: &[2],
         after: &[],
     },
     Expected {

@@ -1,11 +1,9 @@
 //! `prep tokenize` as a whole: determinism, the manifest schema, resuming,
 //! re-runs, and bounded memory.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::tokenize::{self, NoProgress, TokenizeConfig};
 
 fn corpus() -> PathBuf {

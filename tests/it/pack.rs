@@ -3,12 +3,10 @@
 //! document that fits a row; the segment index agrees with the rows; the
 //! output depends on the seed, never on the thread count.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::format::{atomic_write, Dataset, Dtype, Manifest, Segment, MANIFEST_FILE};
 use prep::pack::{self, PackConfig, PackMode};
 use prep::tokenize::NoProgress;
@@ -406,7 +404,7 @@ fn bad_options_are_refused_with_exit_2_and_no_output() {
                 .args(["--seq-len", "4", "--overwrite"]),
             2,
         );
-        assert!(err.contains("is the input or inside it"), "{err}");
+        assert!(err.contains("or lies inside it"), "{err}");
     }
     assert!(Dataset::open(&input).is_ok(), "the input is intact");
     // --overwrite replaces prep's files and leaves others be.

@@ -10,11 +10,9 @@
 //! pass as a machine without a GPU. The rule itself is tested everywhere.
 #![cfg(feature = "cuda")]
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
 use prep::loader::cuda::{device_count, CudaBackend, IdType, Widen};
 use prep::loader::{Loader, LoaderConfig, LoaderError, Order, Position};

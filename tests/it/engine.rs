@@ -12,9 +12,9 @@
 //! `ignore_merges` and extra added tokens, so each scanner and each
 //! added-token pass is checked against the reference.
 
-mod common;
+use crate::common;
 
-use common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{read_zst, texts, Pair};
 
 use prep::engine::{EncodeState, FastTokenizer, Pattern};
 use proptest::prelude::*;
@@ -406,10 +406,21 @@ const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 const CL100K: &str = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const O200K: &str = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/// The split patterns the fast engine recognises by meaning: the first six
+/// of `pairs()` and three spellings of `edited()`, built on the fast side
+/// alone (the other tests compare them with HF).
 #[test]
 fn recognised_patterns() {
-    let p = pairs();
-    let patterns: Vec<Option<Pattern>> = p.iter().take(6).map(|p| p.fast.pattern()).collect();
+    let fast = |json: &[u8]| FastTokenizer::from_json(json).unwrap().pattern();
+    let gpt2 = serde_json::to_vec(&gpt2_json()).unwrap();
+    let patterns = [
+        fast(&gpt2),
+        fast(&deepseek_json()),
+        fast(&gpt2_with_split(CL100K, false)),
+        fast(&gpt2_with_split(CL100K, true)),
+        fast(&gpt2_with_split(O200K, false)),
+        fast(&gpt2_with_split(GPT2, true)),
+    ];
     assert_eq!(
         patterns,
         [
@@ -424,7 +435,8 @@ fn recognised_patterns() {
     );
     // Spelled otherwise, or `Removed` and inverted, they still take the
     // scanners' path.
-    let by_name = |name: &str| p.iter().find(|p| p.name == name).unwrap().fast.pattern();
+    let edited = edited();
+    let by_name = |name: &str| fast(&edited.iter().find(|(n, _)| n == name).unwrap().1);
     assert_eq!(by_name("gpt2-pattern-respelled"), Some(Pattern::Gpt2));
     assert_eq!(
         by_name("cl100k-literal-newlines-removed-inverted"),
@@ -433,14 +445,37 @@ fn recognised_patterns() {
     assert_eq!(by_name("o200k-removed-inverted"), Some(Pattern::O200k));
 }
 
+/// The golden texts (fixtures/golden/README.md) but the long one through
+/// every pair: the edge cases and the small corpus documents.
 #[test]
 fn corpus_excerpt_identical() {
+    corpus_identical(|text| text.len() < LONG_DOCUMENT);
+}
+
+/// The golden texts' long document (about 3 MB of 16 languages) through
+/// every pair: nine tenths of the golden bytes, so of the time, and nothing
+/// the other texts do not have but its length; run by `make test-slow`
+/// (tests/tiers.txt). `golden::*` runs it through the shipped tokenizers in
+/// every `make test`.
+#[test]
+fn corpus_long_document_identical() {
+    corpus_identical(|text| text.len() >= LONG_DOCUMENT);
+}
+
+/// Where `corpus_excerpt_identical` ends and `corpus_long_document_identical`
+/// starts: the golden texts' one long document is far above it, every other
+/// far below.
+const LONG_DOCUMENT: usize = 1 << 20;
+
+fn corpus_identical(keep: impl Fn(&str) -> bool) {
     let corpus = read_zst(&common::fixture("golden/texts.jsonl.zst"));
+    let texts: Vec<String> = texts(&corpus).into_iter().filter(|t| keep(t)).collect();
+    assert!(!texts.is_empty());
     let mut failures = Vec::new();
     for pair in pairs() {
         let mut state = EncodeState::default();
-        for text in texts(&corpus) {
-            if let Err(e) = pair.check(&text, &mut state) {
+        for text in &texts {
+            if let Err(e) = pair.check(text, &mut state) {
                 failures.push(e);
                 break;
             }

@@ -2,12 +2,10 @@
 //! one text on one side, shares close to the fractions, resumable, and each
 //! side exports to nanoGPT's flat files.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::format::Dtype;
 
 /// 20,000 documents: 4,000 distinct texts of 1 to 60 tokens, each 5 times,

@@ -2,12 +2,10 @@
 //! same bytes for any thread count and on a resume, documents without
 //! replacement within a pass, the global order of `prep shuffle`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::format::Dtype;
 
 /// A synthetic source of `n` documents of 1 to 200 tokens: the first token

@@ -2,15 +2,13 @@
 //! records, nested text keys, the ways of naming inputs, edge cases of
 //! documents and vocabularies, the flags' help, and where shards are cut.
 
-mod common;
-
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow::array::{ArrayRef, Int64Array, LargeStringArray, StringArray, StructArray};
 use arrow::datatypes::{DataType, Field};
-use common::*;
 use prep::{Dataset, Dtype};
 
 /// GPT-2's `<|endoftext|>`.

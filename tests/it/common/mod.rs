@@ -18,6 +18,25 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The Cargo target directory the tests were built in (`CARGO_TARGET_DIR`,
+/// else target/): the directory above the profile's one, which holds `prep`.
+pub fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_prep"))
+        .ancestors()
+        .nth(2)
+        .expect("the prep binary is in <target>/<profile>/")
+        .to_path_buf()
+}
+
+/// The Python with the reference `tokenizers` package: `PREP_REFERENCE_PYTHON`,
+/// else the venv `make test` builds (<target>/venv). The tests that compare with
+/// it skip, saying so, where it is not there.
+pub fn reference_python() -> PathBuf {
+    std::env::var_os("PREP_REFERENCE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("venv/bin/python"))
+}
+
 /// A fixture path.
 pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)

@@ -1,11 +1,9 @@
 //! `prep shuffle`: a permutation, the one the seed names, uniform over
 //! seeds, independent of memory and threads, in bounded memory.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use prep::format::Dtype;
 use prep::shuffle::{self, ShuffleConfig};
 use prep::tokenize::NoProgress;

@@ -1,8 +1,6 @@
 //! `prep inspect`: counts, shards, lengths and one record, for people and as JSON.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn good() -> std::path::PathBuf {
     fixture("validate/good")

@@ -17,9 +17,9 @@
 //! - with the reference venv built (`make target/venv/.installed`), both
 //!   are compared with Python itself on the corpus excerpt.
 
-mod common;
+use crate::common;
 
-use common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{read_zst, texts, Pair};
 
 use std::path::PathBuf;
 
@@ -203,9 +203,10 @@ fn corpus_excerpt_identical() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The venv's Python, when `make target/venv/.installed` has built it.
+/// The venv's Python, when `make target/venv/.installed` has built it (or
+/// `PREP_REFERENCE_PYTHON`).
 fn python() -> Option<PathBuf> {
-    let python = common::root().join("target/venv/bin/python");
+    let python = common::reference_python();
     if python.exists() {
         Some(python)
     } else {
@@ -465,7 +466,7 @@ fn malformed_charsmap_is_refused() {
 }
 
 /// Encode speed on the corpus excerpt, beside the HF crate's in the same
-/// run (`cargo test --release --test engine_unigram -- --ignored speed
+/// run (`cargo test --release --test it -- --ignored engine_unigram::speed
 /// --nocapture`); prints, asserts nothing about time.
 #[test]
 #[ignore]
@@ -513,8 +514,8 @@ fn speed() {
 }
 
 /// The fast engine alone on a JSONL file named by `PREP_SPEED_CORPUS`
-/// (`cargo test --release --test engine_unigram -- --ignored
-/// speed_on_corpus --nocapture`): the first pass (a fresh state, as a run
+/// (`cargo test --release --test it -- --ignored
+/// engine_unigram::speed_on_corpus --nocapture`): the first pass (a fresh state, as a run
 /// starts) and the best of four more; prints, asserts nothing.
 #[test]
 #[ignore]
