@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the golden tokenization files that tests/golden.rs compares prep against.
+"""Write the golden tokenization files that tests/it/golden.rs compares prep against.
 
     target/venv/bin/python tools/gen_golden.py            # (re)write fixtures/golden/
     target/venv/bin/python tools/gen_golden.py --check    # recompute, compare, write nothing

@@ -7,7 +7,7 @@ The good dataset is made by `prep tokenize` from generated text with a tiny
 word-level tokenizer, so every fixture is a few KB. Each broken dataset is a
 copy with one deliberate fault. Where a fault would also break a checksum
 without that being the point, the manifest's checksum is updated, so each
-case has one root cause and tests/validate.rs can assert the exact problems
+case has one root cause and tests/it/validate.rs can assert the exact problems
 `prep validate` reports. Deterministic: a re-run writes the same bytes (the
 good manifest's `created` timestamp is pinned).
 """

@@ -631,7 +631,7 @@ mod tests {
     #[test]
     fn no_driver_is_an_error_not_a_panic() {
         if driver_present() {
-            return; // a machine with a GPU: tests/gpu.rs covers it
+            return; // a machine with a GPU: tests/it/gpu.rs covers it
         }
         let err = CudaBackend::new(0, Dtype::U16, Widen::I64).err().unwrap();
         assert!(err.to_string().contains("no CUDA driver"), "{err}");

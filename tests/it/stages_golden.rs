@@ -16,8 +16,8 @@
 //! mix, and `--part` runs merged; split, and `--part` runs merged; export
 //! to every format.
 //!
-//! To record a deliberate change of output: `PREP_BLESS=1 cargo test --test
-//! stages_golden`, then say why in the commit.
+//! To record a deliberate change of output: `PREP_BLESS=1 cargo test --test it
+//! stages_golden::`, then say why in the commit.
 
 use crate::common;
 
