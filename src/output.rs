@@ -36,24 +36,22 @@
 //! directory and never knows the difference.
 
 mod remote;
+mod storage;
 
 pub use remote::{input_copy_for, staging_for, LEASE_VAR, STAGING_VAR};
+pub use storage::shard_intact;
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::format::{
-    atomic_write, checksum_hex, hash_file, FormatError, Manifest, ShardInfo, MANIFEST_FILE,
-    TMP_SUFFIX,
-};
+use crate::format::{FormatError, Manifest, ShardInfo, MANIFEST_FILE, TMP_SUFFIX};
 use crate::source::{Source, SourceError};
 use crate::store::StoreError;
-use remote::Remote;
+use remote::Store;
+use storage::{local_entries, remove_file, Disk, Storage};
 
 /// The journal's file name inside an output directory.
 pub const JOURNAL_FILE: &str = ".prep-journal.json";
@@ -175,9 +173,8 @@ pub struct Output {
     /// The directory the stage writes into: the output itself, or the
     /// staging folder of one in object storage.
     dir: PathBuf,
-    lock: Option<Lock>,
-    /// The output's folder in object storage, when it is there.
-    remote: Option<Remote>,
+    /// Where the dataset is kept; `None` once let go.
+    storage: Option<Box<dyn Storage>>,
     /// Folders inside the directory that belong to the caller: never
     /// removed, never counted as foreign (the parts of a merge, the
     /// pipeline's stage).
@@ -200,39 +197,22 @@ impl Output {
     /// lock, and the stage writes into the local staging folder
     /// [`staging_for`] gives, which [`Output::dir`] returns.
     pub fn lock(dir: &Path) -> Result<Output, OutputError> {
-        if let Some(url) = dir.to_str().filter(|d| crate::store::is_url(d)) {
-            let mut output = Output::lock(&staging_for(url))?;
-            output.remote = Some(Remote::acquire(url)?);
-            return Ok(output);
-        }
-        if dir.exists() && !dir.is_dir() {
-            return Err(refused(dir, "is a file, not a directory"));
-        }
-        // The outermost folder this run creates, so that a run that leaves
-        // nothing removes what it made and no more.
-        let mut created = None;
-        let mut ancestor = dir;
-        while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
-            created = Some(ancestor.to_path_buf());
-            match ancestor.parent() {
-                Some(parent) => ancestor = parent,
-                None => break,
-            }
-        }
-        if created.is_some() {
-            std::fs::create_dir_all(dir).map_err(|e| FormatError::io(dir, e))?;
-        }
-        let lock = match Lock::acquire(dir) {
-            Ok(lock) => lock,
-            Err(e) => {
-                remove_created(dir, created.as_deref());
-                return Err(e);
-            }
+        let url = dir.to_str().filter(|d| crate::store::is_url(d));
+        let local = url.map_or_else(|| dir.to_path_buf(), staging_for);
+        let (disk, created) = claim(&local)?;
+        let storage: Box<dyn Storage> = match url {
+            None => Box::new(disk),
+            Some(url) => match Store::acquire(url, disk) {
+                Ok(store) => Box::new(store),
+                Err(e) => {
+                    remove_created(&local, created.as_deref());
+                    return Err(e);
+                }
+            },
         };
         Ok(Output {
-            dir: dir.into(),
-            lock: Some(lock),
-            remote: None,
+            dir: local,
+            storage: Some(storage),
             keep: Vec::new(),
             own: &[],
             created,
@@ -263,10 +243,11 @@ impl Output {
     /// The output as the user named it, for messages: the directory, or the
     /// object-storage address.
     pub fn shown(&self) -> PathBuf {
-        match &self.remote {
-            Some(remote) => remote.url().into(),
-            None => self.dir.clone(),
-        }
+        self.storage().shown()
+    }
+
+    fn storage(&self) -> &dyn Storage {
+        self.storage.as_deref().expect("held until commit or drop")
     }
 
     /// Decides what the run does with the directory, by the rules of the
@@ -284,79 +265,30 @@ impl Output {
         S: Default + Serialize + DeserializeOwned,
         C: Serialize + DeserializeOwned,
     {
-        let shown = self.shown();
         if overwrite {
             self.remove_ours(|_| true)?;
             return self.fresh(identity);
         }
-        if let Some(bytes) = self.read(MANIFEST_FILE)? {
-            let manifest = Manifest::parse(&shown.join(MANIFEST_FILE), &bytes)?;
-            if manifest.identity() != identity {
-                return Err(refused(
-                    &shown,
-                    "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
-                ));
-            }
-            let listing = self.listing()?;
-            for shard in &manifest.shards {
-                for (name, bytes, _) in shard_files(shard) {
-                    if self.size(name, &listing) != Some(bytes) {
-                        return Err(refused(
-                            &shown,
-                            &format!(
-                                "holds this dataset, finished, but {name} is missing or has the wrong size \
-                                 (pass --overwrite to make it again)"
-                            ),
-                        ));
-                    }
-                }
-            }
-            // A crash between the manifest and the journal's removal.
-            self.remove(JOURNAL_FILE)?;
-            self.progressed = true;
-            return Ok(Start::Complete(Box::new(manifest)));
+        if let Some(bytes) = self.storage().read(MANIFEST_FILE)? {
+            return self.complete_found(identity, &bytes);
         }
-        if let Some(bytes) = self.read(JOURNAL_FILE)? {
+        if let Some(bytes) = self.storage().read(JOURNAL_FILE)? {
             return match serde_json::from_slice::<Journal<S, C>>(&bytes) {
-                Ok(mut journal) if journal.fingerprint == identity => {
-                    let listing = self.listing()?;
-                    let intact = journal
-                        .shards
-                        .iter()
-                        .take_while(|d| self.intact(&d.shard, &listing))
-                        .count();
-                    journal.shards.truncate(intact);
-                    let keep: Vec<String> = journal
-                        .shards
-                        .iter()
-                        .flat_map(|d| shard_files(&d.shard).map(|(n, _, _)| n.to_owned()))
-                        .collect();
-                    if let Some(remote) = &self.remote {
-                        keep.iter().for_each(|name| remote.has(name));
-                    }
-                    // Shards past the intact prefix, and unfinished files.
-                    self.remove_ours(|name| {
-                        (name.starts_with("shard-") || name.ends_with(TMP_SUFFIX))
-                            && !keep.iter().any(|k| k == name)
-                    })?;
-                    self.progressed = !journal.shards.is_empty();
-                    self.save(&journal)?;
-                    self.owned = true;
-                    Ok(Start::Resume(journal))
-                }
+                Ok(journal) if journal.fingerprint == identity => self.resume(journal),
                 _ => Err(refused(
-                    &shown,
+                    &self.shown(),
                     "holds an interrupted run with other inputs or options (pass --overwrite to start over)",
                 )),
             };
         }
         let foreign = self
+            .storage()
             .entries()?
             .into_iter()
             .find(|(name, is_dir)| !(self.is_ours(name, *is_dir) || self.keep.contains(name)));
         if let Some((name, _)) = foreign {
             return Err(refused(
-                &shown,
+                &self.shown(),
                 &format!(
                     "is not empty: it holds {name:?}, which prep did not write (choose an empty or new \
                      directory, or pass --overwrite to replace prep's files in it)"
@@ -366,6 +298,67 @@ impl Output {
         // Only prep's leftovers (a tokenizer copy, temporaries): tidy them.
         self.remove_ours(|_| true)?;
         self.fresh(identity)
+    }
+
+    /// The output holds a manifest (`bytes`): this run's dataset, finished,
+    /// with every shard file in place, or a refusal.
+    fn complete_found<S, C>(
+        &mut self,
+        identity: &str,
+        bytes: &[u8],
+    ) -> Result<Start<S, C>, OutputError> {
+        let shown = self.shown();
+        let manifest = Manifest::parse(&shown.join(MANIFEST_FILE), bytes)?;
+        if manifest.identity() != identity {
+            return Err(refused(
+                &shown,
+                "holds a dataset made from other inputs or options (pass --overwrite to replace it)",
+            ));
+        }
+        let files: Vec<(&str, u64)> = manifest
+            .shards
+            .iter()
+            .flat_map(|s| shard_files(s).map(|(name, bytes, _)| (name, bytes)))
+            .collect();
+        if let Some(name) = self.storage().first_missing(&files)? {
+            return Err(refused(
+                &shown,
+                &format!(
+                    "holds this dataset, finished, but {name} is missing or has the wrong size \
+                     (pass --overwrite to make it again)"
+                ),
+            ));
+        }
+        // A crash between the manifest and the journal's removal.
+        self.storage().remove(JOURNAL_FILE)?;
+        self.progressed = true;
+        Ok(Start::Complete(Box::new(manifest)))
+    }
+
+    /// Resumes the interrupted run of `journal`: its intact shards are kept,
+    /// the rest and unfinished files removed.
+    fn resume<S, C>(&mut self, mut journal: Journal<S, C>) -> Result<Start<S, C>, OutputError>
+    where
+        S: Serialize,
+        C: Serialize,
+    {
+        let shards: Vec<&ShardInfo> = journal.shards.iter().map(|d| &d.shard).collect();
+        let intact = self.storage().intact_prefix(&shards)?;
+        journal.shards.truncate(intact);
+        let keep: Vec<String> = journal
+            .shards
+            .iter()
+            .flat_map(|d| shard_files(&d.shard).map(|(n, _, _)| n.to_owned()))
+            .collect();
+        // Shards past the intact prefix, and unfinished files.
+        self.remove_ours(|name| {
+            (name.starts_with("shard-") || name.ends_with(TMP_SUFFIX))
+                && !keep.iter().any(|k| k == name)
+        })?;
+        self.progressed = !journal.shards.is_empty();
+        self.save(&journal)?;
+        self.owned = true;
+        Ok(Start::Resume(journal))
     }
 
     fn fresh<S, C>(&mut self, identity: &str) -> Result<Start<S, C>, OutputError>
@@ -390,11 +383,9 @@ impl Output {
         journal: &Journal<S, C>,
     ) -> Result<(), OutputError> {
         let json = serde_json::to_vec_pretty(journal).expect("a journal always serializes");
-        if let Some(remote) = &self.remote {
-            for done in &journal.shards {
-                for (name, bytes, sum) in shard_files(&done.shard) {
-                    remote.upload(&self.dir, name, sum.map(|sum| (bytes, sum)))?;
-                }
+        for done in &journal.shards {
+            for (name, bytes, sum) in shard_files(&done.shard) {
+                self.storage().publish(name, sum.map(|sum| (bytes, sum)))?;
             }
         }
         self.put(JOURNAL_FILE, &json)?;
@@ -410,10 +401,7 @@ impl Output {
 
     /// Writes a small file of the dataset atomically.
     pub fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
-        match &self.remote {
-            Some(remote) => remote.put(name, bytes),
-            None => Ok(atomic_write(&self.dir.join(name), bytes)?),
-        }
+        self.storage().put(name, bytes)
     }
 
     /// Copies the tokenizer file `file` (relative) of dataset `from` (a
@@ -494,116 +482,22 @@ impl Output {
         bytes: &[u8],
         expect: &HashMap<String, (u64, u64)>,
     ) -> Result<(), OutputError> {
-        if let Some(remote) = &self.remote {
-            for (file, is_dir) in self.local_entries()? {
-                let pending = !is_dir
-                    && self.is_ours(&file, false)
-                    && !file.ends_with(TMP_SUFFIX)
-                    && ![JOURNAL_FILE, LOCK_FILE, name].contains(&file.as_str());
-                if pending {
-                    remote.upload(&self.dir, &file, expect.get(&file).copied())?;
-                }
+        for (file, is_dir) in local_entries(&self.dir)? {
+            let pending = !is_dir
+                && self.is_ours(&file, false)
+                && !file.ends_with(TMP_SUFFIX)
+                && ![JOURNAL_FILE, LOCK_FILE, name].contains(&file.as_str());
+            if pending {
+                self.storage().publish(&file, expect.get(&file).copied())?;
             }
         }
         self.put(name, bytes)?;
         self.progressed = true;
-        self.remove(JOURNAL_FILE)?;
-        if let Some(remote) = self.remote.take() {
-            remote.release();
-            // The staging folder holds nothing the dataset still needs.
-            if let Some(lock) = self.lock.take() {
-                lock.release();
-            }
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-        if let Some(lock) = self.lock.take() {
-            lock.release();
+        self.storage().remove(JOURNAL_FILE)?;
+        if let Some(storage) = self.storage.take() {
+            storage.release(true);
         }
         Ok(())
-    }
-
-    /// The bytes of the small file `name` of the output, or `None`.
-    fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
-        if let Some(remote) = &self.remote {
-            return remote.read(name);
-        }
-        let path = self.dir.join(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(FormatError::io(&path, e).into()),
-        }
-    }
-
-    /// Every object of an output in object storage with its size (one
-    /// listing, for the questions [`Output::size`] answers); `None` on disk.
-    fn listing(&self) -> Result<Option<HashMap<String, u64>>, OutputError> {
-        self.remote.as_ref().map(Remote::listing).transpose()
-    }
-
-    /// The size of the output's file `name` (which may lie in a folder of
-    /// the output: a merge's parts), or `None` when there is none.
-    fn size(&self, name: &str, listing: &Option<HashMap<String, u64>>) -> Option<u64> {
-        match listing {
-            Some(sizes) => sizes.get(name).copied(),
-            None => std::fs::metadata(self.dir.join(name)).ok().map(|m| m.len()),
-        }
-    }
-
-    /// Whether a journaled shard is intact. On disk: [`shard_intact`]. In
-    /// object storage: each of its objects is listed with its recorded size
-    /// (each went up only after its bytes matched the recorded checksum,
-    /// and an upload is atomic).
-    fn intact(&self, s: &ShardInfo, listing: &Option<HashMap<String, u64>>) -> bool {
-        match listing {
-            Some(_) => shard_files(s)
-                .all(|(name, bytes, sum)| sum.is_some() && self.size(name, listing) == Some(bytes)),
-            None => shard_intact(&self.dir, s),
-        }
-    }
-
-    /// Removes the file `name` of the output (no error when there is none).
-    fn remove(&self, name: &str) -> Result<(), OutputError> {
-        match &self.remote {
-            Some(remote) => remote.remove(name),
-            None => Ok(remove_file(&self.dir.join(name))?),
-        }
-    }
-
-    /// Names and kinds (folder or not) of the output's entries: the
-    /// directory's, or the store's (an object below a `/` counts as its
-    /// first folder).
-    fn entries(&self) -> Result<Vec<(String, bool)>, OutputError> {
-        let Some(remote) = &self.remote else {
-            return self.local_entries();
-        };
-        let mut out: Vec<(String, bool)> = remote
-            .listing()?
-            .into_keys()
-            .map(|name| match name.split_once('/') {
-                Some((folder, _)) => (folder.to_owned(), true),
-                None => (name, false),
-            })
-            .collect();
-        out.sort();
-        out.dedup();
-        Ok(out)
-    }
-
-    /// Names and kinds of the local directory's entries (for an output in
-    /// object storage, the staging folder's).
-    fn local_entries(&self) -> Result<Vec<(String, bool)>, OutputError> {
-        let io = |e| FormatError::io(&self.dir, e);
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(io)? {
-            let entry = entry.map_err(io)?;
-            let kind = entry.file_type().map_err(io)?;
-            out.push((
-                entry.file_name().to_string_lossy().into_owned(),
-                kind.is_dir(),
-            ));
-        }
-        Ok(out)
     }
 
     fn is_ours(&self, name: &str, is_dir: bool) -> bool {
@@ -616,8 +510,8 @@ impl Output {
 
     /// Removes the entries prep wrote (files, and its working folders unless
     /// kept) whose names `doomed` picks; never the lock, never a kept folder,
-    /// never anything else. For an output in object storage, both its
-    /// objects and the staging folder's files.
+    /// never anything else: first in the directory the stage writes into,
+    /// then in the storage (for an output in object storage, its objects).
     fn remove_ours(&self, doomed: impl Fn(&str) -> bool) -> Result<(), OutputError> {
         let spared = |name: &str, is_dir: bool| {
             name == LOCK_FILE
@@ -625,7 +519,7 @@ impl Output {
                 || !self.is_ours(name, is_dir)
                 || !doomed(name)
         };
-        for (name, is_dir) in self.local_entries()? {
+        for (name, is_dir) in local_entries(&self.dir)? {
             if spared(&name, is_dir) {
                 continue;
             }
@@ -636,12 +530,10 @@ impl Output {
                 remove_file(&path)?;
             }
         }
-        if let Some(remote) = &self.remote {
-            // prep never uploads a folder: only files are its own there.
-            for (name, is_dir) in self.entries()? {
-                if !is_dir && !spared(&name, false) {
-                    remote.remove(&name)?;
-                }
+        // prep never uploads a folder: only files are its own there.
+        for (name, is_dir) in self.storage().entries()? {
+            if !is_dir && !spared(&name, false) {
+                self.storage().remove(&name)?;
             }
         }
         Ok(())
@@ -654,35 +546,67 @@ impl Drop for Output {
     /// its other files too, and the folders it created. A run refused by
     /// [`Output::start`] touches nothing.
     fn drop(&mut self) {
-        let Some(lock) = self.lock.take() else {
+        if self.storage.is_none() {
             return;
-        };
+        }
         if self.owned {
             let _ = self.remove_ours(|name| name.ends_with(TMP_SUFFIX));
             if !self.progressed {
                 let _ = self.remove_ours(|_| true);
             }
         }
-        let remote = self.remote.take().map(Remote::release).is_some();
-        lock.release();
+        if let Some(storage) = self.storage.take() {
+            storage.release(false);
+        }
         if !self.progressed {
             remove_created(&self.dir, self.created.as_deref());
-        } else if remote {
-            // A staging folder left empty (a dataset found complete).
-            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// Creates `dir` if needed and takes its lock: the directory, held, and the
+/// outermost folder of its path that this call made.
+fn claim(dir: &Path) -> Result<(Disk, Option<PathBuf>), OutputError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(refused(dir, "is a file, not a directory"));
+    }
+    // The outermost folder this run creates, so that a run that leaves
+    // nothing removes what it made and no more.
+    let mut created = None;
+    let mut ancestor = dir;
+    while !ancestor.as_os_str().is_empty() && !ancestor.exists() {
+        created = Some(ancestor.to_path_buf());
+        match ancestor.parent() {
+            Some(parent) => ancestor = parent,
+            None => break,
+        }
+    }
+    if created.is_some() {
+        std::fs::create_dir_all(dir).map_err(|e| FormatError::io(dir, e))?;
+    }
+    match Disk::lock(dir) {
+        Ok(disk) => Ok((disk, created)),
+        Err(e) => {
+            remove_created(dir, created.as_deref());
+            Err(e)
         }
     }
 }
 
 /// Removes `dir` and its parents up to `created`, each only if empty: the
-/// folders a run made and left nothing in.
+/// folders a run made and left nothing in (one already gone counts as
+/// removed).
 fn remove_created(dir: &Path, created: Option<&Path>) {
     let Some(top) = created else {
         return;
     };
     let mut at = Some(dir);
     while let Some(folder) = at {
-        if std::fs::remove_dir(folder).is_err() || folder == top {
+        let gone = match std::fs::remove_dir(folder) {
+            Ok(()) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if !gone || folder == top {
             break;
         }
         at = folder.parent();
@@ -693,14 +617,6 @@ fn refused(dir: &Path, why: &str) -> OutputError {
     OutputError::Refused {
         dir: dir.into(),
         why: why.into(),
-    }
-}
-
-fn remove_file(path: &Path) -> Result<(), FormatError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(FormatError::io(path, e)),
     }
 }
 
@@ -718,97 +634,6 @@ fn shard_files(s: &ShardInfo) -> impl Iterator<Item = (&str, u64, Option<u64>)> 
     ]
     .into_iter()
     .flatten()
-}
-
-/// The rule for an intact shard, the one every resume uses: each of its
-/// files (`.bin`, `.idx`, and `.seg` when the entry names one) has the
-/// recorded size and XXH3-64.
-pub fn shard_intact(dir: &Path, s: &ShardInfo) -> bool {
-    let files = [
-        Some((&s.bin, Some(s.bin_bytes), Some(&s.bin_xxh3))),
-        Some((&s.idx, Some(s.idx_bytes), Some(&s.idx_xxh3))),
-        s.seg
-            .as_ref()
-            .map(|seg| (seg, s.seg_bytes, s.seg_xxh3.as_ref())),
-    ];
-    files.into_iter().flatten().all(|(name, bytes, sum)| {
-        let (Some(bytes), Some(sum)) = (bytes, sum) else {
-            return false;
-        };
-        hash_file(&dir.join(name)).is_ok_and(|(h, len)| len == bytes && checksum_hex(h) == *sum)
-    })
-}
-
-/// An exclusive advisory lock on `DIR/.prep-lock`, held for a run.
-///
-/// The OS releases it when the process dies, so a killed run never blocks
-/// the next. The file names the holder's pid for the message a second run
-/// prints. On release the file is removed while still locked; a run that
-/// opened it before the removal notices (its file is no longer the one at
-/// the path) and tries again.
-struct Lock {
-    file: File,
-    path: PathBuf,
-}
-
-impl Lock {
-    fn acquire(dir: &Path) -> Result<Lock, OutputError> {
-        let path = dir.join(LOCK_FILE);
-        let io = |e| FormatError::io(&path, e);
-        loop {
-            let mut file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(io)?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    let mut holder = String::new();
-                    let _ = file.read_to_string(&mut holder);
-                    let holder = holder.trim();
-                    return Err(OutputError::Locked {
-                        dir: dir.into(),
-                        holder: if holder.is_empty() {
-                            "pid unknown".into()
-                        } else {
-                            holder.into()
-                        },
-                    });
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(io(e).into()),
-            }
-            if !same_file(&file, &path) {
-                // Released and removed by its last holder after we opened it.
-                continue;
-            }
-            file.set_len(0).map_err(io)?;
-            file.seek(SeekFrom::Start(0)).map_err(io)?;
-            write!(file, "pid {}", std::process::id()).map_err(io)?;
-            return Ok(Lock { file, path });
-        }
-    }
-
-    fn release(self) {
-        let _ = std::fs::remove_file(&self.path);
-        let _ = self.file.unlock();
-    }
-}
-
-#[cfg(unix)]
-fn same_file(file: &File, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (file.metadata(), std::fs::metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
-}
-
-#[cfg(not(unix))]
-fn same_file(_: &File, path: &Path) -> bool {
-    path.exists()
 }
 
 #[cfg(test)]

@@ -24,13 +24,15 @@
 //! - **Manifest last**: every other file goes up before it.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{OutputError, LOCK_FILE};
+use super::storage::{Disk, Storage};
+use super::{shard_files, OutputError, LOCK_FILE};
 use crate::format::checksum_hex;
+use crate::format::ShardInfo;
 use crate::store::{Object, StoreError, Tag};
 
 /// The variable that sets the lease of an object-storage lock, in seconds
@@ -70,96 +72,50 @@ fn url_key(url: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(url.trim_end_matches('/').as_bytes())
 }
 
-/// The output's folder in object storage, held by this run.
-pub(super) struct Remote {
+/// An output in object storage, held: the store's lease, the objects this
+/// run has put or found intact, and the local staging folder the stage
+/// writes into.
+pub(super) struct Store {
     root: Object,
     lease: Lease,
-    /// Files of this output known to be in the store (uploaded by this run,
-    /// or kept from an interrupted one).
+    /// Names of the objects in place (uploaded by this run, or found
+    /// intact on resume): never sent again.
     uploaded: Mutex<HashSet<String>>,
+    staging: Disk,
 }
 
-impl Remote {
-    /// Takes the lock of the folder at `url`.
-    pub(super) fn acquire(url: &str) -> Result<Remote, OutputError> {
-        let root = Object::at(url.trim_end_matches('/'))?;
-        let lease = Lease::acquire(&root)?;
-        Ok(Remote {
-            root,
-            lease,
-            uploaded: Mutex::new(HashSet::new()),
-        })
+impl Store {
+    /// Takes the lock of the output at `url`; the stage writes into
+    /// `staging` (held). On failure the staging folder's lock is let go.
+    pub(super) fn acquire(url: &str, staging: Disk) -> Result<Store, OutputError> {
+        let held = Object::at(url.trim_end_matches('/'))
+            .map_err(OutputError::from)
+            .and_then(|root| Ok((Lease::acquire(&root)?, root)));
+        match held {
+            Ok((lease, root)) => Ok(Store {
+                root,
+                lease,
+                uploaded: Mutex::new(HashSet::new()),
+                staging,
+            }),
+            Err(e) => {
+                Box::new(staging).release(false);
+                Err(e)
+            }
+        }
     }
 
-    pub(super) fn url(&self) -> &str {
-        self.root.url()
-    }
-
-    /// Every object under the folder: its name there and size. A name with
-    /// a `/` is an object inside a sub-folder.
-    pub(super) fn listing(&self) -> Result<HashMap<String, u64>, OutputError> {
+    /// Every object of the output with its size.
+    fn listing(&self) -> Result<HashMap<String, u64>, OutputError> {
         Ok(self.root.list_below()?.into_iter().collect())
-    }
-
-    /// The bytes of the small file `name`, or `None` when there is none.
-    pub(super) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
-        let object = self.root.child(name)?;
-        match object.get_all() {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(StoreError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Writes the small file `name` whole (one PUT).
-    pub(super) fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
-        self.check()?;
-        self.root.child(name)?.put(bytes)?;
-        self.uploaded().insert(name.to_owned());
-        Ok(())
-    }
-
-    /// Uploads `dir/name` unless it is up already, checked against
-    /// `expect` (size, XXH3-64) when given, then removes the local copy.
-    pub(super) fn upload(
-        &self,
-        dir: &Path,
-        name: &str,
-        expect: Option<(u64, u64)>,
-    ) -> Result<(), OutputError> {
-        if self.is_up(name) {
-            return Ok(());
-        }
-        self.check()?;
-        let path = dir.join(name);
-        self.root.child(name)?.upload(&path, expect)?;
-        self.uploaded().insert(name.to_owned());
-        let _ = std::fs::remove_file(&path);
-        Ok(())
-    }
-
-    /// Records that `name` is in the store already (a kept shard).
-    pub(super) fn has(&self, name: &str) {
-        self.uploaded().insert(name.to_owned());
-    }
-
-    fn is_up(&self, name: &str) -> bool {
-        self.uploaded().contains(name)
     }
 
     fn uploaded(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.uploaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Removes the object `name`.
-    pub(super) fn remove(&self, name: &str) -> Result<(), OutputError> {
-        self.root.child(name)?.delete()?;
-        self.uploaded().remove(name);
-        Ok(())
-    }
-
-    /// Fails when the lease was lost: another run holds the folder now.
-    pub(super) fn check(&self) -> Result<(), OutputError> {
+    /// Refuses to write once another run has taken the lock over.
+    fn check(&self) -> Result<(), OutputError> {
         if self.lease.lost.load(Ordering::SeqCst) {
             return Err(OutputError::Locked {
                 dir: self.root.url().into(),
@@ -168,14 +124,108 @@ impl Remote {
         }
         Ok(())
     }
+}
 
-    /// Gives the lock back.
-    pub(super) fn release(self) {
-        self.lease.release(&self.root);
+impl Storage for Store {
+    fn shown(&self) -> PathBuf {
+        self.root.url().into()
+    }
+
+    fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
+        let object = self.root.child(name)?;
+        match object.get_all() {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Puts the small file `name` (a single request: atomic).
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
+        self.check()?;
+        self.root.child(name)?.put(bytes)?;
+        self.uploaded().insert(name.to_owned());
+        Ok(())
+    }
+
+    fn remove(&self, name: &str) -> Result<(), OutputError> {
+        self.root.child(name)?.delete()?;
+        self.uploaded().remove(name);
+        Ok(())
+    }
+
+    /// The store's objects; one below a `/` counts as its first folder.
+    fn entries(&self) -> Result<Vec<(String, bool)>, OutputError> {
+        let mut out: Vec<(String, bool)> = self
+            .listing()?
+            .into_keys()
+            .map(|name| match name.split_once('/') {
+                Some((folder, _)) => (folder.to_owned(), true),
+                None => (name, false),
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn first_missing<'a>(&self, files: &[(&'a str, u64)]) -> Result<Option<&'a str>, OutputError> {
+        let sizes = self.listing()?;
+        Ok(files
+            .iter()
+            .find(|(name, bytes)| sizes.get(*name) != Some(bytes))
+            .map(|(name, _)| *name))
+    }
+
+    /// A journaled shard is intact when each of its objects is listed with
+    /// its recorded size (each went up only after its bytes matched the
+    /// recorded checksum, and an upload is atomic).
+    fn intact_prefix(&self, shards: &[&ShardInfo]) -> Result<usize, OutputError> {
+        let sizes = self.listing()?;
+        let intact = shards
+            .iter()
+            .take_while(|s| {
+                shard_files(s)
+                    .all(|(name, bytes, sum)| sum.is_some() && sizes.get(name) == Some(&bytes))
+            })
+            .count();
+        let mut uploaded = self.uploaded();
+        for s in &shards[..intact] {
+            uploaded.extend(shard_files(s).map(|(name, _, _)| name.to_owned()));
+        }
+        Ok(intact)
+    }
+
+    /// Uploads the staged file `name` (once), checked against `expect`
+    /// while it is sent, and removes the local copy.
+    fn publish(&self, name: &str, expect: Option<(u64, u64)>) -> Result<(), OutputError> {
+        if self.uploaded().contains(name) {
+            return Ok(());
+        }
+        self.check()?;
+        let path = self.staging.dir().join(name);
+        self.root.child(name)?.upload(&path, expect)?;
+        self.uploaded().insert(name.to_owned());
+        let _ = std::fs::remove_file(&path);
+        Ok(())
+    }
+
+    /// Lets the lease go, then the staging folder's lock; after a commit
+    /// the staging folder holds nothing the dataset needs and goes, else
+    /// it goes only when empty.
+    fn release(self: Box<Self>, committed: bool) {
+        let store = *self;
+        store.lease.release(&store.root);
+        let dir = store.staging.dir().to_path_buf();
+        Box::new(store.staging).release(committed);
+        if committed {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            let _ = std::fs::remove_dir(&dir);
+        }
     }
 }
 
-/// A held lease on `URL/.prep-lock`, renewed in the background.
 struct Lease {
     /// The version this run last wrote, shared with the heartbeat.
     tag: Arc<Mutex<Tag>>,
