@@ -58,6 +58,7 @@ use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::permute::{shuffle_key, Permutation};
 use crate::progress::{Progress, ProgressSnapshot};
+use crate::run::Writing;
 
 /// One source of a mixture: a documents dataset and its weight.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,14 +82,12 @@ pub struct MixConfig {
     pub seed: u64,
     /// Most passes over any one source.
     pub max_epochs: u64,
-    /// Largest `.bin` of an output shard.
-    pub shard_size: u64,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Threads for sorting; 0 means one per core. The output does not depend on it.
     pub threads: usize,
     /// This task's share of the output (`--part I/N`), or the whole.
     pub part: Option<Part>,
-    /// Replace an existing dataset in the output directory.
-    pub overwrite: bool,
 }
 
 impl MixConfig {
@@ -105,10 +104,9 @@ impl MixConfig {
             tokens,
             seed,
             max_epochs: 1,
-            shard_size: 1 << 30,
+            writing: Writing::default(),
             threads: 0,
             part: None,
-            overwrite: false,
         }
     }
 }
@@ -385,7 +383,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         "tokens": config.tokens,
         "seed": config.seed,
         "max_epochs": config.max_epochs,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
     });
     let identity = crate::run::Identity::new("mix", &request, inputs, config.part);
 
@@ -403,7 +401,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     drop(lengths);
 
     let mut output = Output::lock(&config.output)?;
-    let journal = match output.start::<(), ()>(&identity.fingerprint, config.overwrite)? {
+    let journal = match output.start::<(), ()>(&identity.fingerprint, config.writing.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the mixture is already complete; nothing to do");
             return Ok(MixReport {
@@ -437,7 +435,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     let mut writer = DatasetWriter::new(
         output.dir(),
         dtype,
-        config.shard_size,
+        config.writing.shard_size,
         journal.shard_infos(),
     );
     let total_bytes: u64 = order[range.start as usize..range.end as usize]
@@ -477,7 +475,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         "seed": config.seed,
         "tokens": config.tokens,
         "max_epochs": config.max_epochs,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
         "recipe": plan.sources,
     });
     let manifest = identity.derive(

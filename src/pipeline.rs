@@ -77,9 +77,11 @@ pub fn tokenize(
             warnings: t.map_or_else(Vec::new, |t| t.warnings.clone()),
         }
     };
-    let start = output
-        .start::<shuffle::JournalState, shuffle::Checkpoint>(&plan.fingerprint, config.overwrite)?;
-    if config.overwrite {
+    let start = output.start::<shuffle::JournalState, shuffle::Checkpoint>(
+        &plan.fingerprint,
+        config.writing.overwrite,
+    )?;
+    if config.writing.overwrite {
         // prep's own stage goes with prep's other files; inputs and foreign
         // files stay.
         output.remove_work_folder(STAGE)?;
@@ -94,13 +96,13 @@ pub fn tokenize(
     let mut tokenize_config = config.clone();
     tokenize_config.output = stage.clone();
     tokenize_config.shuffle_seed = None;
-    tokenize_config.overwrite = false;
+    tokenize_config.writing.overwrite = false;
     let tokenized = tokenize::run(&tokenize_config, progress)?;
     let documents = tokenized.manifest.provenance.documents;
 
     let mut shuffle_config = ShuffleConfig::new(vec![stage.clone()], dir, seed);
     shuffle_config.memory = config.shuffle_memory;
-    shuffle_config.shard_size = config.shard_size;
+    shuffle_config.writing.shard_size = config.writing.shard_size;
     shuffle_config.threads = config.threads;
     // The shuffle stamps its own time of writing on it.
     shuffle_config.record_as = Some(Provenance::new(

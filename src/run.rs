@@ -16,6 +16,31 @@ use crate::format::{
 };
 use crate::partition::Part;
 
+/// How a stage writes its dataset, the same in every stage that writes
+/// shards (tokenize, shuffle and its gather, pack, mix, split, import):
+/// the library side of the CLI's `--shard-size` and `--overwrite`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writing {
+    /// Largest `.bin` of an output shard, in bytes (a single larger record
+    /// gets a shard of its own).
+    pub shard_size: u64,
+    /// Replace what prep finds in the output directory (only prep's own
+    /// files are ever removed).
+    pub overwrite: bool,
+}
+
+/// The shard size unless told otherwise: 1 GiB.
+pub const DEFAULT_SHARD_SIZE: u64 = 1 << 30;
+
+impl Default for Writing {
+    fn default() -> Writing {
+        Writing {
+            shard_size: DEFAULT_SHARD_SIZE,
+            overwrite: false,
+        }
+    }
+}
+
 /// An output directory that overlaps an input: writing it could destroy or
 /// reread what the run reads.
 #[derive(Debug, thiserror::Error)]

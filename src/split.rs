@@ -43,6 +43,7 @@ use crate::format::{Dataset, DatasetWriter, DocumentCounts, FormatError, InputIn
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::progress::{Progress, ProgressSnapshot};
+use crate::run::Writing;
 
 /// The sides of a split, in the order they are listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,10 +93,8 @@ pub struct SplitConfig {
     pub test: f64,
     /// The seed of the hash.
     pub seed: u64,
-    /// Largest `.bin` of an output shard.
-    pub shard_size: u64,
-    /// Replace existing datasets in the sides' directories.
-    pub overwrite: bool,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Split only this share of the input's records, for `prep merge` to
     /// join with the other parts' (see the [module docs](self)).
     pub part: Option<Part>,
@@ -115,8 +114,7 @@ impl SplitConfig {
             val,
             test: 0.0,
             seed,
-            shard_size: 1 << 30,
-            overwrite: false,
+            writing: Writing::default(),
             part: None,
         }
     }
@@ -189,7 +187,7 @@ pub struct SplitReport {
 }
 
 /// One side being written.
-struct Writing {
+struct SideWriter {
     side: Side,
     output: Output,
     /// The side's identity: a job of its own, which every part shares.
@@ -227,7 +225,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         "seed": config.seed,
         "val": val,
         "test": test,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
     });
     let identity = crate::run::Identity::new("split", &options, inputs, config.part);
 
@@ -239,10 +237,11 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         let fingerprint = &identity.fingerprint;
         let dir = config.output.join(side.name());
         let mut output = Output::lock(&dir)?;
-        let (journal, complete) = match output.start::<(), u64>(fingerprint, config.overwrite)? {
-            Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),
-            Start::Resume(j) | Start::Fresh(j) => (j, None),
-        };
+        let (journal, complete) =
+            match output.start::<(), u64>(fingerprint, config.writing.overwrite)? {
+                Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),
+                Start::Resume(j) | Start::Fresh(j) => (j, None),
+            };
         let from = match &complete {
             Some(_) => u64::MAX,
             None => journal.shards.last().map_or(0, |d| d.at),
@@ -251,11 +250,11 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             DatasetWriter::new(
                 output.dir(),
                 base.dtype,
-                config.shard_size,
+                config.writing.shard_size,
                 journal.shard_infos(),
             )
         });
-        sides.push(Writing {
+        sides.push(SideWriter {
             side,
             output,
             identity,
@@ -316,7 +315,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
 
     let mut reports = Vec::new();
     for (w, count) in sides.into_iter().zip(counts) {
-        let Writing {
+        let SideWriter {
             side,
             output,
             identity,

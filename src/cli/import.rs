@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use clap::Parser;
 
+use super::write_flags::WriteFlags;
+
 use super::export::FormatArg;
 use prep::engine::{token_arg, LoadedTokenizer};
 use prep::interop::{self, ImportConfig};
-use prep::size::parse_size;
 
 /// Read token files of another trainer into a prep dataset (shards,
 /// checksums, manifest).
@@ -51,17 +52,8 @@ pub(crate) struct Args {
     #[arg(long, requires = "eos")]
     eot_first: bool,
 
-    /// Largest .bin per output shard.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
-
-    /// Replace a dataset in the output directory.
-    #[arg(long)]
-    overwrite: bool,
-
-    /// No summary.
-    #[arg(long, short = 'q')]
-    quiet: bool,
+    #[command(flatten)]
+    write: WriteFlags,
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
@@ -84,12 +76,11 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         tokenizer: args.tokenizer,
         eos,
         eot_first: args.eot_first,
-        shard_size: args.shard_size,
-        overwrite: args.overwrite,
+        writing: args.write.writing(),
     };
     let started = Instant::now();
     let m = interop::import(&config)?;
-    if !args.quiet {
+    if !args.write.quiet {
         let secs = started.elapsed().as_secs_f64().max(1e-9);
         let bytes: u64 = m.shards.iter().map(|s| s.bin_bytes).sum();
         eprintln!(

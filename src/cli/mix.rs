@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use super::write_flags::WriteFlags;
+
 use prep::mix::{self, MixConfig, Source};
 use prep::partition::Part;
-use prep::size::{format_bytes, parse_size};
+use prep::size::format_bytes;
 
 /// Mix documents datasets by weight into one shuffled dataset of --tokens
 /// tokens.
@@ -49,9 +51,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "E", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     max_epochs: u64,
 
-    /// Largest .bin per output shard.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
+    #[command(flatten)]
+    write: WriteFlags,
 
     /// Threads for sorting; 0 uses every core. The output is the same for any value.
     #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
@@ -60,14 +61,6 @@ pub(crate) struct Args {
     /// This task's share, I/N (0 <= I < N), of the mixture's records.
     #[arg(long, value_name = "I/N")]
     part: Option<Part>,
-
-    /// Replace what is in the output directory (only prep's own files are removed).
-    #[arg(long)]
-    overwrite: bool,
-
-    /// No progress bar or summary; errors are still printed.
-    #[arg(long, short = 'q')]
-    quiet: bool,
 }
 
 /// `DIR:WEIGHT`, split at the last colon (a directory may hold one).
@@ -90,13 +83,12 @@ fn parse_source(s: &str) -> Result<Source, String> {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = MixConfig::new(args.sources, args.output, args.tokens, args.seed);
     config.max_epochs = args.max_epochs;
-    config.shard_size = args.shard_size;
+    config.writing = args.write.writing();
     config.threads = args.threads;
     config.part = args.part;
-    config.overwrite = args.overwrite;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = mix::run(&config, &bar)?;
-    if !args.quiet && !r.already_complete {
+    if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let m = &r.manifest;
         eprintln!(

@@ -24,6 +24,7 @@ mod shuffle;
 mod split;
 mod tokenize;
 mod validate;
+mod write_flags;
 
 /// Offline dataset preparation for LLM pretraining: tokenize raw text into
 /// sharded, mmap-able token datasets.

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
+use super::write_flags::WriteFlags;
+
 use prep::pack::{self, PackConfig, PackMode, DEFAULT_WINDOW};
 use prep::partition::Part;
-use prep::size::{format_bytes, parse_size};
+use prep::size::format_bytes;
 
 /// Pack the documents of a dataset into rows of exactly --seq-len tokens.
 ///
@@ -72,18 +74,13 @@ pub(crate) struct Args {
     #[arg(long)]
     pad_last: bool,
 
-    /// Largest .bin per output shard.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
+    #[command(flatten)]
+    write: WriteFlags,
 
     /// Threads for planning bestfit windows; 0 uses every core. The output is
     /// the same for any value.
     #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
     threads: usize,
-
-    /// Replace what is in the output directory.
-    #[arg(long)]
-    overwrite: bool,
 
     /// Write only part I of N (0 <= I < N) into OUT, for prep merge to join:
     /// concat splits the rows, bestfit the windows of --window documents
@@ -91,10 +88,6 @@ pub(crate) struct Args {
     /// dataset).
     #[arg(long, value_name = "I/N")]
     part: Option<Part>,
-
-    /// No progress bar or summary; errors are still printed.
-    #[arg(long, short = 'q')]
-    quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -120,13 +113,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.seed = args.seed;
     config.window = args.window.unwrap_or(DEFAULT_WINDOW);
     config.pad_last = args.pad_last;
-    config.shard_size = args.shard_size;
+    config.writing = args.write.writing();
     config.threads = args.threads;
-    config.overwrite = args.overwrite;
     config.part = args.part;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = pack::run(&config, &bar)?;
-    if !args.quiet && !r.already_complete {
+    if !args.write.quiet && !r.already_complete {
         let m = &r.manifest;
         let p = m.packing.as_ref().expect("pack writes packing");
         let secs = r.elapsed.as_secs_f64().max(1e-9);

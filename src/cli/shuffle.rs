@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use super::write_flags::WriteFlags;
+
 use prep::partition::Part;
 use prep::shuffle::{self, GatherConfig, ScatterConfig, ShuffleConfig};
 use prep::size::{format_bytes, parse_size};
@@ -73,22 +75,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
     memory: u64,
 
-    /// Largest .bin per output shard.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
+    #[command(flatten)]
+    write: WriteFlags,
 
     /// Threads for sorting; 0 uses every core. The output is the same for
     /// any value. A scatter does not sort and uses one.
     #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
     threads: usize,
-
-    /// Replace what is in the output directory (only prep's own files are removed).
-    #[arg(long)]
-    overwrite: bool,
-
-    /// No progress bar or summary; errors are still printed.
-    #[arg(long, short = 'q')]
-    quiet: bool,
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
@@ -118,12 +111,11 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut config = ShuffleConfig::new(args.dirs, output, seed);
     config.memory = args.memory;
-    config.shard_size = args.shard_size;
+    config.writing = args.write.writing();
     config.threads = args.threads;
-    config.overwrite = args.overwrite;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = shuffle::run(&config, &bar)?;
-    if !args.quiet {
+    if !args.write.quiet {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let how = if r.buckets == 0 {
             "in memory".to_owned()
@@ -154,10 +146,10 @@ fn scatter(args: Args, work: PathBuf, seed: u64) -> anyhow::Result<ExitCode> {
         .expect("clap requires --buckets with --scatter");
     let mut config = ScatterConfig::new(args.dirs, work, seed, part, buckets);
     config.memory = args.memory;
-    config.overwrite = args.overwrite;
-    let bar = super::progress::Bar::new(args.quiet);
+    config.overwrite = args.write.overwrite;
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = shuffle::scatter(&config, &bar)?;
-    if !args.quiet && !r.already_complete {
+    if !args.write.quiet && !r.already_complete {
         let bytes = r.info.data_bytes;
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         eprintln!(
@@ -187,12 +179,11 @@ fn gather(mut args: Args) -> anyhow::Result<ExitCode> {
     let work = args.dirs.pop().expect("two directories");
     let bucket = args.bucket.expect("clap requires --bucket with --gather");
     let mut config = GatherConfig::new(work, output, bucket);
-    config.shard_size = args.shard_size;
+    config.writing = args.write.writing();
     config.threads = args.threads;
-    config.overwrite = args.overwrite;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = shuffle::gather(&config, &bar)?;
-    if !args.quiet && !r.already_complete {
+    if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let m = &r.manifest;
         eprintln!(

@@ -5,8 +5,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use super::write_flags::WriteFlags;
+
 use prep::partition::Part;
-use prep::size::{format_bytes, parse_size};
+use prep::size::format_bytes;
 use prep::split::{self, SplitConfig};
 
 /// Split a documents dataset into OUT/train, OUT/val (and OUT/test).
@@ -47,21 +49,12 @@ pub(crate) struct Args {
     #[arg(long, value_name = "S")]
     seed: u64,
 
-    /// Largest .bin per output shard.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
-
-    /// Replace what is in the sides' directories (only prep's own files are removed).
-    #[arg(long)]
-    overwrite: bool,
+    #[command(flatten)]
+    write: WriteFlags,
 
     /// Split only part I of N of the input's records (0-based), for prep merge.
     #[arg(long, value_name = "I/N")]
     part: Option<Part>,
-
-    /// No progress bar or summary; errors are still printed.
-    #[arg(long, short = 'q')]
-    quiet: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -72,12 +65,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         config.test = test;
     }
-    config.shard_size = args.shard_size;
-    config.overwrite = args.overwrite;
+    config.writing = args.write.writing();
     config.part = args.part;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let r = split::run(&config, &bar)?;
-    if !args.quiet && !r.already_complete {
+    if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         eprintln!(
             "Split {} documents with seed {} in {:.1}s: {} at {:.0} MB/s.",

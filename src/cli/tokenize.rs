@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use super::write_flags::WriteFlags;
+
 use prep::size::{format_bytes, parse_size};
 use prep::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
 
@@ -65,10 +67,8 @@ pub(crate) struct Args {
     #[arg(long, short = 't', value_name = "N", default_value_t = 0)]
     threads: usize,
 
-    /// Largest .bin per shard; shards are cut between documents, and a larger
-    /// single document gets a shard of its own.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
-    shard_size: u64,
+    #[command(flatten)]
+    write: WriteFlags,
 
     /// Drop documents whose exact text was seen before (XXH3-128 of the
     /// bytes); costs about 50 bytes of memory per unique document.
@@ -105,14 +105,6 @@ pub(crate) struct Args {
     /// support.
     #[arg(long, value_name = "ENGINE", default_value = "auto", value_parser = parse_engine)]
     engine: tokenize::EngineChoice,
-
-    /// Replace a dataset or interrupted run found in the output directory.
-    #[arg(long)]
-    overwrite: bool,
-
-    /// No progress bar, notes or summary; errors are still printed.
-    #[arg(long, short = 'q')]
-    quiet: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -125,17 +117,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     config.bos = args.bos;
     config.threads = args.threads;
-    config.shard_size = args.shard_size;
+    config.writing = args.write.writing();
     config.dedup = args.dedup;
     config.skip_bad = args.skip_bad;
-    config.overwrite = args.overwrite;
     config.shuffle_seed = args.shuffle_seed;
     config.shuffle_memory = args.memory;
     config.part = args.part;
     config.engine = args.engine;
-    let bar = super::progress::Bar::new(args.quiet);
+    let bar = super::progress::Bar::new(args.write.quiet);
     let report = prep::pipeline::tokenize(&config, &bar)?;
-    if !args.quiet {
+    if !args.write.quiet {
         eprintln!("{}", summary(&config, &report));
     }
     Ok(ExitCode::SUCCESS)

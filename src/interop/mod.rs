@@ -521,10 +521,8 @@ pub struct ImportConfig {
     /// llm.c: the end-of-text token comes before each document; the record
     /// gets it at its end, as prep keeps it.
     pub eot_first: bool,
-    /// Largest `.bin` per output shard.
-    pub shard_size: u64,
-    /// Replace an existing dataset.
-    pub overwrite: bool,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: crate::run::Writing,
 }
 
 /// A token stream's records as they are read: the token size of the
@@ -637,7 +635,7 @@ pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
         "format": config.format.name(),
         "eos": config.eos,
         "eot_first": config.eot_first,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
     });
     let given: Vec<InputInfo> = config
         .inputs
@@ -650,7 +648,7 @@ pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
         .collect();
     let fingerprint = crate::run::job_fingerprint("import", &options, &given);
     let mut output = Output::lock(&config.output)?;
-    match output.start::<(), ()>(&fingerprint, config.overwrite)? {
+    match output.start::<(), ()>(&fingerprint, config.writing.overwrite)? {
         Start::Complete(manifest) => return Ok(*manifest),
         Start::Fresh(_) => {}
         Start::Resume(_) => {
@@ -686,7 +684,7 @@ fn import_into(
         None => Dtype::from_size(source_size as u8).expect("2 or 4"),
     };
     let mut sink = ImportWriter {
-        writer: DatasetWriter::new(out, dtype, config.shard_size, Vec::new()),
+        writer: DatasetWriter::new(out, dtype, config.writing.shard_size, Vec::new()),
         dtype,
         signed: config.format == Format::Megatron,
         max_id: 0,

@@ -71,6 +71,7 @@ use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::permute::Permutation;
 use crate::progress::{Progress, ProgressSnapshot};
+use crate::run::Writing;
 use writer::{batch_rows, PackWriter, RowBuilder};
 
 /// How documents become rows.
@@ -117,13 +118,11 @@ pub struct PackConfig {
     pub window: u64,
     /// concat: pad the last partial row instead of dropping it.
     pub pad_last: bool,
-    /// Largest `.bin` of an output shard.
-    pub shard_size: u64,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Threads for planning best-fit windows; 0 means one per core. The
     /// output does not depend on it.
     pub threads: usize,
-    /// Replace an existing dataset in the output directory.
-    pub overwrite: bool,
     /// Write only this share of the packed dataset, for `prep merge` to join
     /// with the other parts' (see the [module docs](self)); `None` writes
     /// the whole dataset.
@@ -148,9 +147,8 @@ impl PackConfig {
             seed: None,
             window: DEFAULT_WINDOW,
             pad_last: false,
-            shard_size: 1 << 30,
+            writing: Writing::default(),
             threads: 0,
-            overwrite: false,
             part: None,
         }
     }
@@ -271,7 +269,7 @@ fn plan(
         "pad": specials.pad,
         "sep": specials.sep,
         "pad_last": config.pad_last,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
     });
     let inputs = vec![InputInfo::of_dataset(shown_as, input.dir(), base)?];
     let identity = crate::run::Identity::new("pack", &options, inputs, config.part);
@@ -295,18 +293,19 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let plan = plan(config, &input, &config.input)?;
     let mut output = Output::lock(&config.output)?;
     let dir = &output.dir().to_path_buf();
-    let mut journal = match output.start::<(), ()>(&plan.identity.fingerprint, config.overwrite)? {
-        Start::Complete(manifest) => {
-            progress.note("the packed dataset is already complete; nothing to do");
-            return Ok(PackReport {
-                manifest: *manifest,
-                already_complete: true,
-                resumed_rows: 0,
-                elapsed: started.elapsed(),
-            });
-        }
-        Start::Resume(journal) | Start::Fresh(journal) => journal,
-    };
+    let mut journal =
+        match output.start::<(), ()>(&plan.identity.fingerprint, config.writing.overwrite)? {
+            Start::Complete(manifest) => {
+                progress.note("the packed dataset is already complete; nothing to do");
+                return Ok(PackReport {
+                    manifest: *manifest,
+                    already_complete: true,
+                    resumed_rows: 0,
+                    elapsed: started.elapsed(),
+                });
+            }
+            Start::Resume(journal) | Start::Fresh(journal) => journal,
+        };
     let kept = journal.shard_infos();
     let skip: u64 = kept.iter().map(|s| s.n_records).sum();
     if skip > 0 {
@@ -322,7 +321,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let l = config.seq_len;
     let builder = RowBuilder::new(&input, l, plan.specials.sep, plan.specials.pad);
     let mut rows = Rows {
-        out: PackWriter::new(builder, &pool, dir, config.shard_size, kept),
+        out: PackWriter::new(builder, &pool, dir, config.writing.shard_size, kept),
         pool: &pool,
         per_batch: batch_rows(u64::from(l) * input.manifest().dtype.size() as u64),
         skip,

@@ -78,6 +78,7 @@ use crate::format::{
 use crate::output::{Output, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
+use crate::run::Writing;
 use crate::source::Source;
 
 /// The description of a scatter part, in its directory; written last.
@@ -166,12 +167,10 @@ pub struct GatherConfig {
     pub output: PathBuf,
     /// The bucket to gather, `0 <= bucket < B`.
     pub bucket: u64,
-    /// Largest `.bin` of an output shard.
-    pub shard_size: u64,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Worker threads for sorting; 0 means one per core. The output does not depend on it.
     pub threads: usize,
-    /// Replace an existing dataset in the output directory.
-    pub overwrite: bool,
 }
 
 impl GatherConfig {
@@ -181,9 +180,8 @@ impl GatherConfig {
             work: work.into(),
             output: output.into(),
             bucket,
-            shard_size: 1 << 30,
+            writing: Writing::default(),
             threads: 0,
-            overwrite: false,
         }
     }
 }
@@ -517,32 +515,33 @@ pub fn gather(
         "parts": first.parts,
         "buckets": buckets,
         "bucket": j,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
     });
     // The gather of every bucket is one job (the scatter job's, with this
     // stage's own options); each bucket is a part of it.
     let gather_job = crate::run::job_fingerprint(
         "shuffle --gather",
-        &json!({ "scatter": first.job, "shard_size": config.shard_size }),
+        &json!({ "scatter": first.job, "shard_size": config.writing.shard_size }),
         &[],
     );
     let fingerprint = crate::run::part_fingerprint(&gather_job, Part::new(j, buckets));
     let mut output = Output::lock(dir)?;
-    let journal = match output.start::<JournalState, Checkpoint>(&fingerprint, config.overwrite)? {
-        Start::Complete(manifest) => {
-            progress.note("this bucket's dataset is already complete; nothing to do");
-            return Ok(GatherReport {
-                manifest: *manifest,
-                parts: parts.len() as u64,
-                bytes: 0,
-                already_complete: true,
-                elapsed: started.elapsed(),
-            });
-        }
-        Start::Fresh(journal) => journal,
-        // Interrupted: a gather is one task's work, done again in full.
-        Start::Resume(_) => output.restart(&fingerprint)?,
-    };
+    let journal =
+        match output.start::<JournalState, Checkpoint>(&fingerprint, config.writing.overwrite)? {
+            Start::Complete(manifest) => {
+                progress.note("this bucket's dataset is already complete; nothing to do");
+                return Ok(GatherReport {
+                    manifest: *manifest,
+                    parts: parts.len() as u64,
+                    bytes: 0,
+                    already_complete: true,
+                    elapsed: started.elapsed(),
+                });
+            }
+            Start::Fresh(journal) => journal,
+            // Interrupted: a gather is one task's work, done again in full.
+            Start::Resume(_) => output.restart(&fingerprint)?,
+        };
 
     // Every region is checked against the data file's size before anything
     // is allocated for it.
@@ -567,7 +566,12 @@ pub fn gather(
     let local = output.dir().to_path_buf();
     let mut sorter = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(&local, first.base.dtype, config.shard_size, Vec::new()),
+        writer: DatasetWriter::new(
+            &local,
+            first.base.dtype,
+            config.writing.shard_size,
+            Vec::new(),
+        ),
         journal,
         output: &mut output,
         tmp: local.join(TMP_DIR),
@@ -1050,7 +1054,7 @@ mod tests {
         }
         let out = work.path().join("out");
         let mut config = GatherConfig::new(work.path(), &out, 1);
-        config.shard_size = 16;
+        config.writing.shard_size = 16;
         let done = gather(&config, &NoProgress).unwrap();
         assert!(done.manifest.shards.len() > 1);
         let shards = |dir: &Path| {

@@ -52,6 +52,7 @@ use crate::format::{
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
+use crate::run::Writing;
 
 pub mod dist;
 pub use dist::{gather, scatter, GatherConfig, GatherReport, ScatterConfig, ScatterReport};
@@ -76,12 +77,10 @@ pub struct ShuffleConfig {
     pub seed: u64,
     /// Memory budget in bytes for documents and bookkeeping.
     pub memory: u64,
-    /// Largest `.bin` of an output shard.
-    pub shard_size: u64,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Worker threads for sorting; 0 means one per core. The output does not depend on it.
     pub threads: usize,
-    /// Replace an existing dataset in the output directory.
-    pub overwrite: bool,
     /// Record the output as made by another command (the fused
     /// `tokenize --shuffle-seed`): this provenance replaces shuffle's own,
     /// and its fingerprint decides whether an existing output is this run's.
@@ -96,9 +95,8 @@ impl ShuffleConfig {
             output: output.into(),
             seed,
             memory: 4 << 30,
-            shard_size: 1 << 30,
+            writing: Writing::default(),
             threads: 0,
-            overwrite: false,
             record_as: None,
         }
     }
@@ -318,7 +316,7 @@ fn shuffle_into(
         info: inputs,
         _local,
     } = inputs;
-    let options = json!({ "seed": config.seed, "shard_size": config.shard_size });
+    let options = json!({ "seed": config.seed, "shard_size": config.writing.shard_size });
     let fingerprint = crate::run::job_fingerprint("shuffle", &options, &inputs);
     let fingerprint = config
         .record_as
@@ -333,42 +331,43 @@ fn shuffle_into(
         .sum();
 
     let tmp = dir.join(TMP_DIR);
-    let journal = match output.start::<JournalState, Checkpoint>(&fingerprint, config.overwrite)? {
-        Start::Complete(manifest) => {
-            progress.note("the shuffled dataset is already complete; nothing to do");
-            return Ok(ShuffleReport {
-                manifest: *manifest,
-                buckets: 0,
-                bytes: 0,
-                elapsed: started.elapsed(),
-            });
-        }
-        Start::Resume(mut journal) => {
-            // The bucket files not yet used must be as the first pass wrote
-            // them (they are not synced to disk); if the machine lost any,
-            // start over.
-            let buckets_intact = journal.state.buckets.iter().all(|b| {
-                let path = tmp.join(&b.name);
-                !path.exists()
-                    || crate::format::hash_file(&path)
-                        .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
-            });
-            if journal.state.scattered && (!tmp.is_dir() || !buckets_intact) {
-                journal = output.restart(&fingerprint)?;
+    let journal =
+        match output.start::<JournalState, Checkpoint>(&fingerprint, config.writing.overwrite)? {
+            Start::Complete(manifest) => {
+                progress.note("the shuffled dataset is already complete; nothing to do");
+                return Ok(ShuffleReport {
+                    manifest: *manifest,
+                    buckets: 0,
+                    bytes: 0,
+                    elapsed: started.elapsed(),
+                });
             }
-            if journal.state.scattered {
-                output.progressed();
+            Start::Resume(mut journal) => {
+                // The bucket files not yet used must be as the first pass wrote
+                // them (they are not synced to disk); if the machine lost any,
+                // start over.
+                let buckets_intact = journal.state.buckets.iter().all(|b| {
+                    let path = tmp.join(&b.name);
+                    !path.exists()
+                        || crate::format::hash_file(&path)
+                            .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
+                });
+                if journal.state.scattered && (!tmp.is_dir() || !buckets_intact) {
+                    journal = output.restart(&fingerprint)?;
+                }
+                if journal.state.scattered {
+                    output.progressed();
+                }
+                if !journal.shards.is_empty() {
+                    progress.note(&format!(
+                        "resuming: kept {} complete shards of an interrupted run",
+                        journal.shards.len()
+                    ));
+                }
+                journal
             }
-            if !journal.shards.is_empty() {
-                progress.note(&format!(
-                    "resuming: kept {} complete shards of an interrupted run",
-                    journal.shards.len()
-                ));
-            }
-            journal
-        }
-        Start::Fresh(journal) => journal,
-    };
+            Start::Fresh(journal) => journal,
+        };
     let budget = config.memory.max(64 << 10);
     let need = token_bytes + n_docs * ENTRY_BYTES;
     let pool = crate::run::thread_pool(config.threads, "shuffle")
@@ -380,7 +379,7 @@ fn shuffle_into(
         .map(|s| (s.at.bucket.clone(), s.at.emitted));
     let mut gather = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(dir, dtype, config.shard_size, journal.shard_infos()),
+        writer: DatasetWriter::new(dir, dtype, config.writing.shard_size, journal.shard_infos()),
         journal,
         output: &mut output,
         tmp: tmp.clone(),

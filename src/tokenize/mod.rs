@@ -15,6 +15,7 @@ pub use crate::engine::EngineChoice;
 use crate::format::{checksum_hex, Dtype, FormatError, InputInfo, Manifest};
 use crate::input::{DocError, InputError, Location};
 use crate::partition::Part;
+use crate::run::Writing;
 
 mod journal;
 mod pipeline;
@@ -51,14 +52,12 @@ pub struct TokenizeConfig {
     pub bos: Option<String>,
     /// Worker threads; 0 means one per core.
     pub threads: usize,
-    /// Largest `.bin` of a shard in bytes (a larger single document gets a shard of its own).
-    pub shard_size: u64,
+    /// Shard size and whether to replace what the output holds.
+    pub writing: Writing,
     /// Drop documents whose exact text was seen before.
     pub dedup: bool,
     /// Count bad documents and go on, instead of stopping at the first.
     pub skip_bad: bool,
-    /// Replace whatever prep finds in the output directory.
-    pub overwrite: bool,
     /// Text bytes per batch handed to a worker.
     pub batch_bytes: usize,
     /// Batches in flight per worker thread (the reorder window).
@@ -90,10 +89,9 @@ impl TokenizeConfig {
             eos: Eos::Auto,
             bos: None,
             threads: 0,
-            shard_size: 1 << 30,
+            writing: Writing::default(),
             dedup: false,
             skip_bad: false,
-            overwrite: false,
             batch_bytes: DEFAULT_BATCH_BYTES,
             window_per_thread: DEFAULT_WINDOW_PER_THREAD,
             shuffle_seed: None,
@@ -220,7 +218,7 @@ fn options_json(
         "eos": eos,
         "bos": bos,
         "dtype": dtype,
-        "shard_size": config.shard_size,
+        "shard_size": config.writing.shard_size,
         "dedup": config.dedup,
         "skip_bad": config.skip_bad,
     });

@@ -273,7 +273,7 @@ pub(crate) fn write(
         threads,
     } = plan;
     let dir = output.dir().to_path_buf();
-    let journal = match output.start::<(), Checkpoint>(&fingerprint, config.overwrite)? {
+    let journal = match output.start::<(), Checkpoint>(&fingerprint, config.writing.overwrite)? {
         Start::Complete(manifest) => {
             refuse_skipped(
                 &dir,
@@ -349,7 +349,12 @@ pub(crate) fn write(
     }
     let (result_tx, result_rx) = mpsc::channel::<Message>();
     let mut state = WriteState {
-        writer: DatasetWriter::new(&dir, tok.dtype, config.shard_size, journal.shard_infos()),
+        writer: DatasetWriter::new(
+            &dir,
+            tok.dtype,
+            config.writing.shard_size,
+            journal.shard_infos(),
+        ),
         output: &mut output,
         journal,
         counts: checkpoint.documents,

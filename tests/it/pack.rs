@@ -145,7 +145,7 @@ fn stream(docs: &[Vec<u32>]) -> Vec<u32> {
 fn config(input: &Path, output: &Path, l: u32, mode: PackMode) -> PackConfig {
     let mut c = PackConfig::new(input, output, l);
     c.mode = mode;
-    c.shard_size = 64 << 10;
+    c.writing.shard_size = 64 << 10;
     c
 }
 

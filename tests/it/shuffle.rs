@@ -29,7 +29,7 @@ fn shuffled(
         ShuffleConfig::new(inputs.iter().map(|p| p.to_path_buf()).collect(), out, seed);
     config.memory = memory;
     config.threads = threads;
-    config.shard_size = 256 << 10;
+    config.writing.shard_size = 256 << 10;
     shuffle::run(&config, &NoProgress).unwrap()
 }
 

@@ -62,7 +62,7 @@ fn tiny_batches_and_windows_do_not_change_the_output() {
         config.threads = threads;
         config.batch_bytes = batch_bytes;
         config.window_per_thread = window;
-        config.shard_size = 200 << 10;
+        config.writing.shard_size = 200 << 10;
         tokenize::run(&config, &NoProgress).unwrap();
     };
     run("reference", 1, 1 << 20, 4);

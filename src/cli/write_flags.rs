@@ -1,0 +1,34 @@
+//! The flags of every command that writes shards (tokenize, shuffle, pack,
+//! mix, split, import), declared once and flattened into each.
+//!
+//! `--threads` and `--part` are not here: what a thread does and what a
+//! part divides differ by command, and each command's help says which.
+
+use prep::run::Writing;
+use prep::size::parse_size;
+
+/// `--shard-size`, `--overwrite`, `--quiet`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WriteFlags {
+    /// Largest .bin per output shard.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub(crate) shard_size: u64,
+
+    /// Replace what is in the output directory (only prep's own files are removed).
+    #[arg(long)]
+    pub(crate) overwrite: bool,
+
+    /// No progress bar or summary; errors are still printed.
+    #[arg(long, short = 'q')]
+    pub(crate) quiet: bool,
+}
+
+impl WriteFlags {
+    /// The library's options for these flags.
+    pub(crate) fn writing(&self) -> Writing {
+        Writing {
+            shard_size: self.shard_size,
+            overwrite: self.overwrite,
+        }
+    }
+}
