@@ -24,7 +24,6 @@ pub mod output;
 pub mod pack;
 pub mod partition;
 pub mod permute;
-pub mod pipeline;
 pub mod progress;
 pub mod run;
 pub mod sampler;
@@ -34,6 +33,7 @@ pub mod source;
 pub mod split;
 pub mod store;
 pub mod tokenize;
+pub mod tokenize_then_shuffle;
 pub mod util;
 pub mod validate;
 

@@ -91,20 +91,9 @@ pub enum MergeError {
         /// The dataset.
         dir: PathBuf,
     },
-    /// Two parts that cannot be joined.
-    #[error("cannot merge {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
-    Mismatch {
-        /// The first part.
-        first: PathBuf,
-        /// The part that differs from it.
-        other: PathBuf,
-        /// What differs.
-        what: &'static str,
-        /// The first part's value.
-        a: String,
-        /// The other's.
-        b: String,
-    },
+    /// Two inputs that cannot be taken together.
+    #[error(transparent)]
+    Incompatible(#[from] crate::run::Incompatible),
     /// Parts missing or given twice.
     #[error("{0}")]
     Parts(String),
@@ -408,13 +397,14 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
     for p in &parts[1..] {
         let (b, pb) = (p.ds.manifest(), &p.partition);
         let differ = |what, x: String, y: String| {
-            Err(MergeError::Mismatch {
+            Err(MergeError::from(crate::run::Incompatible {
+                verb: "merge",
                 first: first.dir.clone(),
                 other: p.dir.clone(),
                 what,
                 a: x,
                 b: y,
-            })
+            }))
         };
         if pa.stage != pb.stage {
             return differ("stages", pa.stage.clone(), pb.stage.clone());

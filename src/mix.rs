@@ -46,7 +46,7 @@
 //! (every task computes the same plan) as a partial dataset; `prep merge`
 //! joins the parts into the dataset one task would have written.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -137,20 +137,9 @@ pub enum MixError {
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
-    /// Two sources cannot be mixed.
-    #[error("cannot mix {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
-    Mismatch {
-        /// The first source.
-        first: PathBuf,
-        /// The source that differs from it.
-        other: PathBuf,
-        /// What differs.
-        what: &'static str,
-        /// The first source's value.
-        a: String,
-        /// The other's.
-        b: String,
-    },
+    /// Two inputs that cannot be taken together.
+    #[error(transparent)]
+    Incompatible(#[from] crate::run::Incompatible),
     /// A source too small for its share within `--max-epochs` passes.
     #[error(
         "source {}: its share is {need} tokens but it holds {has}; that takes {epochs} epochs and --max-epochs is {max} \
@@ -367,7 +356,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, s) in datasets.iter().zip(&config.sources) {
-        compatible(first, &base, &s.dir, ds.manifest())?;
+        crate::run::same_documents("mix", first, &base, &s.dir, ds.manifest())?;
     }
     let inputs = config
         .sources
@@ -493,21 +482,6 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         bytes,
         elapsed: started.elapsed(),
     })
-}
-
-/// Sources mixed together must be documents datasets that read the same
-/// way (see [`Manifest::reading_difference`]), as for `prep shuffle`.
-fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), MixError> {
-    match a.documents_difference(b) {
-        None => Ok(()),
-        Some((what, a, b)) => Err(MixError::Mismatch {
-            first: first.into(),
-            other: other.into(),
-            what,
-            a,
-            b,
-        }),
-    }
 }
 
 #[cfg(test)]

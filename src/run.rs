@@ -41,6 +41,47 @@ impl Default for Writing {
     }
 }
 
+/// Two inputs of one job that cannot be read as one (the datasets a
+/// shuffle or a mix takes together, the parts a merge joins).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {verb} {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
+pub struct Incompatible {
+    /// What the job does with them: "shuffle", "mix", "merge".
+    pub verb: &'static str,
+    /// The first input.
+    pub first: PathBuf,
+    /// The input that differs from it.
+    pub other: PathBuf,
+    /// What differs.
+    pub what: &'static str,
+    /// The first input's value.
+    pub a: String,
+    /// The other's.
+    pub b: String,
+}
+
+/// Documents datasets taken together (by `prep shuffle` or `prep mix`)
+/// must read the same way ([`Manifest::documents_difference`]).
+pub fn same_documents(
+    verb: &'static str,
+    first: &Path,
+    a: &Manifest,
+    other: &Path,
+    b: &Manifest,
+) -> Result<(), Incompatible> {
+    match a.documents_difference(b) {
+        None => Ok(()),
+        Some((what, x, y)) => Err(Incompatible {
+            verb,
+            first: first.into(),
+            other: other.into(),
+            what,
+            a: x,
+            b: y,
+        }),
+    }
+}
+
 /// An output directory that overlaps an input: writing it could destroy or
 /// reread what the run reads.
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,7 @@ use super::write_flags::WriteFlags;
 
 use prep::size::{format_bytes, parse_size};
 use prep::tokenize::{self, Eos, TokenizeConfig, TokenizeReport};
+use prep::tokenize_then_shuffle::TokenizeThenShuffle;
 
 /// Tokenize raw documents into a sharded token dataset.
 ///
@@ -98,11 +99,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "I/N", conflicts_with = "shuffle_seed")]
     part: Option<prep::partition::Part>,
 
-    /// Encoding engine: `fast` is prep's own byte-level BPE (GPT-2, cl100k /
-    /// Llama 3, o200k and DeepSeek V3 split patterns), `hf` is HF tokenizers;
-    /// both give identical ids. `auto` runs `fast` when it supports the
-    /// tokenizer and `hf` otherwise; `fast` refuses a tokenizer it does not
-    /// support.
+    /// Encoding engine: `fast` is prep's own, `hf` is HF tokenizers; both
+    /// give identical ids. `auto` runs `fast` when it supports the tokenizer
+    /// (every byte-level BPE, SentencePiece-style BPE, Unigram and WordPiece
+    /// file but the few constructs the guide lists) and `hf` otherwise;
+    /// `fast` refuses a tokenizer it does not support, naming the construct.
     #[arg(long, value_name = "ENGINE", default_value = "auto", value_parser = parse_engine)]
     engine: tokenize::EngineChoice,
 }
@@ -120,14 +121,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.writing = args.write.writing();
     config.dedup = args.dedup;
     config.skip_bad = args.skip_bad;
-    config.shuffle_seed = args.shuffle_seed;
-    config.shuffle_memory = args.memory;
     config.part = args.part;
     config.engine = args.engine;
     let bar = super::progress::Bar::new(args.write.quiet);
-    let report = prep::pipeline::tokenize(&config, &bar)?;
+    let report = match args.shuffle_seed {
+        None => tokenize::run(&config, &bar)?,
+        Some(seed) => {
+            let mut composed = TokenizeThenShuffle::new(config.clone(), seed);
+            composed.memory = args.memory;
+            prep::tokenize_then_shuffle::run(&composed, &bar)?
+        }
+    };
     if !args.write.quiet {
-        eprintln!("{}", summary(&config, &report));
+        eprintln!("{}", summary(&config, args.shuffle_seed, &report));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -142,7 +148,7 @@ fn parse_engine(s: &str) -> Result<tokenize::EngineChoice, String> {
 }
 
 /// The one-paragraph summary printed at the end.
-fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
+fn summary(config: &TokenizeConfig, shuffle_seed: Option<u64>, r: &TokenizeReport) -> String {
     let m = &r.manifest;
     let docs = &m.provenance.documents;
     if r.already_complete {
@@ -167,7 +173,7 @@ fn summary(config: &TokenizeConfig, r: &TokenizeReport) -> String {
         r.documents as f64 / secs,
     );
     s += &format!(" Encoded by the {}.", r.engine_note);
-    if let Some(seed) = config.shuffle_seed {
+    if let Some(seed) = shuffle_seed {
         s += &format!(" Documents shuffled with seed {seed}.");
     }
     if r.resumed_shards > 0 {

@@ -108,20 +108,9 @@ pub enum ShuffleError {
     /// An input or the output could not be read or written.
     #[error(transparent)]
     Format(#[from] FormatError),
-    /// Two inputs cannot be mixed.
-    #[error("cannot shuffle {} with {}: {what} differ ({a} and {b})", first.display(), other.display())]
-    Mismatch {
-        /// The first input.
-        first: PathBuf,
-        /// The input that differs from it.
-        other: PathBuf,
-        /// What differs.
-        what: &'static str,
-        /// The first input's value.
-        a: String,
-        /// The other's.
-        b: String,
-    },
+    /// Two inputs that cannot be taken together.
+    #[error(transparent)]
+    Incompatible(#[from] crate::run::Incompatible),
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
@@ -517,7 +506,7 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, path) in datasets.iter().zip(paths).skip(1) {
-        compatible(first, &base, path, ds.manifest())?;
+        crate::run::same_documents("shuffle", first, &base, path, ds.manifest())?;
     }
     let info = paths
         .iter()
@@ -530,21 +519,6 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
         base,
         info,
     })
-}
-
-/// Inputs shuffled together must be documents datasets that read the same
-/// way (see [`Manifest::reading_difference`]).
-fn compatible(first: &Path, a: &Manifest, other: &Path, b: &Manifest) -> Result<(), ShuffleError> {
-    match a.documents_difference(b) {
-        None => Ok(()),
-        Some((what, x, y)) => Err(ShuffleError::Mismatch {
-            first: first.into(),
-            other: other.into(),
-            what,
-            a: x,
-            b: y,
-        }),
-    }
 }
 
 /// The folder of bucket files in the output directory.

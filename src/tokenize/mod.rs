@@ -18,8 +18,8 @@ use crate::partition::Part;
 use crate::run::Writing;
 
 mod journal;
-mod pipeline;
-pub(crate) use pipeline::plan;
+mod stage;
+pub(crate) use stage::plan;
 
 pub use crate::progress::{NoProgress, Progress, ProgressSnapshot};
 
@@ -62,11 +62,6 @@ pub struct TokenizeConfig {
     pub batch_bytes: usize,
     /// Batches in flight per worker thread (the reorder window).
     pub window_per_thread: usize,
-    /// Shuffle the documents with this seed (`--shuffle-seed`): the output
-    /// is identical to tokenize then `prep shuffle` with the same seed.
-    pub shuffle_seed: Option<u64>,
-    /// Memory budget of that shuffle.
-    pub shuffle_memory: u64,
     /// Task `I` of `N` of a partitioned run (`--part I/N`): read only this
     /// part's share of the inputs and write a partial dataset for `prep merge`.
     pub part: Option<Part>,
@@ -94,8 +89,6 @@ impl TokenizeConfig {
             skip_bad: false,
             batch_bytes: DEFAULT_BATCH_BYTES,
             window_per_thread: DEFAULT_WINDOW_PER_THREAD,
-            shuffle_seed: None,
-            shuffle_memory: 4 << 30,
             part: None,
             engine: EngineChoice::Auto,
         }
@@ -202,7 +195,7 @@ pub fn run(
     config: &TokenizeConfig,
     progress: &dyn Progress,
 ) -> Result<TokenizeReport, TokenizeError> {
-    pipeline::run(config, progress)
+    stage::run(config, progress)
 }
 
 /// The options recorded in the manifest: those that shape the output.
@@ -212,7 +205,7 @@ fn options_json(
     bos: Option<u32>,
     dtype: Dtype,
 ) -> serde_json::Value {
-    let mut options = json!({
+    json!({
         "tokenizer": display_path(&config.tokenizer),
         "text_key": config.text_key,
         "eos": eos,
@@ -221,11 +214,7 @@ fn options_json(
         "shard_size": config.writing.shard_size,
         "dedup": config.dedup,
         "skip_bad": config.skip_bad,
-    });
-    if let Some(seed) = config.shuffle_seed {
-        options["shuffle_seed"] = seed.into();
-    }
-    options
+    })
 }
 
 /// The options that shape a run's bytes, for its fingerprint

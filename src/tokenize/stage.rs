@@ -1,4 +1,5 @@
-//! The streaming pipeline: read, tokenize in parallel, write in input order.
+//! The tokenize stage: its plan, then the streaming write loop (read,
+//! tokenize in parallel, write in input order).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -186,6 +187,27 @@ pub(crate) struct Plan {
     pub threads: usize,
 }
 
+impl Plan {
+    /// The plan of a command that runs this tokenize as its first stage and
+    /// records itself as a tokenize with one more option `key` (the
+    /// tokenize-then-shuffle's seed): the option joins the recorded
+    /// options and the fingerprint.
+    pub(crate) fn with_option(mut self, key: &str, value: serde_json::Value) -> Plan {
+        assert!(
+            self.job == self.fingerprint,
+            "a partitioned run is not composed"
+        );
+        self.options[key] = value;
+        self.job = crate::run::job_fingerprint(
+            "tokenize",
+            &fingerprinted(&self.options, self.tok.xxh3),
+            &self.inputs,
+        );
+        self.fingerprint = self.job.clone();
+        self
+    }
+}
+
 /// Loads the tokenizer, resolves the special tokens, lists the inputs and
 /// picks the engine: everything a run decides before it writes.
 pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
@@ -205,13 +227,6 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     let job = crate::run::job_fingerprint("tokenize", &fingerprinted(&options, tok.xxh3), &inputs);
     let fingerprint = match config.part {
         Some(part) => {
-            if config.shuffle_seed.is_some() {
-                return Err(TokenizeError::Usage(
-                    "--part and --shuffle-seed do not go together: shuffle a partitioned run with \
-                     prep shuffle --scatter/--gather after prep merge"
-                        .into(),
-                ));
-            }
             options["part"] = part.to_string().into();
             crate::run::part_fingerprint(&job, Some(part))
         }
@@ -238,13 +253,6 @@ pub(super) fn run(
     progress: &dyn Progress,
 ) -> Result<TokenizeReport, TokenizeError> {
     let started = Instant::now();
-    if config.shuffle_seed.is_some() {
-        return Err(TokenizeError::Usage(
-            "tokenize then shuffle (--shuffle-seed) is a pipeline of two stages: run it with \
-             prep::pipeline::tokenize"
-                .into(),
-        ));
-    }
     let plan = plan(config)?;
     let output = Output::lock(&config.output)?;
     write(config, plan, output, started, progress)

@@ -1,5 +1,5 @@
-//! Stages composed: `prep tokenize --shuffle-seed S`, tokenize then shuffle
-//! as one command.
+//! Two stages composed: `prep tokenize --shuffle-seed S`, tokenize then
+//! shuffle as one command.
 //!
 //! The documents are tokenized into a hidden dataset inside the output
 //! directory (`.tokenized`, resumable like any tokenize run), which is then
@@ -43,17 +43,46 @@ pub enum PipelineError {
     Format(#[from] FormatError),
 }
 
-/// Runs `prep tokenize`: with `config.shuffle_seed`, tokenize then shuffle
-/// (see the [module docs](self)); without, the tokenize stage alone.
-pub fn tokenize(
-    config: &TokenizeConfig,
+/// What `prep tokenize --shuffle-seed S` is asked to do.
+#[derive(Debug, Clone)]
+pub struct TokenizeThenShuffle {
+    /// The tokenize stage, as `prep tokenize` without a seed would run it
+    /// (its output is the composed run's output).
+    pub tokenize: TokenizeConfig,
+    /// The seed of the shuffle: the output is identical to tokenize then
+    /// `prep shuffle --seed` with it.
+    pub seed: u64,
+    /// Memory budget of the shuffle.
+    pub memory: u64,
+}
+
+impl TokenizeThenShuffle {
+    /// The composed run with the CLI's default shuffle memory (4 GiB).
+    pub fn new(tokenize: TokenizeConfig, seed: u64) -> TokenizeThenShuffle {
+        TokenizeThenShuffle {
+            tokenize,
+            seed,
+            memory: 4 << 30,
+        }
+    }
+}
+
+/// Runs tokenize then shuffle (see the [module docs](self)).
+pub fn run(
+    composed: &TokenizeThenShuffle,
     progress: &dyn Progress,
 ) -> Result<TokenizeReport, PipelineError> {
-    let Some(seed) = config.shuffle_seed else {
-        return Ok(tokenize::run(config, progress)?);
-    };
+    let (config, seed) = (&composed.tokenize, composed.seed);
+    if config.part.is_some() {
+        return Err(TokenizeError::Usage(
+            "--part and --shuffle-seed do not go together: shuffle a partitioned run with \
+             prep shuffle --scatter/--gather after prep merge"
+                .into(),
+        )
+        .into());
+    }
     let started = Instant::now();
-    let plan = tokenize::plan(config)?;
+    let plan = tokenize::plan(config)?.with_option("shuffle_seed", seed.into());
     let dir = &config.output;
     let mut output = Output::lock(dir)?.keeping(STAGE);
     // In the output directory, or in its staging folder when the output is
@@ -95,13 +124,12 @@ pub fn tokenize(
 
     let mut tokenize_config = config.clone();
     tokenize_config.output = stage.clone();
-    tokenize_config.shuffle_seed = None;
     tokenize_config.writing.overwrite = false;
     let tokenized = tokenize::run(&tokenize_config, progress)?;
     let documents = tokenized.manifest.provenance.documents;
 
     let mut shuffle_config = ShuffleConfig::new(vec![stage.clone()], dir, seed);
-    shuffle_config.memory = config.shuffle_memory;
+    shuffle_config.memory = composed.memory;
     shuffle_config.writing.shard_size = config.writing.shard_size;
     shuffle_config.threads = config.threads;
     // The shuffle stamps its own time of writing on it.
