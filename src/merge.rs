@@ -93,7 +93,7 @@ pub enum MergeError {
     },
     /// Two inputs that cannot be taken together.
     #[error(transparent)]
-    Incompatible(#[from] crate::run::Incompatible),
+    Incompatible(#[from] Box<crate::run::Incompatible>),
     /// Parts missing or given twice.
     #[error("{0}")]
     Parts(String),
@@ -397,14 +397,14 @@ fn check_parts(parts: &[Part]) -> Result<(), MergeError> {
     for p in &parts[1..] {
         let (b, pb) = (p.ds.manifest(), &p.partition);
         let differ = |what, x: String, y: String| {
-            Err(MergeError::from(crate::run::Incompatible {
+            Err(MergeError::from(Box::new(crate::run::Incompatible {
                 verb: "merge",
                 first: first.dir.clone(),
                 other: p.dir.clone(),
                 what,
                 a: x,
                 b: y,
-            }))
+            })))
         };
         if pa.stage != pb.stage {
             return differ("stages", pa.stage.clone(), pb.stage.clone());

@@ -139,7 +139,7 @@ pub enum MixError {
     Overlap(#[from] crate::run::Overlap),
     /// Two inputs that cannot be taken together.
     #[error(transparent)]
-    Incompatible(#[from] crate::run::Incompatible),
+    Incompatible(#[from] Box<crate::run::Incompatible>),
     /// A source too small for its share within `--max-epochs` passes.
     #[error(
         "source {}: its share is {need} tokens but it holds {has}; that takes {epochs} epochs and --max-epochs is {max} \

@@ -68,17 +68,17 @@ pub fn same_documents(
     a: &Manifest,
     other: &Path,
     b: &Manifest,
-) -> Result<(), Incompatible> {
+) -> Result<(), Box<Incompatible>> {
     match a.documents_difference(b) {
         None => Ok(()),
-        Some((what, x, y)) => Err(Incompatible {
+        Some((what, x, y)) => Err(Box::new(Incompatible {
             verb,
             first: first.into(),
             other: other.into(),
             what,
             a: x,
             b: y,
-        }),
+        })),
     }
 }
 

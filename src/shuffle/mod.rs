@@ -110,7 +110,7 @@ pub enum ShuffleError {
     Format(#[from] FormatError),
     /// Two inputs that cannot be taken together.
     #[error(transparent)]
-    Incompatible(#[from] crate::run::Incompatible),
+    Incompatible(#[from] Box<crate::run::Incompatible>),
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
