@@ -11,14 +11,25 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::format::{Dataset, FormatError, Manifest};
-use crate::source::{Source, SourceError, StoreDataset};
+use crate::format::{Files, LazyDataset, ReadError};
+use crate::format::{FormatError, Manifest};
 
 /// The error printed with a hint after it: its cause is in its message,
 /// not returned as a source as well.
 impl From<FormatError> for InspectError {
     fn from(e: FormatError) -> InspectError {
         InspectError::Open(e)
+    }
+}
+
+impl From<ReadError> for InspectError {
+    /// What breaks the format is [`InspectError::Open`], wherever the
+    /// dataset lies; a failure to read it is [`InspectError::Read`].
+    fn from(e: ReadError) -> InspectError {
+        match e {
+            ReadError::Format(e) => InspectError::Open(e),
+            e => InspectError::Read(e),
+        }
     }
 }
 
@@ -36,9 +47,9 @@ pub enum InspectError {
     Open(FormatError),
     /// A dataset in object storage could not be read: a missing bucket or
     /// manifest, refused credentials, a dropped connection (the message
-    /// names the object), or a shard that breaks the reader's checks.
+    /// names the object).
     #[error(transparent)]
-    Store(#[from] SourceError),
+    Read(ReadError),
     /// `--record` past the end.
     #[error("record {index} does not exist: the dataset has {len} records")]
     NoRecord {
@@ -195,74 +206,6 @@ impl LogLinear {
     }
 }
 
-/// A dataset opened for inspection: mapped from a directory, or read in
-/// place from object storage (the manifest, then only the ranges asked for).
-enum Opened {
-    Mapped(Dataset),
-    Store(StoreDataset),
-}
-
-impl Opened {
-    fn open(dir: &Path) -> Result<Opened, InspectError> {
-        match Source::new(dir).map_err(SourceError::from)? {
-            Source::Dir(dir) => Ok(Opened::Mapped(Dataset::open(dir)?)),
-            source => Ok(Opened::Store(StoreDataset::open(source)?)),
-        }
-    }
-
-    fn manifest(&self) -> &Manifest {
-        match self {
-            Opened::Mapped(ds) => ds.manifest(),
-            Opened::Store(ds) => ds.manifest(),
-        }
-    }
-
-    fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), InspectError> {
-        match self {
-            Opened::Mapped(ds) => ds.record_lengths().for_each(f),
-            Opened::Store(ds) => ds.for_each_length(&mut f)?,
-        }
-        Ok(())
-    }
-
-    fn record(&self, index: u64) -> Result<Vec<u32>, InspectError> {
-        Ok(match self {
-            Opened::Mapped(ds) => ds.record(index)?.to_vec(),
-            Opened::Store(ds) => ds.record(index)?,
-        })
-    }
-
-    fn segments(&self, index: u64) -> Result<Vec<crate::format::Segment>, InspectError> {
-        Ok(match self {
-            Opened::Mapped(ds) => ds.segments(index)?.to_vec(),
-            Opened::Store(ds) => ds.segments(index)?,
-        })
-    }
-
-    /// The dataset's own tokenizer copy as (its path, its JSON), when the
-    /// manifest names one and it is there.
-    fn tokenizer_copy(&self, dir: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, InspectError> {
-        match self {
-            Opened::Mapped(ds) => {
-                let Some(path) = ds.manifest().tokenizer.file.as_ref().map(|f| dir.join(f)) else {
-                    return Ok(None);
-                };
-                if !path.is_file() {
-                    return Ok(None);
-                }
-                let json = crate::engine::read_tokenizer_bytes(&path).map_err(|e| {
-                    InspectError::Tokenizer {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    }
-                })?;
-                Ok(Some((path, json)))
-            }
-            Opened::Store(ds) => Ok(ds.tokenizer_copy()?),
-        }
-    }
-}
-
 /// Inspects the dataset in `dir` (a directory, or an object-storage address
 /// read in place); with `record`, also shows that record, decoded with
 /// `tokenizer` (or the dataset's own copy) when one loads.
@@ -271,7 +214,7 @@ pub fn inspect(
     record: Option<u64>,
     tokenizer: Option<&Path>,
 ) -> Result<Inspection, InspectError> {
-    let ds = Opened::open(dir)?;
+    let ds = LazyDataset::open(Files::new(dir).map_err(ReadError::from)?)?;
     let m = ds.manifest().clone();
     let shards = m
         .shards
@@ -365,7 +308,7 @@ pub fn inspect(
                     })?;
                     Some((path.to_path_buf(), json))
                 }
-                None => ds.tokenizer_copy(dir)?,
+                None => ds.tokenizer_copy()?,
             };
             let text = match json {
                 Some((path, json)) => Some(decode(&path, &json, &ids)?),

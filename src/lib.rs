@@ -29,7 +29,6 @@ pub mod run;
 pub mod sampler;
 pub mod shuffle;
 pub mod size;
-pub mod source;
 pub mod split;
 pub mod store;
 pub mod tokenize;

@@ -47,8 +47,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::format::{Files, ReadError};
 use crate::format::{FormatError, Manifest, ShardInfo, MANIFEST_FILE, TMP_SUFFIX};
-use crate::source::{Source, SourceError};
 use crate::store::StoreError;
 use remote::Store;
 use storage::{local_entries, remove_file, Disk, Storage};
@@ -113,7 +113,7 @@ pub enum OutputError {
     Store(#[from] StoreError),
     /// A file the output copies (a tokenizer) could not be read.
     #[error(transparent)]
-    Source(#[from] SourceError),
+    Read(#[from] ReadError),
 }
 
 /// A completed shard in a journal, and where the run stood after it.
@@ -411,7 +411,7 @@ impl Output {
         let Some(file) = file else {
             return Ok(());
         };
-        let Some(copy) = Source::new(from)?.open(file)? else {
+        let Some(copy) = Files::new(from)?.open(file)? else {
             return Ok(());
         };
         let bytes = copy.read(0..copy.len())?;

@@ -23,7 +23,7 @@ use crate::format::{
     IdxHeader, Manifest, OffsetRules, SegHeader, Segment, ShardInfo, Tokens, FORMAT_VERSION,
     IDX_HEADER_LEN, MANIFEST_FILE, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
-use crate::source::{Entries, File, Source, SourceError, TokenBlocks};
+use crate::format::{Entries, File, Files, ReadError, TokenBlocks};
 
 /// The manifest schema, compiled into the binary so `validate` needs no files beside it.
 pub const MANIFEST_SCHEMA: &str = include_str!("../schemas/manifest.schema.json");
@@ -70,7 +70,7 @@ pub enum ValidateError {
     /// refused credentials, a dropped connection (the message names the
     /// object).
     #[error(transparent)]
-    Source(#[from] SourceError),
+    Read(#[from] ReadError),
 }
 
 impl ValidateError {
@@ -86,8 +86,8 @@ impl ValidateError {
                 _ => FailureKind::BadManifest,
             },
             ValidateError::Threads(_) => FailureKind::Threads,
-            ValidateError::Source(SourceError::NoManifest { .. }) => FailureKind::NoManifest,
-            ValidateError::Source(_) => FailureKind::Io,
+            ValidateError::Read(ReadError::NoManifest { .. }) => FailureKind::NoManifest,
+            ValidateError::Read(_) => FailureKind::Io,
         }
     }
 
@@ -103,7 +103,7 @@ impl ValidateError {
                 _ => None,
             },
             ValidateError::Threads(_) => None,
-            ValidateError::Source(e) => e.path(),
+            ValidateError::Read(e) => e.path(),
         }
     }
 }
@@ -349,7 +349,7 @@ fn problem(
 pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
     let started = Instant::now();
     let dir = &config.dir;
-    let source = Source::new(dir).map_err(SourceError::from)?;
+    let source = Files::new(dir).map_err(ReadError::from)?;
     if !source.is_remote() && !dir.is_dir() {
         return Err(ValidateError::NoDirectory(dir.clone()));
     }
@@ -393,7 +393,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
             .par_iter()
             .enumerate()
             .map(|(s, shard)| check_shard(&source, &manifest, s, shard, config.quick, cap))
-            .collect::<Result<_, SourceError>>()
+            .collect::<Result<_, ReadError>>()
     })?;
     let mut checked = Checked {
         shards: manifest.shards.len() as u64,
@@ -510,7 +510,7 @@ fn packed_manifest_problems(m: &Manifest) -> Vec<String> {
 /// Missing, unreadable, not JSON, or of a newer version: an error (nothing
 /// to check). Not of the schema's shape: problems, and `None`.
 fn read_manifest(
-    source: &Source,
+    source: &Files,
     dir: &Path,
     problems: &mut Problems,
 ) -> Result<Option<Manifest>, ValidateError> {
@@ -521,7 +521,7 @@ fn read_manifest(
             return Err(FormatError::NoManifest { dir: dir.into() }.into())
         }
         Ok(None) => return Err(source.no_manifest().into()),
-        Err(SourceError::Format(e)) => return Err(e.into()),
+        Err(ReadError::Format(e)) => return Err(e.into()),
         Err(e) => return Err(e.into()),
     };
     let value: serde_json::Value =
@@ -580,10 +580,10 @@ fn read_manifest(
 /// files of the parts a merged dataset names (a shard that `--dedup`
 /// rewrote without some records leaves the part's own in place).
 fn unlisted_files(
-    source: &Source,
+    source: &Files,
     manifest: &Manifest,
     problems: &mut Problems,
-) -> Result<(), SourceError> {
+) -> Result<(), ReadError> {
     let mut hashes = Vec::new();
     if let Some(h) = manifest.partition.as_ref().and_then(|p| p.hashes.as_ref()) {
         hashes.push(h.file.clone());
@@ -635,11 +635,11 @@ fn unlisted_files(
 /// The tokenizer copy, when the manifest names one: present, and its
 /// checksum. Returns the bytes read.
 fn check_tokenizer(
-    source: &Source,
+    source: &Files,
     manifest: &Manifest,
     quick: bool,
     problems: &mut Problems,
-) -> Result<u64, SourceError> {
+) -> Result<u64, ReadError> {
     let Some(file) = &manifest.tokenizer.file else {
         return Ok(0);
     };
@@ -679,13 +679,13 @@ fn check_tokenizer(
 /// then the `.bin` once, its checksum, token scan and the records' checks
 /// sharing the pass, with the offsets (and segments) read alongside.
 fn check_shard(
-    source: &Source,
+    source: &Files,
     manifest: &Manifest,
     s: usize,
     info: &ShardInfo,
     quick: bool,
     cap: usize,
-) -> Result<(Problems, Checked, Pieces), SourceError> {
+) -> Result<(Problems, Checked, Pieces), ReadError> {
     let mut problems = Problems::new(cap);
     let mut checked = Checked::default();
     let packed = manifest.kind == "packed";
@@ -929,13 +929,13 @@ fn check_shard(
 /// the shard, and pieces that tile each row from position 0. Returns the
 /// file and its header when they are sound, for the pass over the `.bin`.
 fn check_segment_index(
-    source: &Source,
+    source: &Files,
     manifest: &Manifest,
     s: usize,
     info: &ShardInfo,
     quick: bool,
     problems: &mut Problems,
-) -> Result<Option<(File, SegHeader)>, SourceError> {
+) -> Result<Option<(File, SegHeader)>, ReadError> {
     let at = |kind, file: &str, record: Option<u64>, message: String| {
         let mut p = problem(kind, Some(file), Some(s), message);
         p.record = record;
@@ -1053,7 +1053,7 @@ impl<'a> SegmentCursor<'a> {
     }
 
     /// Entries `range` (within the file, as [`row_window`] promises).
-    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[Segment], SourceError> {
+    fn read(&mut self, range: std::ops::Range<u64>) -> Result<&[Segment], ReadError> {
         if range.start != self.next {
             let at = self.base + range.start * SEGMENT_BYTES as u64;
             self.entries = Entries::new(self.file, at..self.file.len());
@@ -1099,7 +1099,7 @@ impl<'a> RecordWalk<'a> {
     }
 
     /// Moves to the next record: `(record, lo, hi)`, or `None` past the last.
-    fn advance(&mut self) -> Result<Option<(u64, u64, u64)>, SourceError> {
+    fn advance(&mut self) -> Result<Option<(u64, u64, u64)>, ReadError> {
         let idx = self.idx;
         let offsets = self
             .offsets
@@ -1120,7 +1120,7 @@ impl<'a> RecordWalk<'a> {
     /// The record holding token `token`: the last whose first token is at
     /// or before it (past the last record: the number of records), for
     /// tokens asked in increasing order.
-    fn record_of(&mut self, token: u64) -> Result<u64, SourceError> {
+    fn record_of(&mut self, token: u64) -> Result<u64, ReadError> {
         if !self.started {
             self.advance()?;
         }
@@ -1147,7 +1147,7 @@ impl Probes<'_> {
         tokens: Tokens<'_>,
         s: usize,
         info: &ShardInfo,
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), ReadError> {
         match self {
             Probes::None => Ok(()),
             Probes::Records(p) => p.check(start, tokens, s, info),
@@ -1211,7 +1211,7 @@ impl<'a> RecordProbes<'a> {
         tokens: Tokens<'_>,
         s: usize,
         info: &ShardInfo,
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), ReadError> {
         if self.eos_id.is_none() && self.bos_id.is_none() {
             return Ok(());
         }
@@ -1339,7 +1339,7 @@ impl<'a> RowProbes<'a> {
     }
 
     /// Moves to the next row and reads its pieces.
-    fn next_row(&mut self) -> Result<(), SourceError> {
+    fn next_row(&mut self) -> Result<(), ReadError> {
         self.row = self.walk.advance()?.map(|(r, lo, _)| (r, lo));
         if self.row.is_none() {
             return Ok(());
@@ -1364,7 +1364,7 @@ impl<'a> RowProbes<'a> {
         tokens: Tokens<'_>,
         s: usize,
         info: &ShardInfo,
-    ) -> Result<(), SourceError> {
+    ) -> Result<(), ReadError> {
         let end = start + tokens.len() as u64;
         let token = |p: u64| tokens.get((p - start) as usize).unwrap_or(0);
         if !self.started {
@@ -1436,11 +1436,11 @@ impl<'a> RowProbes<'a> {
 /// The file `name` of the dataset; a missing (or, locally, unreadable) one
 /// is a problem and `None`. A store's failure is the caller's error.
 fn open(
-    source: &Source,
+    source: &Files,
     name: &str,
     s: Option<usize>,
     problems: &mut Problems,
-) -> Result<Option<File>, SourceError> {
+) -> Result<Option<File>, ReadError> {
     match source.open(name) {
         Ok(Some(file)) => Ok(Some(file)),
         Ok(None) => {
@@ -1456,7 +1456,7 @@ fn open(
             ));
             Ok(None)
         }
-        Err(SourceError::Format(e)) => {
+        Err(ReadError::Format(e)) => {
             problems.push(problem(
                 ProblemKind::MissingFile,
                 Some(name),
@@ -1475,7 +1475,7 @@ fn verify_checksum(
     listed: &str,
     s: Option<usize>,
     problems: &mut Problems,
-) -> Result<(), SourceError> {
+) -> Result<(), ReadError> {
     verify_digest(file.xxh3()?, name, listed, s, problems);
     Ok(())
 }

@@ -59,7 +59,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.world_size
         );
     }
-    let n = prep::source::record_count(&args.dir)?;
+    let n = prep::format::record_count(&args.dir)?;
     let sampler = Sampler::new(n, args.seed, args.epoch, args.rank, args.world_size);
     let mut out = BufWriter::new(std::io::stdout().lock());
     let count = args.count.unwrap_or(u64::MAX);

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+mod files;
 mod index;
 mod manifest;
 mod mmap;
@@ -13,6 +14,10 @@ mod reader;
 mod segments;
 mod writer;
 
+pub use files::{
+    record_count, Chunks, Entries, File, Files, LazyDataset, ReadError, TokenBlock, TokenBlocks,
+    LOCAL_CHUNK,
+};
 pub use index::{
     check_index, offset_violations, IdxHeader, OffsetRules, OffsetViolation, IDX_HEADER_LEN,
     IDX_MAGIC, IDX_VERSION,

@@ -71,6 +71,7 @@ use super::{
     for_each_document, for_each_length, key, open_inputs, read_records, Batch, Bucket, Checkpoint,
     Gather, Inputs, JournalState, Moved, ShuffleError, BUCKET_HEADER, TMP_DIR,
 };
+use crate::format::Files;
 use crate::format::{
     checksum_hex, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition, Provenance,
     SpecialTokens, TokenizerInfo,
@@ -79,7 +80,6 @@ use crate::output::{Output, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
 use crate::run::Writing;
-use crate::source::Source;
 
 /// The description of a scatter part, in its directory; written last.
 pub const SCATTER_FILE: &str = "scatter.json";
@@ -659,7 +659,7 @@ impl<R: Read> Read for Hashing<R> {
 /// The `scatter.json` of a part's directory, or `None` when it has none
 /// (not started, or not finished).
 fn finished_part(dir: &Path) -> Result<Option<ScatterInfo>, ShuffleError> {
-    let source = Source::new(dir)?;
+    let source = Files::new(dir)?;
     let path = source.path_of(SCATTER_FILE);
     let bad = |why: String| ShuffleError::BadScatter {
         path: path.clone(),
@@ -750,7 +750,7 @@ fn inconsistency(info: &ScatterInfo) -> Option<String> {
 
 /// True when a part's data file has the size its `scatter.json` records.
 fn data_intact(dir: &Path, info: &ScatterInfo) -> bool {
-    let file = Source::new(dir).map(|s| s.open(&info.data));
+    let file = Files::new(dir).map(|s| s.open(&info.data));
     matches!(file, Ok(Ok(Some(f))) if f.len() == info.data_bytes)
 }
 
@@ -760,7 +760,7 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(work, e));
     // The work directory's folders: its entries on disk, or the first
     // names of the objects under its prefix in object storage.
-    let source = Source::new(work)?;
+    let source = Files::new(work)?;
     let mut folders: Vec<String> = Vec::new();
     if source.is_remote() {
         for file in source.files()? {
@@ -879,7 +879,7 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
 /// Checks a part's data file against its `scatter.json`: size, magic and
 /// version.
 fn check_data_file(dir: &Path, info: &ScatterInfo) -> Result<(), ShuffleError> {
-    let source = Source::new(dir)?;
+    let source = Files::new(dir)?;
     let path = source.path_of(&info.data);
     let corrupt = |why: String| ShuffleError::Corrupt {
         path: path.clone(),
@@ -926,7 +926,7 @@ fn read_region(
     j: u64,
     batch: &mut Batch,
 ) -> Result<(), ShuffleError> {
-    let source = Source::new(dir)?;
+    let source = Files::new(dir)?;
     let path = source.path_of(&info.data);
     let region = &info.regions[j as usize];
     let corrupt = |why: String| {

@@ -131,7 +131,7 @@ pub enum ShuffleError {
     /// A scatter part's file could not be read (on disk or in object
     /// storage).
     #[error(transparent)]
-    Source(#[from] crate::source::SourceError),
+    Source(#[from] crate::format::ReadError),
     /// A request to object storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),

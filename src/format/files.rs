@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::format::{
+use super::{
     check_bin_len, check_idx_header, check_seg_header, Dtype, FormatError, IdxHeader, Manifest,
     MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN, MAX_MANIFEST_BYTES,
     SEGMENT_BYTES, SEG_HEADER_LEN,
@@ -30,7 +30,7 @@ pub const LOCAL_CHUNK: usize = 8 << 20;
 /// Why a dataset's file could not be read (as opposed to what is wrong with
 /// its bytes, which the callers report in their own terms).
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub enum ReadError {
     /// A local file could not be opened or mapped, or a file's bytes
     /// break the format where a reader of single records needs them sound.
     #[error(transparent)]
@@ -59,16 +59,14 @@ pub enum SourceError {
     },
 }
 
-impl SourceError {
+impl ReadError {
     /// The file or object the failure is about.
     pub fn path(&self) -> Option<PathBuf> {
         match self {
-            SourceError::Format(FormatError::Io { path, .. }) => Some(path.clone()),
-            SourceError::Format(e) => format_path(e),
-            SourceError::Store(e) => Some(PathBuf::from(e.url())),
-            SourceError::Read { url, .. } | SourceError::NoManifest { url } => {
-                Some(PathBuf::from(url))
-            }
+            ReadError::Format(FormatError::Io { path, .. }) => Some(path.clone()),
+            ReadError::Format(e) => format_path(e),
+            ReadError::Store(e) => Some(PathBuf::from(e.url())),
+            ReadError::Read { url, .. } | ReadError::NoManifest { url } => Some(PathBuf::from(url)),
         }
     }
 }
@@ -93,37 +91,37 @@ fn format_path(e: &FormatError) -> Option<PathBuf> {
 
 /// Where a dataset lies: a local directory or an object-storage prefix.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub enum Files {
     /// A local directory; files are mapped.
     Dir(PathBuf),
     /// The "folder" in object storage that holds `manifest.json`.
     Store(Object),
 }
 
-impl Source {
+impl Files {
     /// The dataset at `location`: an object-storage address when
     /// [`crate::store::is_url`] says it is one, else a local directory.
     ///
     /// # Errors
     /// [`StoreError::BadUrl`] for an address the store cannot use.
-    pub fn new(location: &Path) -> Result<Source, StoreError> {
+    pub fn new(location: &Path) -> Result<Files, StoreError> {
         match location.to_str().filter(|s| crate::store::is_url(s)) {
-            Some(url) => Ok(Source::Store(Object::at(url.trim_end_matches('/'))?)),
-            None => Ok(Source::Dir(location.to_path_buf())),
+            Some(url) => Ok(Files::Store(Object::at(url.trim_end_matches('/'))?)),
+            None => Ok(Files::Dir(location.to_path_buf())),
         }
     }
 
     /// Whether the dataset is read from object storage.
     pub fn is_remote(&self) -> bool {
-        matches!(self, Source::Store(_))
+        matches!(self, Files::Store(_))
     }
 
     /// How `name` (relative to the dataset) is called in messages: a local
     /// path or the object's address.
     pub fn path_of(&self, name: &str) -> PathBuf {
         match self {
-            Source::Dir(dir) => dir.join(name),
-            Source::Store(root) => PathBuf::from(format!("{}/{name}", root.url())),
+            Files::Dir(dir) => dir.join(name),
+            Files::Store(root) => PathBuf::from(format!("{}/{name}", root.url())),
         }
     }
 
@@ -133,9 +131,9 @@ impl Source {
     /// # Errors
     /// A local file that cannot be opened or mapped; the store's failure
     /// (a missing bucket, refused credentials, no connection).
-    pub fn open(&self, name: &str) -> Result<Option<File>, SourceError> {
+    pub fn open(&self, name: &str) -> Result<Option<File>, ReadError> {
         match self {
-            Source::Dir(dir) => {
+            Files::Dir(dir) => {
                 let path = dir.join(name);
                 match MappedFile::open(&path) {
                     Ok(map) => Ok(Some(File(Kind::Mapped(map)))),
@@ -147,7 +145,7 @@ impl Source {
                     Err(e) => Err(e.into()),
                 }
             }
-            Source::Store(root) => {
+            Files::Store(root) => {
                 let object = root.child(name)?;
                 match object.size() {
                     Ok(len) => Ok(Some(File(Kind::Object { object, len }))),
@@ -163,8 +161,8 @@ impl Source {
     ///
     /// # Errors
     /// A manifest larger than [`MAX_MANIFEST_BYTES`] is a
-    /// [`FormatError::BadManifest`]; otherwise as [`Source::open`].
-    pub fn manifest_bytes(&self, sub: &str) -> Result<Option<Vec<u8>>, SourceError> {
+    /// [`FormatError::BadManifest`]; otherwise as [`Files::open`].
+    pub fn manifest_bytes(&self, sub: &str) -> Result<Option<Vec<u8>>, ReadError> {
         let name = if sub.is_empty() {
             crate::format::MANIFEST_FILE.to_owned()
         } else {
@@ -188,13 +186,13 @@ impl Source {
     }
 
     /// The error for a dataset without a manifest: for a local directory,
-    /// [`FormatError::NoManifest`]; in a store, [`SourceError::NoManifest`]
+    /// [`FormatError::NoManifest`]; in a store, [`ReadError::NoManifest`]
     /// naming the manifest's address, or the listing's failure when the
     /// prefix cannot even be listed (a missing bucket says so by name).
-    pub fn no_manifest(&self) -> SourceError {
+    pub fn no_manifest(&self) -> ReadError {
         match self {
-            Source::Dir(dir) => FormatError::NoManifest { dir: dir.clone() }.into(),
-            Source::Store(root) => {
+            Files::Dir(dir) => FormatError::NoManifest { dir: dir.clone() }.into(),
+            Files::Store(root) => {
                 let url = self
                     .path_of(crate::format::MANIFEST_FILE)
                     .display()
@@ -203,7 +201,7 @@ impl Source {
                     // Name the manifest, the object that was asked for.
                     Err(StoreError::NoBucket { op, .. }) => StoreError::NoBucket { url, op }.into(),
                     Err(e @ StoreError::Denied { .. }) => e.into(),
-                    Ok(_) | Err(_) => SourceError::NoManifest { url },
+                    Ok(_) | Err(_) => ReadError::NoManifest { url },
                 }
             }
         }
@@ -215,11 +213,11 @@ impl Source {
     /// # Errors
     /// The listing's failure (a store's; an unreadable local directory is
     /// skipped, as a walk skips what it cannot read).
-    pub fn files(&self) -> Result<Vec<String>, SourceError> {
+    pub fn files(&self) -> Result<Vec<String>, ReadError> {
         let mut found = Vec::new();
         match self {
-            Source::Dir(dir) => walk(dir, dir, &mut found),
-            Source::Store(root) => {
+            Files::Dir(dir) => walk(dir, dir, &mut found),
+            Files::Store(root) => {
                 let prefix = format!("{}/", root.url());
                 for listed in crate::store::list(root.url(), |_| true)? {
                     if let Some(rel) = listed.url.strip_prefix(&prefix) {
@@ -281,7 +279,7 @@ impl File {
     ///
     /// # Errors
     /// The store's failure.
-    pub fn read(&self, range: Range<u64>) -> Result<Cow<'_, [u8]>, SourceError> {
+    pub fn read(&self, range: Range<u64>) -> Result<Cow<'_, [u8]>, ReadError> {
         let end = range.end.min(self.len());
         let start = range.start.min(end);
         match &self.0 {
@@ -336,7 +334,7 @@ impl File {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn xxh3(&self) -> Result<u64, SourceError> {
+    pub fn xxh3(&self) -> Result<u64, ReadError> {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         let mut chunks = self.chunks(0..self.len());
         while let Some(chunk) = chunks.next_chunk()? {
@@ -372,8 +370,8 @@ impl<'a> Chunks<'a> {
     /// The next chunk (never empty), or `None` at the end of the range.
     ///
     /// # Errors
-    /// [`SourceError::Read`] naming the object when a GET fails.
-    pub fn next_chunk(&mut self) -> Result<Option<&[u8]>, SourceError> {
+    /// [`ReadError::Read`] naming the object when a GET fails.
+    pub fn next_chunk(&mut self) -> Result<Option<&[u8]>, ReadError> {
         match self {
             Chunks::Mapped { rest, size } => {
                 if rest.is_empty() {
@@ -396,7 +394,7 @@ impl<'a> Chunks<'a> {
                     Ok(Some(&current[..]))
                 }
                 Ok(None) => Ok(None),
-                Err(source) => Err(SourceError::Read {
+                Err(source) => Err(ReadError::Read {
                     url: url.clone(),
                     at: *at,
                     cause: source,
@@ -433,7 +431,7 @@ impl<'a, const N: usize> Entries<'a, N> {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn next_bytes(&mut self) -> Result<Option<[u8; N]>, SourceError> {
+    pub fn next_bytes(&mut self) -> Result<Option<[u8; N]>, ReadError> {
         while self.block.len() - self.at < N {
             self.block.drain(..self.at);
             self.at = 0;
@@ -455,7 +453,7 @@ impl Entries<'_, 8> {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn next_u64(&mut self) -> Result<Option<u64>, SourceError> {
+    pub fn next_u64(&mut self) -> Result<Option<u64>, ReadError> {
         Ok(self.next_bytes()?.map(u64::from_le_bytes))
     }
 }
@@ -465,7 +463,7 @@ impl Entries<'_, SEGMENT_BYTES> {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn next_segment(&mut self) -> Result<Option<Segment>, SourceError> {
+    pub fn next_segment(&mut self) -> Result<Option<Segment>, ReadError> {
         Ok(self.next_bytes()?.map(|b| Segment::decode(&b)))
     }
 }
@@ -516,7 +514,7 @@ impl<'a> TokenBlocks<'a> {
     ///
     /// # Errors
     /// The transfer's failure.
-    pub fn next_block(&mut self) -> Result<Option<TokenBlock<'_>>, SourceError> {
+    pub fn next_block(&mut self) -> Result<Option<TokenBlock<'_>>, ReadError> {
         let size = self.dtype.size();
         let Some(raw) = self.chunks.next_chunk()? else {
             return Ok(None);
@@ -575,33 +573,33 @@ impl<'a> TokenBlocks<'a> {
 /// reader's quick checks of each shard that need no pass over its data
 /// (index header against the manifest, sizes of the `.bin`, a packed
 /// shard's `.seg` header). Offsets are checked as
-/// [`StoreDataset::for_each_length`] reads them, a row's pieces as
-/// [`StoreDataset::segments`] reads them. Memory holds the manifest only.
+/// [`LazyDataset::for_each_length`] reads them, a row's pieces as
+/// [`LazyDataset::segments`] reads them. Memory holds the manifest only.
 #[derive(Debug)]
-pub struct StoreDataset {
-    source: Source,
+pub struct LazyDataset {
+    source: Files,
     manifest: Manifest,
-    shards: Vec<StoreShard>,
+    shards: Vec<LazyShard>,
     /// `starts[s]` is the number of shard `s`'s first record; one extra
     /// entry holds the total.
     starts: Vec<u64>,
 }
 
 #[derive(Debug)]
-struct StoreShard {
+struct LazyShard {
     idx: File,
     bin: File,
     seg: Option<(File, SegHeader)>,
 }
 
-impl StoreDataset {
+impl LazyDataset {
     /// Opens the dataset at `source` (an object-storage address).
     ///
     /// # Errors
     /// [`FormatError::NoManifest`] when there is no manifest, the format's
     /// errors for a manifest or shard header that breaks its rules, and the
     /// store's failures naming the object.
-    pub fn open(source: Source) -> Result<StoreDataset, SourceError> {
+    pub fn open(source: Files) -> Result<LazyDataset, ReadError> {
         let manifest_path = source.path_of(crate::format::MANIFEST_FILE);
         let Some(bytes) = source.manifest_bytes("")? else {
             return Err(source.no_manifest());
@@ -613,7 +611,7 @@ impl StoreDataset {
             shards.push(open_shard(&source, &manifest, info)?);
             starts.push(starts[starts.len() - 1] + info.n_records);
         }
-        Ok(StoreDataset {
+        Ok(LazyDataset {
             source,
             manifest,
             shards,
@@ -643,7 +641,7 @@ impl StoreDataset {
     /// # Errors
     /// [`FormatError::IdxOffsets`] for offsets that break the rules; the
     /// transfer's failure.
-    pub fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), SourceError> {
+    pub fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), ReadError> {
         for (s, shard) in self.shards.iter().enumerate() {
             let info = &self.manifest.shards[s];
             let mut rules = crate::format::OffsetRules::new(info.n_tokens);
@@ -672,7 +670,7 @@ impl StoreDataset {
     }
 
     /// The shard holding record `index`, and the record's number within it.
-    fn locate(&self, index: u64) -> Result<(usize, u64), SourceError> {
+    fn locate(&self, index: u64) -> Result<(usize, u64), ReadError> {
         if index >= self.len() {
             return Err(FormatError::RecordOutOfRange {
                 index,
@@ -690,7 +688,7 @@ impl StoreDataset {
     /// # Errors
     /// [`FormatError::RecordOutOfRange`]; [`FormatError::IdxOffsets`] for
     /// entries that do not bound a range of the `.bin`; the store's failure.
-    pub fn record(&self, index: u64) -> Result<Vec<u32>, SourceError> {
+    pub fn record(&self, index: u64) -> Result<Vec<u32>, ReadError> {
         let (s, local) = self.locate(index)?;
         let shard = &self.shards[s];
         let info = &self.manifest.shards[s];
@@ -726,7 +724,7 @@ impl StoreDataset {
     ///
     /// # Errors
     /// As [`crate::format::Dataset::segments`]'s, and the store's failure.
-    pub fn segments(&self, index: u64) -> Result<Vec<Segment>, SourceError> {
+    pub fn segments(&self, index: u64) -> Result<Vec<Segment>, ReadError> {
         let (s, local) = self.locate(index)?;
         let info = &self.manifest.shards[s];
         let Some((seg, header)) = &self.shards[s].seg else {
@@ -778,7 +776,7 @@ impl StoreDataset {
     ///
     /// # Errors
     /// The store's failure.
-    pub fn tokenizer_copy(&self) -> Result<Option<(PathBuf, Vec<u8>)>, SourceError> {
+    pub fn tokenizer_copy(&self) -> Result<Option<(PathBuf, Vec<u8>)>, ReadError> {
         let Some(name) = &self.manifest.tokenizer.file else {
             return Ok(None);
         };
@@ -792,12 +790,12 @@ impl StoreDataset {
 
 /// The quick checks of one shard, as the mapped reader makes them on open.
 fn open_shard(
-    source: &Source,
+    source: &Files,
     manifest: &Manifest,
     info: &ShardInfo,
-) -> Result<StoreShard, SourceError> {
+) -> Result<LazyShard, ReadError> {
     let dtype = manifest.dtype;
-    let must = |name: &str| -> Result<File, SourceError> {
+    let must = |name: &str| -> Result<File, ReadError> {
         source.open(name)?.ok_or_else(|| {
             FormatError::Io {
                 path: source.path_of(name),
@@ -827,7 +825,7 @@ fn open_shard(
             Some((seg, header_seg))
         }
     };
-    Ok(StoreShard { idx, bin, seg })
+    Ok(LazyShard { idx, bin, seg })
 }
 
 /// The number of records of the dataset at `location` (a directory, or an
@@ -837,15 +835,10 @@ fn open_shard(
 /// # Errors
 /// What opening the dataset meets ([`crate::format::Dataset::open`]'s
 /// errors; for a store also its failures, naming the object).
-pub fn record_count(location: &Path) -> Result<u64, SourceError> {
-    match Source::new(location)? {
-        Source::Dir(dir) => Ok(crate::format::Dataset::open(dir)?.len()),
-        source => {
-            let ds = StoreDataset::open(source)?;
-            ds.for_each_length(|_| {})?;
-            Ok(ds.len())
-        }
-    }
+pub fn record_count(location: &Path) -> Result<u64, ReadError> {
+    let ds = LazyDataset::open(Files::new(location)?)?;
+    ds.for_each_length(|_| {})?;
+    Ok(ds.len())
 }
 
 #[cfg(test)]
