@@ -238,6 +238,16 @@ impl Identity {
         }
     }
 
+    /// The run's inputs, as its manifest records them.
+    pub fn inputs(&self) -> &[InputInfo] {
+        &self.inputs
+    }
+
+    /// The part this run writes, or `None` for the whole job.
+    pub fn part(&self) -> Option<Part> {
+        self.part
+    }
+
     /// The identity of one of several outputs of this job (split's sides):
     /// a job of its own, with the same part.
     pub fn output(&self, name: &str) -> Identity {

@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use crate::format::{FormatError, Provenance};
+use crate::format::FormatError;
 use crate::output::{Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::Progress;
 use crate::shuffle::{self, ShuffleConfig, ShuffleError};
@@ -107,7 +107,7 @@ pub fn run(
         }
     };
     let start = output.start::<shuffle::JournalState, shuffle::Checkpoint>(
-        &plan.fingerprint,
+        &plan.identity.fingerprint,
         config.writing.overwrite,
     )?;
     if config.writing.overwrite {
@@ -133,13 +133,7 @@ pub fn run(
     shuffle_config.writing.shard_size = config.writing.shard_size;
     shuffle_config.threads = config.threads;
     // The shuffle stamps its own time of writing on it.
-    shuffle_config.record_as = Some(Provenance::new(
-        "tokenize",
-        plan.inputs.clone(),
-        plan.options.clone(),
-        documents,
-        plan.fingerprint.clone(),
-    ));
+    shuffle_config.record_as = Some(plan.identity.provenance(plan.options.clone(), documents));
     progress.note(&format!("shuffling with seed {seed}"));
     let shuffled = shuffle::run_in(&shuffle_config, output, progress)?;
     // (Gone already when the output is in object storage: its staging

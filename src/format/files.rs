@@ -156,6 +156,24 @@ impl Files {
         }
     }
 
+    /// The file `name`, which the dataset must have: a missing one is an
+    /// error naming it (for a local file, with the system's own words).
+    ///
+    /// # Errors
+    /// As [`Files::open`], and [`FormatError::Io`] for a missing file.
+    pub fn open_required(&self, name: &str) -> Result<File, ReadError> {
+        match self {
+            Files::Dir(dir) => Ok(File(Kind::Mapped(MappedFile::open(&dir.join(name))?))),
+            Files::Store(_) => self.open(name)?.ok_or_else(|| {
+                FormatError::Io {
+                    path: self.path_of(name),
+                    cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+                }
+                .into()
+            }),
+        }
+    }
+
     /// The bytes of the manifest in the folder `sub` of the dataset (`""`
     /// for its own), or `None` when there is none.
     ///
@@ -795,15 +813,7 @@ fn open_shard(
     info: &ShardInfo,
 ) -> Result<LazyShard, ReadError> {
     let dtype = manifest.dtype;
-    let must = |name: &str| -> Result<File, ReadError> {
-        source.open(name)?.ok_or_else(|| {
-            FormatError::Io {
-                path: source.path_of(name),
-                cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
-            }
-            .into()
-        })
-    };
+    let must = |name: &str| source.open_required(name);
     let idx = must(&info.idx)?;
     let head = idx.read(0..IDX_HEADER_LEN as u64)?;
     let header = IdxHeader::parse_head(&source.path_of(&info.idx), &head, idx.len())?;

@@ -17,11 +17,13 @@ use super::{
 };
 use crate::engine::{EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Unsupported};
 use crate::format::{
-    checksum_hex, DatasetWriter, DocumentCounts, FileInfo, InputInfo, Manifest, Partition,
-    Provenance, SpecialTokens, TokenizerInfo,
+    checksum_hex, DatasetWriter, DocumentCounts, Dtype, FileInfo, InputInfo, Manifest, ShardInfo,
+    SpecialTokens, TokenizerInfo,
 };
 use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
 use crate::output::{Done, Journal, Output, OutputError, Start, HASHES_FILE, TOKENIZER_FILE};
+use crate::partition::Part;
+use crate::run::Identity;
 
 /// What the workers share: read-only settings and the encoder.
 struct Shared {
@@ -171,14 +173,11 @@ pub(crate) struct Plan {
     eos: Option<u32>,
     bos: Option<u32>,
     files: Vec<input::InputFile>,
-    /// The inputs as the manifest records them.
-    pub inputs: Vec<InputInfo>,
-    /// The options as the manifest records them.
+    /// The options as the manifest records them (a part's `"part"` is
+    /// added by [`Identity::provenance`]).
     pub options: serde_json::Value,
-    /// The fingerprint of the whole run (a part's `job`).
-    pub job: String,
-    /// This run's fingerprint (a part's own).
-    pub fingerprint: String,
+    /// The run's inputs, its job's and its own fingerprints.
+    pub identity: Identity,
     /// The eos token and how it was chosen.
     pub eos_note: String,
     /// The engine and why.
@@ -194,16 +193,12 @@ impl Plan {
     /// options and the fingerprint.
     pub(crate) fn with_option(mut self, key: &str, value: serde_json::Value) -> Plan {
         assert!(
-            self.job == self.fingerprint,
+            self.identity.part().is_none(),
             "a partitioned run is not composed"
         );
         self.options[key] = value;
-        self.job = crate::run::job_fingerprint(
-            "tokenize",
-            &fingerprinted(&self.options, self.tok.xxh3),
-            &self.inputs,
-        );
-        self.fingerprint = self.job.clone();
+        let inputs = self.identity.inputs().to_vec();
+        self.identity = identity(&self.options, self.tok.xxh3, inputs, None);
         self
     }
 }
@@ -222,30 +217,37 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     let (encoder, engine, engine_note) = choose_engine(config, &tok, fast, threads)?;
     let mut options = options_json(config, eos, bos, tok.dtype);
     options["engine"] = engine.into();
-    // A part's fingerprint is its own; `job`, the whole run's, is what every
-    // part shares and what the merged dataset carries.
-    let job = crate::run::job_fingerprint("tokenize", &fingerprinted(&options, tok.xxh3), &inputs);
-    let fingerprint = match config.part {
-        Some(part) => {
-            options["part"] = part.to_string().into();
-            crate::run::part_fingerprint(&job, Some(part))
-        }
-        None => job.clone(),
-    };
+    let identity = identity(&options, tok.xxh3, inputs, config.part);
     Ok(Plan {
         tok,
         encoder,
         eos,
         bos,
         files,
-        inputs,
         options,
-        job,
-        fingerprint,
+        identity,
         eos_note,
         engine_note,
         threads,
     })
+}
+
+/// A tokenize run's identity: the options that shape its bytes
+/// ([`fingerprinted`]: the tokenizer by its checksum) over its inputs. A
+/// part's fingerprint is its own; the job's is what every part shares and
+/// what the merged dataset carries.
+fn identity(
+    options: &serde_json::Value,
+    tokenizer_xxh3: u64,
+    inputs: Vec<InputInfo>,
+    part: Option<Part>,
+) -> Identity {
+    Identity::new(
+        "tokenize",
+        &fingerprinted(options, tokenizer_xxh3),
+        inputs,
+        part,
+    )
 }
 
 pub(super) fn run(
@@ -258,7 +260,9 @@ pub(super) fn run(
     write(config, plan, output, started, progress)
 }
 
-/// Tokenizes into `output`, locked by the caller, as `plan` says.
+/// Tokenizes into `output`, locked by the caller, as `plan` says: start or
+/// resume, stream the inputs through the workers into shards, then the
+/// manifest.
 pub(crate) fn write(
     config: &TokenizeConfig,
     plan: Plan,
@@ -272,45 +276,41 @@ pub(crate) fn write(
         eos,
         bos,
         files,
-        inputs,
         options,
-        job,
-        fingerprint,
+        identity,
         eos_note,
         engine_note,
         threads,
     } = plan;
-    let dir = output.dir().to_path_buf();
-    let journal = match output.start::<(), Checkpoint>(&fingerprint, config.writing.overwrite)? {
-        Start::Complete(manifest) => {
-            refuse_skipped(
-                &dir,
-                manifest.provenance.documents.skipped,
-                config.skip_bad,
-                "made",
-            )?;
-            progress.note("the dataset is already complete; nothing to do");
-            return Ok(TokenizeReport {
-                manifest: *manifest,
-                already_complete: true,
-                resumed_shards: 0,
-                elapsed: started.elapsed(),
-                text_bytes: 0,
-                tokens: 0,
-                documents: 0,
-                threads,
-                eos_note,
-                engine_note,
-                warnings: Vec::new(),
-            });
-        }
-        Start::Resume(journal) => {
-            let skipped = journal.shards.last().map_or(0, |k| k.at.documents.skipped);
-            refuse_skipped(&dir, skipped, config.skip_bad, "started")?;
-            journal
-        }
-        Start::Fresh(journal) => journal,
+    let report = |manifest, already_complete, kept, ran: Ran| TokenizeReport {
+        manifest,
+        already_complete,
+        resumed_shards: kept,
+        elapsed: started.elapsed(),
+        text_bytes: ran.text_bytes,
+        tokens: ran.tokens,
+        documents: ran.documents,
+        threads,
+        eos_note: eos_note.clone(),
+        engine_note: engine_note.clone(),
+        warnings: ran.warnings,
     };
+    let dir = output.dir().to_path_buf();
+    let journal =
+        match output.start::<(), Checkpoint>(&identity.fingerprint, config.writing.overwrite)? {
+            Start::Complete(manifest) => {
+                let skipped = manifest.provenance.documents.skipped;
+                refuse_skipped(&dir, skipped, config.skip_bad, "made")?;
+                progress.note("the dataset is already complete; nothing to do");
+                return Ok(report(*manifest, true, 0, Ran::default()));
+            }
+            Start::Resume(journal) => {
+                let skipped = journal.shards.last().map_or(0, |k| k.at.documents.skipped);
+                refuse_skipped(&dir, skipped, config.skip_bad, "started")?;
+                journal
+            }
+            Start::Fresh(journal) => journal,
+        };
     let kept = journal.shards.len();
     progress.note(&eos_note);
     progress.note(&engine_note);
@@ -319,7 +319,94 @@ pub(crate) fn write(
             "resuming: kept {kept} complete shards of an interrupted run"
         ));
     }
+    let workers = Workers {
+        encoder,
+        bos,
+        eos,
+        dtype: tok.dtype,
+        threads,
+    };
+    let mut ran = stream(config, workers, files, &mut output, journal, progress)?;
+    let mut partition = identity.partition();
+    if let (Some(partition), Some(hashes)) = (&mut partition, &ran.hashes) {
+        partition.hashes = Some(write_hashes(&output, hashes)?);
+    }
+    let counts = ran.counts;
+    if counts.read > 0 && counts.written == 0 && counts.skipped == counts.read {
+        return Err(TokenizeError::Usage(format!(
+            "every one of the {} documents read was bad and skipped (--skip-bad), so the dataset \
+             would be empty; the first: {}",
+            counts.read,
+            ran.warnings
+                .first()
+                .map_or("(none recorded)", String::as_str)
+        )));
+    }
+    output.put(TOKENIZER_FILE, &tok.json)?;
+    let manifest = Manifest::documents(
+        tok.dtype,
+        tok.vocab_size,
+        TokenizerInfo {
+            file: Some(TOKENIZER_FILE.into()),
+            xxh3: checksum_hex(tok.xxh3),
+        },
+        std::mem::take(&mut ran.shards),
+        identity.provenance(options, counts),
+    )
+    .with_specials(
+        SpecialTokens {
+            bos,
+            eos,
+            pad: None,
+        },
+        bos.is_some(),
+        eos.is_some(),
+    )
+    .with_partition(partition);
+    output.commit(&manifest)?;
+    progress.finish();
+    Ok(report(manifest, false, kept, ran))
+}
 
+/// What the workers need of the plan.
+struct Workers {
+    encoder: Encoder,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    dtype: Dtype,
+    threads: usize,
+}
+
+/// What a run wrote, for its manifest and its report.
+#[derive(Default)]
+struct Ran {
+    /// Every shard of the dataset, kept ones first.
+    shards: Vec<ShardInfo>,
+    /// Documents read, written and skipped, resumed shards included.
+    counts: DocumentCounts,
+    /// A deduplicating part's record hashes, in order.
+    hashes: Option<Vec<u128>>,
+    /// The first bad documents skipped, described.
+    warnings: Vec<String>,
+    /// Text bytes, tokens and documents of this run alone.
+    text_bytes: u64,
+    tokens: u64,
+    documents: u64,
+}
+
+/// The write loop: one thread reads batches of documents from `files` (this
+/// part's share of them) and hands each to the pool; the calling thread
+/// writes the tokenized batches in input order into shards, journaling
+/// each, from where `journal` left off.
+fn stream(
+    config: &TokenizeConfig,
+    workers: Workers,
+    files: Vec<input::InputFile>,
+    output: &mut Output,
+    journal: Journal<(), Checkpoint>,
+    progress: &dyn Progress,
+) -> Result<Ran, TokenizeError> {
+    let threads = workers.threads;
     let pool =
         crate::run::thread_pool(threads, "tokenize").map_err(|e| TokenizeError::Threads {
             threads,
@@ -327,10 +414,10 @@ pub(crate) fn write(
         })?;
     let checkpoint = journal.shards.last().map(|k| k.at).unwrap_or_default();
     let shared = Arc::new(Shared {
-        encoder,
+        encoder: workers.encoder,
         key: TextKey::parse(&config.text_key),
-        bos,
-        eos,
+        bos: workers.bos,
+        eos: workers.eos,
         dedup: config.dedup,
         replay_until: checkpoint.position,
         spare: Mutex::new(Vec::new()),
@@ -356,14 +443,15 @@ pub(crate) fn write(
         permit_tx.send(()).expect("the receiver is alive");
     }
     let (result_tx, result_rx) = mpsc::channel::<Message>();
+    let dir = output.dir().to_path_buf();
     let mut state = WriteState {
         writer: DatasetWriter::new(
             &dir,
-            tok.dtype,
+            workers.dtype,
             config.writing.shard_size,
             journal.shard_infos(),
         ),
-        output: &mut output,
+        output,
         journal,
         counts: checkpoint.documents,
         text_bytes: checkpoint.text_bytes,
@@ -421,74 +509,14 @@ pub(crate) fn write(
         )
     });
     written?;
-
-    let WriteState {
-        writer,
-        counts,
-        hashes,
-        warnings,
-        run_text_bytes,
-        run_tokens,
-        run_documents,
-        ..
-    } = state;
-    let shards = writer.finish()?;
-    let partition = match config.part {
-        Some(part) => Some(Partition {
-            stage: "tokenize".into(),
-            part: part.index,
-            parts: part.count,
-            job: job.clone(),
-            hashes: match &hashes {
-                Some(hashes) => Some(write_hashes(&output, hashes)?),
-                None => None,
-            },
-        }),
-        None => None,
-    };
-    if counts.read > 0 && counts.written == 0 && counts.skipped == counts.read {
-        return Err(TokenizeError::Usage(format!(
-            "every one of the {} documents read was bad and skipped (--skip-bad), so the dataset \
-             would be empty; the first: {}",
-            counts.read,
-            warnings.first().map_or("(none recorded)", String::as_str)
-        )));
-    }
-    output.put(TOKENIZER_FILE, &tok.json)?;
-    let manifest = Manifest::documents(
-        tok.dtype,
-        tok.vocab_size,
-        TokenizerInfo {
-            file: Some(TOKENIZER_FILE.into()),
-            xxh3: checksum_hex(tok.xxh3),
-        },
-        shards,
-        Provenance::new("tokenize", inputs, options, counts, fingerprint),
-    )
-    .with_specials(
-        SpecialTokens {
-            bos,
-            eos,
-            pad: None,
-        },
-        bos.is_some(),
-        eos.is_some(),
-    )
-    .with_partition(partition);
-    output.commit(&manifest)?;
-    progress.finish();
-    Ok(TokenizeReport {
-        manifest,
-        already_complete: false,
-        resumed_shards: kept,
-        elapsed: started.elapsed(),
-        text_bytes: run_text_bytes,
-        tokens: run_tokens,
-        documents: run_documents,
-        threads,
-        eos_note,
-        engine_note,
-        warnings,
+    Ok(Ran {
+        shards: state.writer.finish()?,
+        counts: state.counts,
+        hashes: state.hashes,
+        warnings: state.warnings,
+        text_bytes: state.run_text_bytes,
+        tokens: state.run_tokens,
+        documents: state.run_documents,
     })
 }
 
