@@ -176,41 +176,102 @@ struct Part {
     manifest_xxh3: String,
 }
 
-/// Runs `prep merge`.
+/// Runs `prep merge`: opens and checks the parts, starts the output (or
+/// finds it complete), lists, links, copies or rewrites every shard in
+/// order, and commits the merged manifest.
 pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport, MergeError> {
     let started = Instant::now();
     if config.parts.is_empty() {
         return Err(MergeError::NoInput);
     }
-    let out = &config.output;
     // Parts may lie inside the output (their shards are then used where
     // they lie), but the output may not be a part or lie inside one.
-    crate::run::refuse_inside(out, &config.parts, "the part")?;
-    let mut parts = Vec::with_capacity(config.parts.len());
-    for dir in &config.parts {
-        let local = Local::of(dir)?;
-        let ds = Dataset::open(local.dir())?;
-        let partition = ds
-            .manifest()
-            .partition
-            .clone()
-            .ok_or_else(|| MergeError::NotAPart { dir: dir.clone() })?;
-        let path = ds.dir().join(MANIFEST_FILE);
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
-        parts.push(Part {
-            dir: dir.clone(),
-            ds,
-            _local: local,
-            partition,
-            manifest_xxh3: checksum_hex(xxh3_64(&bytes)),
-        });
-    }
-    parts.sort_by_key(|p| p.partition.part);
-    check_parts(&parts)?;
+    crate::run::refuse_inside(&config.output, &config.parts, "the part")?;
+    let parts = open_parts(&config.parts)?;
     let first = &parts[0];
     let base = first.ds.manifest().clone();
     let job = first.partition.job.clone();
-    let merged: Vec<InputInfo> = parts
+    let merged = merged_inputs(&config.output, &parts);
+    let mut report = MergeReport {
+        manifest: base.clone(),
+        already_complete: false,
+        parts: parts.len(),
+        referenced: 0,
+        linked: 0,
+        copied: 0,
+        rewritten: 0,
+        bytes_written: 0,
+        elapsed: Duration::ZERO,
+    };
+    let mut output = lock_output(&config.output, &parts)?;
+    let identity = crate::format::identity(&job, &merged);
+    // Where the shards go: the output directory, or its staging folder.
+    let out = &output.dir().to_path_buf();
+    if let Some(done) = start(&mut output, &identity, config.overwrite)? {
+        progress.note("the merged dataset is already complete; nothing to do");
+        report.manifest = done;
+        report.already_complete = true;
+        report.elapsed = started.elapsed();
+        return Ok(report);
+    }
+
+    let dedup = first.partition.stage == "tokenize"
+        && base.provenance.options.get("dedup") == Some(&serde_json::Value::Bool(true));
+    let total_bytes: u64 = merged.iter().map(|m| m.bytes).sum();
+    let to = Destination {
+        out,
+        output: &config.output,
+        copy: config.copy,
+    };
+    let (shards, documents) = merge_shards(&parts, &to, dedup, total_bytes, &mut report, progress)?;
+
+    output.copy_tokenizer(base.tokenizer.file.as_deref(), first.ds.dir())?;
+    let manifest = merged_manifest(&base, &parts, shards, documents, job, merged);
+    output.commit(&manifest)?;
+    progress.finish();
+    report.manifest = manifest;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Opens every part, sorted by its part number, and checks that they are
+/// every part of one run.
+fn open_parts(dirs: &[PathBuf]) -> Result<Vec<Part>, MergeError> {
+    let mut parts = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        parts.push(open_part(dir)?);
+    }
+    parts.sort_by_key(|p| p.partition.part);
+    check_parts(&parts)?;
+    Ok(parts)
+}
+
+/// Opens one part: its dataset, its partition and its manifest's checksum.
+fn open_part(dir: &Path) -> Result<Part, MergeError> {
+    let local = Local::of(dir)?;
+    let ds = Dataset::open(local.dir())?;
+    let partition = ds
+        .manifest()
+        .partition
+        .clone()
+        .ok_or_else(|| MergeError::NotAPart {
+            dir: dir.to_path_buf(),
+        })?;
+    let path = ds.dir().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    Ok(Part {
+        dir: dir.to_path_buf(),
+        ds,
+        _local: local,
+        partition,
+        manifest_xxh3: checksum_hex(xxh3_64(&bytes)),
+    })
+}
+
+/// The parts as the merged manifest lists them: each one's path (relative
+/// to the output when inside it), its data bytes and its manifest's checksum.
+fn merged_inputs(out: &Path, parts: &[Part]) -> Vec<InputInfo> {
+    parts
         .iter()
         .map(|p| InputInfo {
             path: relative_to(out, &p.dir).unwrap_or_else(|| p.dir.display().to_string()),
@@ -223,56 +284,69 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
                 .sum(),
             xxh3: Some(p.manifest_xxh3.clone()),
         })
-        .collect();
+        .collect()
+}
 
-    let mut report = MergeReport {
-        manifest: base.clone(),
-        already_complete: false,
-        parts: parts.len(),
-        referenced: 0,
-        linked: 0,
-        copied: 0,
-        rewritten: 0,
-        bytes_written: 0,
-        elapsed: Duration::ZERO,
-    };
+/// Locks the output directory, keeping the parts that lie inside it.
+fn lock_output(out: &Path, parts: &[Part]) -> Result<Output, MergeError> {
     // The parts inside the output directory are the caller's, kept whatever
     // happens to prep's files around them.
     let mut output = Output::lock(out)?;
-    for part in &parts {
+    for part in parts {
         if let Some(top) =
             relative_to(out, &part.dir).and_then(|r| r.split('/').next().map(String::from))
         {
             output = output.keeping(top);
         }
     }
-    let identity = crate::format::identity(&job, &merged);
-    // Where the shards go: the output directory, or its staging folder.
-    let out = &output.dir().to_path_buf();
-    match output.start::<(), ()>(&identity, config.overwrite)? {
-        Start::Complete(done) => {
-            progress.note("the merged dataset is already complete; nothing to do");
-            report.manifest = *done;
-            report.already_complete = true;
-            report.elapsed = started.elapsed();
-            return Ok(report);
-        }
-        Start::Fresh(_) => {}
+    Ok(output)
+}
+
+/// Starts the output afresh, or returns its manifest when it already holds
+/// this merge, complete.
+fn start(
+    output: &mut Output,
+    identity: &str,
+    overwrite: bool,
+) -> Result<Option<Manifest>, MergeError> {
+    match output.start::<(), ()>(identity, overwrite)? {
+        Start::Complete(done) => Ok(Some(*done)),
+        Start::Fresh(_) => Ok(None),
         // A merge is redone in full: it links or references, it copies little.
         Start::Resume(_) => {
-            output.restart::<(), ()>(&identity)?;
+            output.restart::<(), ()>(identity)?;
+            Ok(None)
         }
     }
+}
 
-    let dedup = first.partition.stage == "tokenize"
-        && base.provenance.options.get("dedup") == Some(&serde_json::Value::Bool(true));
+/// Where the merged shards go, and how those of parts outside it get there.
+struct Destination<'a> {
+    /// The directory the shards are written in: the output directory, or
+    /// its staging folder.
+    out: &'a Path,
+    /// The output directory as given, against which a part is inside it.
+    output: &'a Path,
+    /// Copy shard files instead of hard-linking them.
+    copy: bool,
+}
+
+/// Takes every part's shards in order, each referenced in place, linked,
+/// copied, or (with `dedup`) rewritten without the records an earlier part
+/// wrote; returns the merged shards and the summed document counts.
+fn merge_shards(
+    parts: &[Part],
+    to: &Destination,
+    dedup: bool,
+    total_bytes: u64,
+    report: &mut MergeReport,
+    progress: &dyn Progress,
+) -> Result<(Vec<ShardInfo>, DocumentCounts), MergeError> {
     let mut seen: HashSet<u128> = HashSet::new();
-    let empty_text = xxh3_128(b"");
     let mut documents = DocumentCounts::default();
     let mut shards: Vec<ShardInfo> = Vec::new();
-    let total_bytes: u64 = merged.iter().map(|m| m.bytes).sum();
     let mut done_bytes = 0u64;
-    for part in &parts {
+    for part in parts {
         let m = part.ds.manifest();
         add_counts(&mut documents, &m.provenance.documents);
         let hashes = if dedup {
@@ -280,7 +354,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         } else {
             None
         };
-        let inside = relative_to(&config.output, &part.dir);
+        let inside = relative_to(to.output, &part.dir);
         for (s, shard) in m.shards.iter().enumerate() {
             let first_record = part.ds.shard_first_record(s);
             // Records of this shard an earlier part already wrote.
@@ -292,19 +366,16 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
             };
             let stem = DatasetWriter::shard_stem(shards.len());
             if drop.iter().any(|&d| d) {
-                let mut writer = ShardWriter::create(out, &stem, m.dtype)?;
-                for (r, &dropped) in drop.iter().enumerate() {
-                    let index = first_record + r as u64;
-                    if dropped {
-                        documents.written -= 1;
-                        documents.deduplicated += 1;
-                        let hash = hashes.as_ref().expect("drops come from hashes")[index as usize];
-                        documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
-                        continue;
-                    }
-                    writer.push_raw(part.ds.record_bytes(index)?)?;
-                }
-                let info = writer.finish()?;
+                let hashes = hashes.as_deref().expect("drops come from hashes");
+                let info = rewrite_shard(
+                    part,
+                    first_record,
+                    &drop,
+                    hashes,
+                    to.out,
+                    &stem,
+                    &mut documents,
+                )?;
                 report.rewritten += 1;
                 report.bytes_written += info.bin_bytes + info.idx_bytes;
                 shards.push(info);
@@ -317,29 +388,14 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
                     ..shard.clone()
                 });
             } else {
-                let place = |name: &str, ext: &str| -> Result<String, MergeError> {
-                    let to_name = format!("{stem}.{ext}");
-                    place_file(&part.ds.dir().join(name), &out.join(&to_name), config.copy)?;
-                    Ok(to_name)
-                };
-                let placed = ShardInfo {
-                    bin: place(&shard.bin, "bin")?,
-                    idx: place(&shard.idx, "idx")?,
-                    seg: shard
-                        .seg
-                        .as_ref()
-                        .map(|seg| place(seg, "seg"))
-                        .transpose()?,
-                    ..shard.clone()
-                };
-                if config.copy {
+                shards.push(place_shard(part, shard, to, &stem)?);
+                if to.copy {
                     report.copied += 1;
                     report.bytes_written +=
                         shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
                 } else {
                     report.linked += 1;
                 }
-                shards.push(placed);
             }
             done_bytes += shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
             progress.update(&ProgressSnapshot {
@@ -351,8 +407,72 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
             });
         }
     }
+    Ok((shards, documents))
+}
 
-    output.copy_tokenizer(base.tokenizer.file.as_deref(), first.ds.dir())?;
+/// Rewrites the shard of `part` whose records start at `first_record` as
+/// `stem` in `out`, without the records `drop` marks, taking those off the
+/// counts as deduplicated.
+fn rewrite_shard(
+    part: &Part,
+    first_record: u64,
+    drop: &[bool],
+    hashes: &[u128],
+    out: &Path,
+    stem: &str,
+    documents: &mut DocumentCounts,
+) -> Result<ShardInfo, MergeError> {
+    let empty_text = xxh3_128(b"");
+    let mut writer = ShardWriter::create(out, stem, part.ds.manifest().dtype)?;
+    for (r, &dropped) in drop.iter().enumerate() {
+        let index = first_record + r as u64;
+        if dropped {
+            documents.written -= 1;
+            documents.deduplicated += 1;
+            let hash = hashes[index as usize];
+            documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
+            continue;
+        }
+        writer.push_raw(part.ds.record_bytes(index)?)?;
+    }
+    Ok(writer.finish()?)
+}
+
+/// Hard-links (or copies) the files of a shard of a part outside the output
+/// into it, named `stem`.
+fn place_shard(
+    part: &Part,
+    shard: &ShardInfo,
+    to: &Destination,
+    stem: &str,
+) -> Result<ShardInfo, MergeError> {
+    let place = |name: &str, ext: &str| -> Result<String, MergeError> {
+        let to_name = format!("{stem}.{ext}");
+        place_file(&part.ds.dir().join(name), &to.out.join(&to_name), to.copy)?;
+        Ok(to_name)
+    };
+    Ok(ShardInfo {
+        bin: place(&shard.bin, "bin")?,
+        idx: place(&shard.idx, "idx")?,
+        seg: shard
+            .seg
+            .as_ref()
+            .map(|seg| place(seg, "seg"))
+            .transpose()?,
+        ..shard.clone()
+    })
+}
+
+/// The merged manifest: the first part's, with the merged shards, the
+/// parts' counts and packing summed, and the job's fingerprint.
+fn merged_manifest(
+    base: &Manifest,
+    parts: &[Part],
+    shards: Vec<ShardInfo>,
+    documents: DocumentCounts,
+    job: String,
+    merged: Vec<InputInfo>,
+) -> Manifest {
     let n_tokens: u64 = shards.iter().map(|s| s.n_tokens).sum();
     let packing = base.packing.as_ref().map(|_| {
         let mut sum = parts
@@ -383,11 +503,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         },
     );
     manifest.packing = packing;
-    output.commit(&manifest)?;
-    progress.finish();
-    report.manifest = manifest;
-    report.elapsed = started.elapsed();
-    Ok(report)
+    manifest
 }
 
 /// Every part of one run, each once, all readable the same way.
