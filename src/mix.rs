@@ -53,8 +53,10 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::fetch::Local;
-use crate::format::{Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest};
-use crate::output::{Done, Output, OutputError, Start};
+use crate::format::{
+    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, ShardInfo,
+};
+use crate::output::{Done, Journal, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::permute::{shuffle_key, Permutation};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -333,15 +335,7 @@ fn order(n: u64, seed: u64, pool: &rayon::ThreadPool) -> Vec<u64> {
 /// left alone.
 pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, MixError> {
     let started = Instant::now();
-    let first = &config.sources.first().ok_or(MixError::NoSource)?.dir;
-    for s in &config.sources {
-        if !(s.weight.is_finite() && s.weight > 0.0) {
-            return Err(MixError::BadWeight {
-                dir: s.dir.clone(),
-                weight: s.weight,
-            });
-        }
-    }
+    check_sources(config)?;
     let dirs: Vec<&PathBuf> = config.sources.iter().map(|s| &s.dir).collect();
     crate::run::refuse_overlap(&config.output, &dirs, "the source")?;
     // Sources in object storage are read from verified local copies.
@@ -350,44 +344,10 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         .iter()
         .map(|s| Local::of(&s.dir))
         .collect::<Result<Vec<_>, _>>()?;
-    let datasets = local
-        .iter()
-        .map(|l| Dataset::open(l.dir()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let datasets = open_sources(config, &local)?;
     let base = datasets[0].manifest().clone();
-    for (ds, s) in datasets.iter().zip(&config.sources) {
-        crate::run::same_documents("mix", first, &base, &s.dir, ds.manifest())?;
-    }
-    let inputs = config
-        .sources
-        .iter()
-        .zip(&datasets)
-        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.dir(), ds.manifest()))
-        .collect::<Result<Vec<_>, _>>()?;
-
-    // The weights in the sources' order; the sources themselves count by
-    // content, as the inputs.
-    let request = json!({
-        "weights": config.sources.iter().map(|s| s.weight).collect::<Vec<_>>(),
-        "tokens": config.tokens,
-        "seed": config.seed,
-        "max_epochs": config.max_epochs,
-        "shard_size": config.writing.shard_size,
-    });
-    let identity = crate::run::Identity::new("mix", &request, inputs, config.part);
-
-    let lengths: Vec<Vec<u64>> = datasets
-        .iter()
-        .map(|d| d.record_lengths().collect())
-        .collect();
-    let plan = plan(
-        &config.sources,
-        &lengths,
-        config.tokens,
-        config.seed,
-        config.max_epochs,
-    )?;
-    drop(lengths);
+    let identity = identity(config, &datasets)?;
+    let plan = draw(config, &datasets)?;
 
     let mut output = Output::lock(&config.output)?;
     let journal = match output.start::<(), ()>(&identity.fingerprint, config.writing.overwrite)? {
@@ -417,61 +377,24 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     let n = plan.drawn.len() as u64;
     let order = order(n, config.seed, &pool);
     let range = config.part.unwrap_or(Part::WHOLE).range(n);
-    // Records already in the kept shards.
-    let written: u64 = journal.shards.iter().map(|d| d.shard.n_records).sum();
-    let mut journal = journal;
-    let dtype = base.dtype;
-    let mut writer = DatasetWriter::new(
-        output.dir(),
-        dtype,
-        config.writing.shard_size,
-        journal.shard_infos(),
-    );
-    let total_bytes: u64 = order[range.start as usize..range.end as usize]
-        .iter()
-        .map(|&g| {
-            let (s, d) = plan.drawn[g as usize];
-            datasets[s as usize].record_len(d).unwrap_or(0) * dtype.size() as u64
-        })
-        .sum();
-    let mut bytes = 0u64;
-    for (p, &g) in (range.start + written..range.end)
-        .zip(&order[(range.start + written) as usize..range.end as usize])
-    {
-        let (s, d) = plan.drawn[g as usize];
-        let record = datasets[s as usize].record_bytes(d)?;
-        if let Some(sealed) = writer.push_raw(record)? {
-            journal.shards.push(Done {
-                shard: sealed.clone(),
-                at: (),
-            });
-            output.save(&journal)?;
-        }
-        bytes += record.len() as u64;
-        if (p - range.start).is_multiple_of(4096) {
-            progress.update(&ProgressSnapshot {
-                input_bytes: bytes,
-                input_total: total_bytes,
-                documents: p - range.start,
-                text_bytes: 0,
-                tokens: 0,
-            });
-        }
-    }
-    let shards = writer.finish()?;
+    let records = &order[range.start as usize..range.end as usize];
+    let (shards, bytes) = write_records(
+        config,
+        &mut output,
+        journal,
+        &datasets,
+        &plan.drawn,
+        records,
+        progress,
+    )?;
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
-    let options = json!({
-        "seed": config.seed,
-        "tokens": config.tokens,
-        "max_epochs": config.max_epochs,
-        "shard_size": config.writing.shard_size,
-        "recipe": plan.sources,
-    });
-    let manifest = identity.derive(
+    let manifest = mixed_manifest(
+        config,
+        &identity,
         &base,
         shards,
-        options,
-        DocumentCounts::all_written(range.end - range.start),
+        &plan.sources,
+        range.end - range.start,
     );
     output.commit(&manifest)?;
     progress.finish();
@@ -482,6 +405,156 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
         bytes,
         elapsed: started.elapsed(),
     })
+}
+
+/// Refuses a mixture without sources, or with a weight that is not a
+/// positive finite number.
+fn check_sources(config: &MixConfig) -> Result<(), MixError> {
+    if config.sources.is_empty() {
+        return Err(MixError::NoSource);
+    }
+    for s in &config.sources {
+        if !(s.weight.is_finite() && s.weight > 0.0) {
+            return Err(MixError::BadWeight {
+                dir: s.dir.clone(),
+                weight: s.weight,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Opens every source from where it is read, and checks that they all hold
+/// documents that read the same way as the first.
+fn open_sources(config: &MixConfig, local: &[Local]) -> Result<Vec<Dataset>, MixError> {
+    let datasets = local
+        .iter()
+        .map(|l| Dataset::open(l.dir()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = &config.sources[0].dir;
+    let base = datasets[0].manifest();
+    for (ds, s) in datasets.iter().zip(&config.sources) {
+        crate::run::same_documents("mix", first, base, &s.dir, ds.manifest())?;
+    }
+    Ok(datasets)
+}
+
+/// The run's identity: the request and the sources, counted by content.
+fn identity(config: &MixConfig, datasets: &[Dataset]) -> Result<crate::run::Identity, MixError> {
+    let inputs = config
+        .sources
+        .iter()
+        .zip(datasets)
+        .map(|(s, ds)| InputInfo::of_dataset(&s.dir, ds.dir(), ds.manifest()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The weights in the sources' order; the sources themselves count by
+    // content, as the inputs.
+    let request = json!({
+        "weights": config.sources.iter().map(|s| s.weight).collect::<Vec<_>>(),
+        "tokens": config.tokens,
+        "seed": config.seed,
+        "max_epochs": config.max_epochs,
+        "shard_size": config.writing.shard_size,
+    });
+    Ok(crate::run::Identity::new(
+        "mix",
+        &request,
+        inputs,
+        config.part,
+    ))
+}
+
+/// Draws the mixture's documents from the sources' record lengths.
+fn draw(config: &MixConfig, datasets: &[Dataset]) -> Result<Plan, MixError> {
+    let lengths: Vec<Vec<u64>> = datasets
+        .iter()
+        .map(|d| d.record_lengths().collect())
+        .collect();
+    plan(
+        &config.sources,
+        &lengths,
+        config.tokens,
+        config.seed,
+        config.max_epochs,
+    )
+}
+
+/// Writes `records` (numbers `g` of drawn documents, this part's share of
+/// the order) from the first one the kept shards do not hold, journaling
+/// every shard as it is sealed; returns the shards and the bytes written.
+fn write_records(
+    config: &MixConfig,
+    output: &mut Output,
+    mut journal: Journal<(), ()>,
+    datasets: &[Dataset],
+    drawn: &[(u32, u64)],
+    records: &[u64],
+    progress: &dyn Progress,
+) -> Result<(Vec<ShardInfo>, u64), MixError> {
+    // Records already in the kept shards.
+    let written: u64 = journal.shards.iter().map(|d| d.shard.n_records).sum();
+    let dtype = datasets[0].manifest().dtype;
+    let mut writer = DatasetWriter::new(
+        output.dir(),
+        dtype,
+        config.writing.shard_size,
+        journal.shard_infos(),
+    );
+    let total_bytes: u64 = records
+        .iter()
+        .map(|&g| {
+            let (s, d) = drawn[g as usize];
+            datasets[s as usize].record_len(d).unwrap_or(0) * dtype.size() as u64
+        })
+        .sum();
+    let mut bytes = 0u64;
+    for (p, &g) in (written..).zip(&records[written as usize..]) {
+        let (s, d) = drawn[g as usize];
+        let record = datasets[s as usize].record_bytes(d)?;
+        if let Some(sealed) = writer.push_raw(record)? {
+            journal.shards.push(Done {
+                shard: sealed.clone(),
+                at: (),
+            });
+            output.save(&journal)?;
+        }
+        bytes += record.len() as u64;
+        if p.is_multiple_of(4096) {
+            progress.update(&ProgressSnapshot {
+                input_bytes: bytes,
+                input_total: total_bytes,
+                documents: p,
+                text_bytes: 0,
+                tokens: 0,
+            });
+        }
+    }
+    Ok((writer.finish()?, bytes))
+}
+
+/// The mixture's manifest: the first source's, with this run's shards and
+/// options, the recipe of what each source gave, and `documents` written.
+fn mixed_manifest(
+    config: &MixConfig,
+    identity: &crate::run::Identity,
+    base: &Manifest,
+    shards: Vec<ShardInfo>,
+    sources: &[SourceUse],
+    documents: u64,
+) -> Manifest {
+    let options = json!({
+        "seed": config.seed,
+        "tokens": config.tokens,
+        "max_epochs": config.max_epochs,
+        "shard_size": config.writing.shard_size,
+        "recipe": sources,
+    });
+    identity.derive(
+        base,
+        shards,
+        options,
+        DocumentCounts::all_written(documents),
+    )
 }
 
 #[cfg(test)]
