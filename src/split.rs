@@ -202,14 +202,12 @@ struct SideWriter {
     complete: Option<Manifest>,
 }
 
-/// Runs `prep split`.
+/// Runs `prep split`: checks the shares and the input, starts or resumes
+/// every side, sends each input record to its side, and commits each side's
+/// manifest.
 pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport, SplitError> {
     let started = Instant::now();
-    let (val, test) = (config.val, config.test);
-    let share = |f: f64| f.is_finite() && (0.0..1.0).contains(&f);
-    if !(share(val) && share(test) && val + test < 1.0) {
-        return Err(SplitError::BadShares { val, test });
-    }
+    check_shares(config)?;
     crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
     let local = crate::fetch::Local::of(&config.input)?;
     let input = Dataset::open(local.dir())?;
@@ -223,46 +221,15 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
     let options = json!({
         "seed": config.seed,
-        "val": val,
-        "test": test,
+        "val": config.val,
+        "test": config.test,
         "shard_size": config.writing.shard_size,
     });
     let identity = crate::run::Identity::new("split", &options, inputs, config.part);
 
     let mut sides = Vec::new();
     for side in config.sides() {
-        // A side's job is what every part shares; a part's own fingerprint
-        // also names the part, so a re-run finds it complete or resumes it.
-        let identity = identity.output(side.name());
-        let fingerprint = &identity.fingerprint;
-        let dir = config.output.join(side.name());
-        let mut output = Output::lock(&dir)?;
-        let (journal, complete) =
-            match output.start::<(), u64>(fingerprint, config.writing.overwrite)? {
-                Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),
-                Start::Resume(j) | Start::Fresh(j) => (j, None),
-            };
-        let from = match &complete {
-            Some(_) => u64::MAX,
-            None => journal.shards.last().map_or(0, |d| d.at),
-        };
-        let writer = complete.is_none().then(|| {
-            DatasetWriter::new(
-                output.dir(),
-                base.dtype,
-                config.writing.shard_size,
-                journal.shard_infos(),
-            )
-        });
-        sides.push(SideWriter {
-            side,
-            output,
-            identity,
-            writer,
-            journal,
-            from,
-            complete,
-        });
+        sides.push(open_side(config, &identity, side, &base)?);
     }
     let already_complete = sides.iter().all(|w| w.complete.is_some());
     let resume_at = sides.iter().map(|w| w.from).min().unwrap_or(0);
@@ -272,15 +239,97 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
         ));
     }
 
-    let n = input.len();
-    let range = config.part.unwrap_or(Part::WHOLE).range(n);
-    let size = base.dtype.size() as u64;
+    let range = config.part.unwrap_or(Part::WHOLE).range(input.len());
+    let (counts, bytes) = write_sides(config, &input, &mut sides, range.clone(), progress)?;
+
+    let mut reports = Vec::new();
+    for (w, count) in sides.into_iter().zip(counts) {
+        let documents = DocumentCounts {
+            read: range.end - range.start,
+            written: count,
+            ..DocumentCounts::default()
+        };
+        reports.push(finish_side(w, &input, &options, documents)?);
+    }
+    progress.finish();
+    Ok(SplitReport {
+        sides: reports,
+        documents: range.end - range.start,
+        already_complete,
+        bytes,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Refuses shares outside `[0, 1)` or adding up to 1 or more.
+fn check_shares(config: &SplitConfig) -> Result<(), SplitError> {
+    let (val, test) = (config.val, config.test);
+    let share = |f: f64| f.is_finite() && (0.0..1.0).contains(&f);
+    if !(share(val) && share(test) && val + test < 1.0) {
+        return Err(SplitError::BadShares { val, test });
+    }
+    Ok(())
+}
+
+/// Locks one side's directory and starts it: complete, resumed after its
+/// kept shards, or fresh.
+fn open_side(
+    config: &SplitConfig,
+    identity: &crate::run::Identity,
+    side: Side,
+    base: &Manifest,
+) -> Result<SideWriter, SplitError> {
+    // A side's job is what every part shares; a part's own fingerprint
+    // also names the part, so a re-run finds it complete or resumes it.
+    let identity = identity.output(side.name());
+    let fingerprint = &identity.fingerprint;
+    let dir = config.output.join(side.name());
+    let mut output = Output::lock(&dir)?;
+    let (journal, complete) =
+        match output.start::<(), u64>(fingerprint, config.writing.overwrite)? {
+            Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),
+            Start::Resume(j) | Start::Fresh(j) => (j, None),
+        };
+    let from = match &complete {
+        Some(_) => u64::MAX,
+        None => journal.shards.last().map_or(0, |d| d.at),
+    };
+    let writer = complete.is_none().then(|| {
+        DatasetWriter::new(
+            output.dir(),
+            base.dtype,
+            config.writing.shard_size,
+            journal.shard_infos(),
+        )
+    });
+    Ok(SideWriter {
+        side,
+        output,
+        identity,
+        writer,
+        journal,
+        from,
+        complete,
+    })
+}
+
+/// Sends every input record of `range` to its side, writing those after
+/// the side's kept shards; returns the records each side got and the bytes
+/// written.
+fn write_sides(
+    config: &SplitConfig,
+    input: &Dataset,
+    sides: &mut [SideWriter],
+    range: std::ops::Range<u64>,
+    progress: &dyn Progress,
+) -> Result<(Vec<u64>, u64), SplitError> {
+    let size = input.manifest().dtype.size() as u64;
     let total_bytes = input.n_tokens() * size;
     let mut bytes = 0u64;
     let mut counts = vec![0u64; sides.len()];
-    for g in range.clone() {
+    for g in range {
         let record = input.record_bytes(g)?;
-        let s = side(record, config.seed, val, test);
+        let s = side(record, config.seed, config.val, config.test);
         let i = sides
             .iter()
             .position(|w| w.side == s)
@@ -312,44 +361,39 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
             });
         }
     }
+    Ok((counts, bytes))
+}
 
-    let mut reports = Vec::new();
-    for (w, count) in sides.into_iter().zip(counts) {
-        let SideWriter {
-            side,
-            output,
-            identity,
-            writer,
-            complete,
-            ..
-        } = w;
-        let manifest = match (complete, writer) {
-            (Some(m), _) => m,
-            (None, writer) => {
-                let shards = writer.expect("an incomplete side has a writer").finish()?;
-                output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
-                let mut options = options.clone();
-                options["side"] = json!(side.name());
-                let documents = DocumentCounts {
-                    read: range.end - range.start,
-                    written: count,
-                    ..DocumentCounts::default()
-                };
-                let manifest = identity.derive(&base, shards, options, documents);
-                output.commit(&manifest)?;
-                manifest
-            }
-        };
-        reports.push(SideReport { side, manifest });
-    }
-    progress.finish();
-    Ok(SplitReport {
-        sides: reports,
-        documents: range.end - range.start,
-        already_complete,
-        bytes,
-        elapsed: started.elapsed(),
-    })
+/// A side's report: the manifest it was found complete with, or the one
+/// its shards, `options` and `documents` make, committed.
+fn finish_side(
+    w: SideWriter,
+    input: &Dataset,
+    options: &serde_json::Value,
+    documents: DocumentCounts,
+) -> Result<SideReport, SplitError> {
+    let SideWriter {
+        side,
+        output,
+        identity,
+        writer,
+        complete,
+        ..
+    } = w;
+    let manifest = match (complete, writer) {
+        (Some(m), _) => m,
+        (None, writer) => {
+            let base = input.manifest();
+            let shards = writer.expect("an incomplete side has a writer").finish()?;
+            output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
+            let mut options = options.clone();
+            options["side"] = json!(side.name());
+            let manifest = identity.derive(base, shards, options, documents);
+            output.commit(&manifest)?;
+            manifest
+        }
+    };
+    Ok(SideReport { side, manifest })
 }
 
 #[cfg(test)]
