@@ -688,20 +688,93 @@ fn check_shard(
 ) -> Result<(Problems, Checked, Pieces), ReadError> {
     let mut problems = Problems::new(cap);
     let mut checked = Checked::default();
-    let packed = manifest.kind == "packed";
-    let mut pieces = Pieces {
+    let unchecked = Pieces {
         complete: false,
         ..Pieces::default()
     };
     if !crate::format::is_safe_relative(&info.bin) || !crate::format::is_safe_relative(&info.idx) {
         // Reported with the manifest's consistency problems.
-        return Ok((problems, checked, pieces));
+        return Ok((problems, checked, unchecked));
     }
-    let at = |kind, file: &str, message: String| problem(kind, Some(file), Some(s), message);
-    let dtype = manifest.dtype;
+    let c = ShardCheck {
+        manifest,
+        s,
+        info,
+        quick,
+        cap,
+    };
+    check_listed_bin_bytes(&c, &mut problems);
+    let Some(files) = open_shard_files(source, &c, &mut problems)? else {
+        return Ok((problems, checked, unchecked));
+    };
+    let IndexFindings { sound, rows } = check_index(&c, &files, &mut problems, &mut checked)?;
+
+    // A packed shard's segment index, before the .bin whose rows it describes.
+    let mut seg_problems = Problems::new(cap);
+    let segments = match (c.packed(), sound) {
+        (true, true) => {
+            problems.merge(rows);
+            check_segment_index(source, manifest, s, info, quick, &mut seg_problems)?
+        }
+        _ => None,
+    };
+
+    let (out_of_range, probes) = check_bin(
+        &c,
+        &files,
+        sound,
+        segments.as_ref(),
+        &mut problems,
+        &mut checked,
+    )?;
+    problems.merge(out_of_range);
+    problems.merge(seg_problems);
+    let pieces = merge_probes(probes, segments.as_ref(), &mut problems);
+    Ok((problems, checked, pieces))
+}
+
+/// What every phase of [`check_shard`] needs to know about the shard.
+struct ShardCheck<'a> {
+    manifest: &'a Manifest,
+    /// The shard's position in the manifest.
+    s: usize,
+    info: &'a ShardInfo,
+    quick: bool,
+    cap: usize,
+}
+
+impl ShardCheck<'_> {
+    /// A problem with `file` of this shard.
+    fn at(&self, kind: ProblemKind, file: &str, message: String) -> Problem {
+        problem(kind, Some(file), Some(self.s), message)
+    }
+
+    /// Whether the dataset is packed (rows of `seq_len`, a segment index per shard).
+    fn packed(&self) -> bool {
+        self.manifest.kind == "packed"
+    }
+}
+
+/// A shard's two files, opened.
+struct ShardFiles {
+    bin: File,
+    idx: File,
+}
+
+/// What the index's checks tell the phases after them.
+struct IndexFindings {
+    /// The offsets are sound and inside the `.bin`.
+    sound: bool,
+    /// Row lengths of a packed shard, reported only when the offsets are sound.
+    rows: Problems,
+}
+
+/// The manifest's `bin_bytes` of the shard against its token count.
+fn check_listed_bin_bytes(c: &ShardCheck, problems: &mut Problems) {
+    let (s, info, dtype) = (c.s, c.info, c.manifest.dtype);
     let expected_bin = info.n_tokens.checked_mul(dtype.size() as u64);
     if expected_bin != Some(info.bin_bytes) {
-        problems.push(at(
+        problems.push(c.at(
             ProblemKind::ManifestCounts,
             MANIFEST_FILE,
             format!(
@@ -712,216 +785,303 @@ fn check_shard(
             ),
         ));
     }
-    let bin = open(source, &info.bin, Some(s), &mut problems)?;
-    let idx = open(source, &info.idx, Some(s), &mut problems)?;
+}
+
+/// The shard's `.bin` and `.idx`, opened and their sizes checked against
+/// the manifest's; `None` when either is missing.
+fn open_shard_files(
+    source: &Files,
+    c: &ShardCheck,
+    problems: &mut Problems,
+) -> Result<Option<ShardFiles>, ReadError> {
+    let info = c.info;
+    let bin = open(source, &info.bin, Some(c.s), problems)?;
+    let idx = open(source, &info.idx, Some(c.s), problems)?;
     let (Some(bin), Some(idx)) = (bin, idx) else {
-        return Ok((problems, checked, pieces));
+        return Ok(None);
     };
     for (name, file, listed) in [
         (&info.bin, &bin, info.bin_bytes),
         (&info.idx, &idx, info.idx_bytes),
     ] {
         if file.len() != listed {
-            problems.push(at(
+            problems.push(c.at(
                 ProblemKind::FileSize,
                 name,
                 format!("{} bytes, the manifest says {listed}", file.len()),
             ));
         }
     }
+    Ok(Some(ShardFiles { bin, idx }))
+}
 
-    // The index: header, agreement with the manifest and the .bin, offsets.
+/// The index: header, agreement with the manifest and the .bin, offsets.
+fn check_index(
+    c: &ShardCheck,
+    files: &ShardFiles,
+    problems: &mut Problems,
+    checked: &mut Checked,
+) -> Result<IndexFindings, ReadError> {
+    let (bin, idx, info) = (&files.bin, &files.idx, c.info);
     checked.bytes += idx.len();
-    if !quick {
-        verify_checksum(&idx, &info.idx, &info.idx_xxh3, Some(s), &mut problems)?;
+    if !c.quick {
+        verify_checksum(idx, &info.idx, &info.idx_xxh3, Some(c.s), problems)?;
     }
-    let head = idx.read(0..IDX_HEADER_LEN as u64)?;
-    let header = match IdxHeader::parse_head(Path::new(&info.idx), &head, idx.len()) {
-        Ok(h) => Some(h),
-        Err(e) => {
-            problems.push(at(
-                ProblemKind::IdxHeader,
-                &info.idx,
-                strip_path(&e.to_string(), &info.idx),
-            ));
-            None
-        }
-    };
+    let header = read_idx_header(c, idx, problems)?;
     checked.bytes += bin.len();
-    // Row lengths of a packed shard, reported only when the offsets are sound.
-    let mut rows = Problems::new(cap);
-    let mut sound = false;
-    if let Some(h) = header {
-        if h.dtype != dtype {
-            problems.push(at(
-                ProblemKind::DtypeMismatch,
-                &info.idx,
-                format!("header says {} but the manifest says {dtype}", h.dtype),
+    let mut findings = IndexFindings {
+        sound: false,
+        rows: Problems::new(c.cap),
+    };
+    let Some(h) = header else {
+        return Ok(findings);
+    };
+    check_idx_header(c, &h, bin, problems);
+    let offsets_sound = check_offsets(c, &h, idx, &mut findings.rows, problems)?;
+    // Per-record checks need offsets that are sound and inside the .bin.
+    let dtype = c.manifest.dtype;
+    let bin_tokens = bin.len() / dtype.size() as u64;
+    findings.sound = offsets_sound && h.dtype == dtype && h.n_tokens <= bin_tokens;
+    if findings.sound {
+        checked.records += h.n_records;
+    }
+    Ok(findings)
+}
+
+/// The index's header, parsed; an unreadable one is a problem and `None`.
+fn read_idx_header(
+    c: &ShardCheck,
+    idx: &File,
+    problems: &mut Problems,
+) -> Result<Option<IdxHeader>, ReadError> {
+    let name = &c.info.idx;
+    let head = idx.read(0..IDX_HEADER_LEN as u64)?;
+    match IdxHeader::parse_head(Path::new(name), &head, idx.len()) {
+        Ok(h) => Ok(Some(h)),
+        Err(e) => {
+            problems.push(c.at(
+                ProblemKind::IdxHeader,
+                name,
+                strip_path(&e.to_string(), name),
             ));
-        }
-        if h.n_records != info.n_records || h.n_tokens != info.n_tokens {
-            problems.push(at(
-                ProblemKind::CountMismatch,
-                &info.idx,
-                format!(
-                    "header has {} records and {} tokens, the manifest lists {} and {}",
-                    h.n_records, h.n_tokens, info.n_records, info.n_tokens
-                ),
-            ));
-        }
-        let needed = h.n_tokens.checked_mul(h.dtype.size() as u64);
-        if needed != Some(bin.len()) {
-            problems.push(at(
-                ProblemKind::BinSize,
-                &info.bin,
-                format!(
-                    "{} bytes, but the index's {} tokens of {} take {}",
-                    bin.len(),
-                    h.n_tokens,
-                    h.dtype,
-                    needed.map_or("more than a u64".into(), |b| b.to_string())
-                ),
-            ));
-        }
-        let seq_len = manifest
-            .seq_len
-            .filter(|&l| l > 0 && l <= u64::from(u32::MAX));
-        let mut rules = OffsetRules::new(h.n_tokens);
-        let mut offsets = Entries::<8>::new(&idx, IDX_HEADER_LEN as u64..idx.len());
-        let mut violations = Vec::new();
-        let (mut r, mut previous) = (0u64, None);
-        while let Some(offset) = offsets.next_u64()? {
-            violations.extend(rules.push(offset));
-            if let (true, Some(l), Some(lo)) = (packed, seq_len, previous) {
-                if offset >= lo && offset - lo != l {
-                    let mut p = at(
-                        ProblemKind::RowLength,
-                        &info.bin,
-                        format!("row of {} tokens, seq_len is {l}", offset - lo),
-                    );
-                    p.record = Some(r);
-                    rows.push(p);
-                }
-            }
-            if previous.is_some() {
-                r += 1;
-            }
-            previous = Some(offset);
-        }
-        violations.extend(rules.finish());
-        let any = !violations.is_empty();
-        for v in violations {
-            let mut p = at(
-                ProblemKind::Offsets,
-                &info.idx,
-                format!("offsets[{}] = {}: {}", v.position, v.found, v.expected),
-            );
-            p.record = Some(v.position);
-            problems.push(p);
-        }
-        // Per-record checks need offsets that are sound and inside the .bin.
-        let bin_tokens = bin.len() / dtype.size() as u64;
-        sound = !any && h.dtype == dtype && h.n_tokens <= bin_tokens;
-        if sound {
-            checked.records += h.n_records;
+            Ok(None)
         }
     }
+}
 
-    // A packed shard's segment index, before the .bin whose rows it describes.
-    let mut seg_problems = Problems::new(cap);
-    let segments = match (packed, sound) {
-        (true, true) => {
-            problems.merge(std::mem::replace(&mut rows, Problems::new(cap)));
-            check_segment_index(source, manifest, s, info, quick, &mut seg_problems)?
+/// The index header's dtype and counts against the manifest's, and the
+/// `.bin`'s size against its token count.
+fn check_idx_header(c: &ShardCheck, h: &IdxHeader, bin: &File, problems: &mut Problems) {
+    let (info, dtype) = (c.info, c.manifest.dtype);
+    if h.dtype != dtype {
+        problems.push(c.at(
+            ProblemKind::DtypeMismatch,
+            &info.idx,
+            format!("header says {} but the manifest says {dtype}", h.dtype),
+        ));
+    }
+    if h.n_records != info.n_records || h.n_tokens != info.n_tokens {
+        problems.push(c.at(
+            ProblemKind::CountMismatch,
+            &info.idx,
+            format!(
+                "header has {} records and {} tokens, the manifest lists {} and {}",
+                h.n_records, h.n_tokens, info.n_records, info.n_tokens
+            ),
+        ));
+    }
+    let needed = h.n_tokens.checked_mul(h.dtype.size() as u64);
+    if needed != Some(bin.len()) {
+        problems.push(c.at(
+            ProblemKind::BinSize,
+            &info.bin,
+            format!(
+                "{} bytes, but the index's {} tokens of {} take {}",
+                bin.len(),
+                h.n_tokens,
+                h.dtype,
+                needed.map_or("more than a u64".into(), |b| b.to_string())
+            ),
+        ));
+    }
+}
+
+/// The offsets against their rules (into `problems`) and, in a packed
+/// shard, each row's length against `seq_len` (into `rows`). Returns
+/// whether the offsets broke no rule.
+fn check_offsets(
+    c: &ShardCheck,
+    h: &IdxHeader,
+    idx: &File,
+    rows: &mut Problems,
+    problems: &mut Problems,
+) -> Result<bool, ReadError> {
+    let info = c.info;
+    let packed = c.packed();
+    let seq_len = c
+        .manifest
+        .seq_len
+        .filter(|&l| l > 0 && l <= u64::from(u32::MAX));
+    let mut rules = OffsetRules::new(h.n_tokens);
+    let mut offsets = Entries::<8>::new(idx, IDX_HEADER_LEN as u64..idx.len());
+    let mut violations = Vec::new();
+    let (mut r, mut previous) = (0u64, None);
+    while let Some(offset) = offsets.next_u64()? {
+        violations.extend(rules.push(offset));
+        if let (true, Some(l), Some(lo)) = (packed, seq_len, previous) {
+            if offset >= lo && offset - lo != l {
+                let mut p = c.at(
+                    ProblemKind::RowLength,
+                    &info.bin,
+                    format!("row of {} tokens, seq_len is {l}", offset - lo),
+                );
+                p.record = Some(r);
+                rows.push(p);
+            }
         }
-        _ => None,
-    };
+        if previous.is_some() {
+            r += 1;
+        }
+        previous = Some(offset);
+    }
+    violations.extend(rules.finish());
+    let sound = violations.is_empty();
+    for v in violations {
+        let mut p = c.at(
+            ProblemKind::Offsets,
+            &info.idx,
+            format!("offsets[{}] = {}: {}", v.position, v.found, v.expected),
+        );
+        p.record = Some(v.position);
+        problems.push(p);
+    }
+    Ok(sound)
+}
 
-    // The .bin: checksum, token ids and the records' checks in one pass.
-    let mut hasher = (!quick).then(xxhash_rust::xxh3::Xxh3::new);
-    let mut out_of_range = Problems::new(cap);
+/// The .bin: checksum, token ids and the records' checks in one pass.
+/// Returns the ids out of range and the probes, whose problems the caller
+/// adds after those of the segment index.
+fn check_bin<'a>(
+    c: &ShardCheck,
+    files: &'a ShardFiles,
+    sound: bool,
+    segments: Option<&'a (File, SegHeader)>,
+    problems: &mut Problems,
+    checked: &mut Checked,
+) -> Result<(Problems, Probes<'a>), ReadError> {
+    let info = c.info;
+    let mut hasher = (!c.quick).then(xxhash_rust::xxh3::Xxh3::new);
+    let mut out_of_range = Problems::new(c.cap);
     let mut records = match sound {
-        true => Some(RecordWalk::new(&idx)),
+        true => Some(RecordWalk::new(&files.idx)),
         false => None,
     };
-    let mut probes = match (sound, &segments) {
-        (false, _) => Probes::None,
-        (true, Some((seg, header))) => {
-            Probes::Rows(Box::new(RowProbes::new(manifest, &idx, seg, header, cap)))
-        }
-        (true, None) if packed => Probes::None,
-        (true, None) => Probes::Records(Box::new(RecordProbes::new(
-            manifest,
-            &idx,
-            s,
-            &mut problems,
-        ))),
-    };
-    let mut blocks = TokenBlocks::new(&bin, dtype);
+    let mut probes = probes_for(c, &files.idx, sound, segments, problems);
+    let mut blocks = TokenBlocks::new(&files.bin, c.manifest.dtype);
     while let Some(block) = blocks.next_block()? {
         if let Some(h) = hasher.as_mut() {
             h.update(block.raw);
         }
         checked.tokens += block.tokens.len() as u64;
-        let mut failed = None;
-        scan_tokens(
+        check_ids(
+            c,
             block.tokens,
             block.start,
-            manifest.vocab_size,
-            |token, id| {
-                let mut p = at(
-                    ProblemKind::TokenOutOfRange,
-                    &info.bin,
-                    format!(
-                        "token id {id} is not below vocab_size {}",
-                        manifest.vocab_size
-                    ),
-                );
-                p.token = Some(token);
-                if let Some(walk) = records.as_mut() {
-                    match walk.record_of(token) {
-                        Ok(r) => p.record = Some(r),
-                        Err(e) => {
-                            failed.get_or_insert(e);
-                        }
-                    }
-                }
-                out_of_range.push(p);
-            },
-        );
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        probes.check(block.start, block.tokens, s, info)?;
+            &mut records,
+            &mut out_of_range,
+        )?;
+        probes.check(block.start, block.tokens, c.s, info)?;
     }
     if let Some(h) = hasher {
-        verify_digest(
-            h.digest(),
-            &info.bin,
-            &info.bin_xxh3,
-            Some(s),
-            &mut problems,
-        );
+        verify_digest(h.digest(), &info.bin, &info.bin_xxh3, Some(c.s), problems);
     }
-    problems.merge(out_of_range);
-    problems.merge(seg_problems);
+    Ok((out_of_range, probes))
+}
+
+/// The probes the pass over the `.bin` makes: a packed shard's rows when
+/// its segment index is sound, the records of a shard of documents, none
+/// when the offsets are not sound.
+fn probes_for<'a>(
+    c: &ShardCheck,
+    idx: &'a File,
+    sound: bool,
+    segments: Option<&'a (File, SegHeader)>,
+    problems: &mut Problems,
+) -> Probes<'a> {
+    match (sound, segments) {
+        (false, _) => Probes::None,
+        (true, Some((seg, header))) => Probes::Rows(Box::new(RowProbes::new(
+            c.manifest, idx, seg, header, c.cap,
+        ))),
+        (true, None) if c.packed() => Probes::None,
+        (true, None) => {
+            Probes::Records(Box::new(RecordProbes::new(c.manifest, idx, c.s, problems)))
+        }
+    }
+}
+
+/// One block's token ids not below `vocab_size`, each a problem, with its
+/// record when the offsets are sound (`records`).
+fn check_ids(
+    c: &ShardCheck,
+    tokens: Tokens<'_>,
+    start: u64,
+    records: &mut Option<RecordWalk<'_>>,
+    out_of_range: &mut Problems,
+) -> Result<(), ReadError> {
+    let vocab_size = c.manifest.vocab_size;
+    let mut failed = None;
+    scan_tokens(tokens, start, vocab_size, |token, id| {
+        let mut p = c.at(
+            ProblemKind::TokenOutOfRange,
+            &c.info.bin,
+            format!("token id {id} is not below vocab_size {vocab_size}"),
+        );
+        p.token = Some(token);
+        if let Some(walk) = records.as_mut() {
+            match walk.record_of(token) {
+                Ok(r) => p.record = Some(r),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        out_of_range.push(p);
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The probes' problems, added to the shard's; a packed shard's pieces
+/// and padding, counted when its rows were checked.
+fn merge_probes(
+    probes: Probes<'_>,
+    segments: Option<&(File, SegHeader)>,
+    problems: &mut Problems,
+) -> Pieces {
+    let unchecked = Pieces {
+        complete: false,
+        ..Pieces::default()
+    };
     match probes {
-        Probes::None => {}
+        Probes::None => unchecked,
         Probes::Records(p) => {
             problems.merge(p.eos);
             problems.merge(p.bos);
+            unchecked
         }
         Probes::Rows(p) => {
             problems.merge(p.padding_problems);
             problems.merge(p.eos_problems);
-            pieces = Pieces {
+            Pieces {
                 complete: true,
-                segments: segments.as_ref().map_or(0, |(_, h)| h.n_segments),
+                segments: segments.map_or(0, |(_, h)| h.n_segments),
                 padding: p.padding,
-            };
+            }
         }
     }
-    Ok((problems, checked, pieces))
 }
 
 /// The checks of a packed shard's segment index, the rows' own checks
