@@ -216,8 +216,29 @@ pub fn inspect(
 ) -> Result<Inspection, InspectError> {
     let ds = LazyDataset::open(Files::new(dir).map_err(ReadError::from)?)?;
     let m = ds.manifest().clone();
-    let shards = m
-        .shards
+    let shards = shard_rows(&m);
+    let scan = LengthScan::of(&ds)?;
+    let lengths = scan.lengths(&m);
+    let overflow = scan.overflow(&m);
+    let n = m.n_records;
+    let record = match record {
+        None => None,
+        Some(index) if index >= n => return Err(InspectError::NoRecord { index, len: n }),
+        Some(index) => Some(record_view(&ds, &m, index, tokenizer)?),
+    };
+    Ok(Inspection {
+        dataset: dir.display().to_string(),
+        manifest: m,
+        shards,
+        lengths,
+        overflow,
+        record,
+    })
+}
+
+/// The table of shards: one row per shard of the manifest.
+fn shard_rows(m: &Manifest) -> Vec<ShardRow> {
+    m.shards
         .iter()
         .map(|s| ShardRow {
             bin: s.bin.clone(),
@@ -225,29 +246,64 @@ pub fn inspect(
             n_tokens: s.n_tokens,
             bytes: s.bin_bytes + s.idx_bytes,
         })
-        .collect();
+        .collect()
+}
 
-    let mut hist = LogLinear::new();
-    let (mut min, mut max) = (u64::MAX, 0u64);
-    let mut over = [(0u64, 0u64); CONTEXT_LENGTHS.len()];
-    ds.for_each_length(|len| {
-        hist.add(len);
-        min = min.min(len);
-        max = max.max(len);
-        for (k, &c) in CONTEXT_LENGTHS.iter().enumerate() {
-            if len > c {
-                over[k].0 += 1;
-                over[k].1 += len;
+/// What one pass over the record lengths gathers.
+struct LengthScan {
+    hist: LogLinear,
+    min: u64,
+    max: u64,
+    /// Per context length: records longer than it, and their tokens.
+    over: [(u64, u64); CONTEXT_LENGTHS.len()],
+}
+
+impl LengthScan {
+    /// Every record length of `ds`, read from its indexes.
+    fn of(ds: &LazyDataset) -> Result<LengthScan, ReadError> {
+        let mut scan = LengthScan {
+            hist: LogLinear::new(),
+            min: u64::MAX,
+            max: 0,
+            over: [(0, 0); CONTEXT_LENGTHS.len()],
+        };
+        ds.for_each_length(|len| {
+            scan.hist.add(len);
+            scan.min = scan.min.min(len);
+            scan.max = scan.max.max(len);
+            for (k, &c) in CONTEXT_LENGTHS.iter().enumerate() {
+                if len > c {
+                    scan.over[k].0 += 1;
+                    scan.over[k].1 += len;
+                }
             }
-        }
-    })?;
-    let n = m.n_records;
-    let lengths = (n > 0).then(|| {
+        })?;
+        Ok(scan)
+    }
+
+    /// Min, max, mean, percentiles and the histogram (none for an empty dataset).
+    fn lengths(&self, m: &Manifest) -> Option<Lengths> {
+        let n = m.n_records;
+        (n > 0).then(|| Lengths {
+            min: self.min,
+            max: self.max,
+            mean: m.n_tokens as f64 / n as f64,
+            percentiles: PERCENTILES
+                .iter()
+                .map(|&p| (p, self.hist.quantile(p, n, self.max)))
+                .collect(),
+            histogram: self.power_of_two_buckets(),
+        })
+    }
+
+    /// The histogram's power-of-two buckets, from 0 up to the longest record.
+    fn power_of_two_buckets(&self) -> Vec<Bucket> {
         let mut histogram = Vec::new();
         let mut lo = 0u64;
-        while lo <= max {
+        while lo <= self.max {
             let hi = if lo == 0 { 0 } else { lo * 2 - 1 };
-            let records = hist
+            let records = self
+                .hist
                 .counts
                 .iter()
                 .enumerate()
@@ -264,21 +320,17 @@ pub fn inspect(
             });
             lo = if lo == 0 { 1 } else { lo * 2 };
         }
-        Lengths {
-            min,
-            max,
-            mean: m.n_tokens as f64 / n as f64,
-            percentiles: PERCENTILES
-                .iter()
-                .map(|&p| (p, hist.quantile(p, n, max)))
-                .collect(),
-            histogram,
+        histogram
+    }
+
+    /// Overflow of each context length, for a documents dataset (none for others).
+    fn overflow(&self, m: &Manifest) -> Vec<Overflow> {
+        if m.kind != "documents" {
+            return Vec::new();
         }
-    });
-    let overflow = if m.kind == "documents" {
         CONTEXT_LENGTHS
             .iter()
-            .zip(over)
+            .zip(self.over)
             .map(|(&context, (records, tokens))| Overflow {
                 context,
                 records,
@@ -289,51 +341,51 @@ pub fn inspect(
                 },
             })
             .collect()
-    } else {
-        Vec::new()
-    };
+    }
+}
 
-    let record = match record {
+/// Record `index` (which exists): its ids, its text when a tokenizer
+/// loads, and a packed row's pieces.
+fn record_view(
+    ds: &LazyDataset,
+    m: &Manifest,
+    index: u64,
+    tokenizer: Option<&Path>,
+) -> Result<RecordView, InspectError> {
+    let ids = ds.record(index)?;
+    let text = match tokenizer_json(ds, tokenizer)? {
+        Some((path, json)) => Some(decode(&path, &json, &ids)?),
         None => None,
-        Some(index) if index >= n => return Err(InspectError::NoRecord { index, len: n }),
-        Some(index) => {
-            let ids = ds.record(index)?;
-            let json = match tokenizer {
-                Some(path) => {
-                    let json = crate::engine::read_tokenizer_bytes(path).map_err(|e| {
-                        InspectError::Tokenizer {
-                            path: path.into(),
-                            message: e.to_string(),
-                        }
-                    })?;
-                    Some((path.to_path_buf(), json))
-                }
-                None => ds.tokenizer_copy()?,
-            };
-            let text = match json {
-                Some((path, json)) => Some(decode(&path, &json, &ids)?),
-                None => None,
-            };
-            let segments = match m.kind.as_str() {
-                "packed" => Some(ds.segments(index)?),
-                _ => None,
-            };
-            Some(RecordView {
-                index,
-                ids,
-                text,
-                segments,
-            })
-        }
     };
-    Ok(Inspection {
-        dataset: dir.display().to_string(),
-        manifest: m,
-        shards,
-        lengths,
-        overflow,
-        record,
+    let segments = match m.kind.as_str() {
+        "packed" => Some(ds.segments(index)?),
+        _ => None,
+    };
+    Ok(RecordView {
+        index,
+        ids,
+        text,
+        segments,
     })
+}
+
+/// The tokenizer.json to decode with, and where it came from: `tokenizer`
+/// when given, else the dataset's own copy, if it has one.
+fn tokenizer_json(
+    ds: &LazyDataset,
+    tokenizer: Option<&Path>,
+) -> Result<Option<(PathBuf, Vec<u8>)>, InspectError> {
+    match tokenizer {
+        Some(path) => {
+            let json =
+                crate::engine::read_tokenizer_bytes(path).map_err(|e| InspectError::Tokenizer {
+                    path: path.into(),
+                    message: e.to_string(),
+                })?;
+            Ok(Some((path.to_path_buf(), json)))
+        }
+        None => Ok(ds.tokenizer_copy()?),
+    }
 }
 
 /// `json` (a tokenizer.json, from `path`) decoding `ids`.
