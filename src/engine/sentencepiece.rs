@@ -172,6 +172,9 @@ fn flag(value: &Value, key: &str) -> Result<bool, Unsupported> {
 impl Model {
     /// Reads the `model` object of a `tokenizer.json`, with its
     /// vocabulary (for the added tokens' ids), or says why it is refused.
+    ///
+    /// One piece (about 120 lines): the check of each field of the model
+    /// object in turn, each refusal beside the field it is about.
     pub(crate) fn from_json(model: &str) -> Result<(Model, Vocab), Unsupported> {
         let unsupported = |what: String| Err(Unsupported(format!("model: {what}")));
         let m: Json =

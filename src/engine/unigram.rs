@@ -129,6 +129,10 @@ static POW10: LazyLock<Vec<f64>> = LazyLock::new(|| {
 /// divided once by a power of ten. Not always the nearest double; that is
 /// the point. `None` for text that is not a JSON number, or one serde_json
 /// refuses (out of range).
+///
+/// One piece (about 140 lines) on purpose: it follows serde_json's number
+/// parser step by step (sign, integer digits, fraction, exponent, the one
+/// scaling), so that each step reads against that reference.
 pub(crate) fn python_score(text: &str) -> Option<f64> {
     let b = text.trim().as_bytes();
     let (positive, b) = match b.split_first()? {
