@@ -47,7 +47,7 @@ use serde_json::json;
 
 use crate::fetch::{FetchError, Local};
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
     Provenance, IDX_HEADER_LEN,
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
@@ -292,6 +292,49 @@ pub(crate) fn run_in(
     shuffle_into(config, inputs, output, progress)
 }
 
+/// What a shuffle decides before it writes: the options and fingerprint the
+/// manifest records, the seed, and the sizes that choose between sorting in
+/// memory and bucket files.
+struct Plan {
+    options: serde_json::Value,
+    fingerprint: String,
+    seed: u64,
+    /// Documents of all inputs together.
+    n_docs: u64,
+    /// Bytes of their tokens.
+    token_bytes: u64,
+    /// Memory for documents and bookkeeping.
+    budget: u64,
+    /// Memory the documents and their bookkeeping take, all in memory.
+    need: u64,
+}
+
+/// Sizes the inputs and makes the run's options and fingerprint.
+fn plan(config: &ShuffleConfig, datasets: &[Dataset], dtype: Dtype, inputs: &[InputInfo]) -> Plan {
+    let options = json!({ "seed": config.seed, "shard_size": config.writing.shard_size });
+    let fingerprint = crate::run::job_fingerprint("shuffle", &options, inputs);
+    let fingerprint = config
+        .record_as
+        .as_ref()
+        .map_or(fingerprint, |p| p.fingerprint.clone());
+    let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
+    let token_bytes: u64 = datasets
+        .iter()
+        .map(|d| d.n_tokens() * dtype.size() as u64)
+        .sum();
+    Plan {
+        options,
+        fingerprint,
+        seed: config.seed,
+        n_docs,
+        token_bytes,
+        budget: config.memory.max(64 << 10),
+        need: token_bytes + n_docs * ENTRY_BYTES,
+    }
+}
+
+/// [`run`] into an open output: plans, starts or resumes, sorts in memory or
+/// through bucket files, and commits the manifest.
 fn shuffle_into(
     config: &ShuffleConfig,
     inputs: Inputs,
@@ -305,150 +348,66 @@ fn shuffle_into(
         info: inputs,
         _local,
     } = inputs;
-    let options = json!({ "seed": config.seed, "shard_size": config.writing.shard_size });
-    let fingerprint = crate::run::job_fingerprint("shuffle", &options, &inputs);
-    let fingerprint = config
-        .record_as
-        .as_ref()
-        .map_or(fingerprint, |p| p.fingerprint.clone());
+    let plan = plan(config, &datasets, base.dtype, &inputs);
     let dir = &output.dir().to_path_buf();
-    let dtype = base.dtype;
-    let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
-    let token_bytes: u64 = datasets
-        .iter()
-        .map(|d| d.n_tokens() * dtype.size() as u64)
-        .sum();
-
     let tmp = dir.join(TMP_DIR);
-    let journal =
-        match output.start::<JournalState, Checkpoint>(&fingerprint, config.writing.overwrite)? {
-            Start::Complete(manifest) => {
-                progress.note("the shuffled dataset is already complete; nothing to do");
-                return Ok(ShuffleReport {
-                    manifest: *manifest,
-                    buckets: 0,
-                    bytes: 0,
-                    elapsed: started.elapsed(),
-                });
-            }
-            Start::Resume(mut journal) => {
-                // The bucket files not yet used must be as the first pass wrote
-                // them (they are not synced to disk); if the machine lost any,
-                // start over.
-                let buckets_intact = journal.state.buckets.iter().all(|b| {
-                    let path = tmp.join(&b.name);
-                    !path.exists()
-                        || crate::format::hash_file(&path)
-                            .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
-                });
-                if journal.state.scattered && (!tmp.is_dir() || !buckets_intact) {
-                    journal = output.restart(&fingerprint)?;
-                }
-                if journal.state.scattered {
-                    output.progressed();
-                }
-                if !journal.shards.is_empty() {
-                    progress.note(&format!(
-                        "resuming: kept {} complete shards of an interrupted run",
-                        journal.shards.len()
-                    ));
-                }
-                journal
-            }
-            Start::Fresh(journal) => journal,
-        };
-    let budget = config.memory.max(64 << 10);
-    let need = token_bytes + n_docs * ENTRY_BYTES;
+    let journal = match output
+        .start::<JournalState, Checkpoint>(&plan.fingerprint, config.writing.overwrite)?
+    {
+        Start::Complete(manifest) => {
+            progress.note("the shuffled dataset is already complete; nothing to do");
+            return Ok(ShuffleReport {
+                manifest: *manifest,
+                buckets: 0,
+                bytes: 0,
+                elapsed: started.elapsed(),
+            });
+        }
+        Start::Resume(journal) => resume(&mut output, journal, &plan.fingerprint, &tmp, progress)?,
+        Start::Fresh(journal) => journal,
+    };
     let pool = crate::run::thread_pool(config.threads, "shuffle")
         .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
-    let tmp = dir.join(TMP_DIR);
     let resume_at = journal
         .shards
         .last()
         .map(|s| (s.at.bucket.clone(), s.at.emitted));
     let mut gather = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(dir, dtype, config.writing.shard_size, journal.shard_infos()),
+        writer: DatasetWriter::new(
+            dir,
+            base.dtype,
+            config.writing.shard_size,
+            journal.shard_infos(),
+        ),
         journal,
         output: &mut output,
         tmp: tmp.clone(),
-        budget,
+        budget: plan.budget,
         moved: Moved {
             bytes: 0,
-            total: token_bytes * 2,
+            total: plan.token_bytes * 2,
             docs: 0,
         },
         progress,
     };
 
     let buckets;
-    if need <= budget / 2 && !gather.journal.state.scattered {
-        // In memory: one sorted run, named "" in the journal.
+    if plan.need <= plan.budget / 2 && !gather.journal.state.scattered {
         buckets = 0;
-        let mut batch = Batch::with_capacity(token_bytes as usize, n_docs as usize);
-        for_each_document(&datasets, 0..n_docs, |g, tokens| {
-            batch.push(key(config.seed, g), g, tokens);
-            Ok(())
-        })?;
-        gather.moved.bytes += token_bytes;
         let skip = resume_at.map_or(0, |(_, k)| k as usize);
-        gather.emit("", &batch.data, batch.entries, skip)?;
+        gather.in_memory(&datasets, &plan, skip)?;
     } else {
         if !gather.journal.state.scattered {
-            let b = need
-                .div_ceil(budget / 2)
-                .next_power_of_two()
-                .clamp(2, MAX_BUCKETS);
-            if tmp.exists() {
-                std::fs::remove_dir_all(&tmp).map_err(|e| {
-                    ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e))
-                })?;
-            }
-            std::fs::create_dir_all(&tmp).map_err(|e| {
-                ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e))
-            })?;
-            let mut files = open_buckets(&tmp, 0, 0, b.trailing_zeros(), bucket_buffer(budget, b))?;
-            let bits = b.trailing_zeros();
-            for_each_document(&datasets, 0..n_docs, |g, tokens| {
-                let k = key(config.seed, g);
-                put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
-                gather.moved.bytes += tokens.len() as u64;
-                if g % 4096 == 0 {
-                    gather.moved.report(progress);
-                }
-                Ok(())
-            })?;
-            gather.journal.state.buckets = close(files, false)?;
+            gather.journal.state.buckets =
+                write_buckets(&datasets, &plan, &tmp, &mut gather.moved, progress)?;
             gather.journal.state.scattered = true;
             gather.output.save(&gather.journal)?;
             gather.output.progressed();
         }
-        let mut names = bucket_names(&tmp)?;
-        // A run stopped while splitting a bucket leaves the whole and some of
-        // its parts. The whole is deleted only once its parts are complete,
-        // so while it exists none of them has been used: drop them.
-        let ranges: Vec<(u64, u32)> = names.iter().filter_map(|n| parse_bucket_name(n)).collect();
-        let leftover = |n: &String| {
-            let child = parse_bucket_name(n).expect("listed names parse");
-            ranges.iter().any(|&parent| contains(parent, child))
-        };
-        for name in names.iter().filter(|n| leftover(n)) {
-            let path = tmp.join(name);
-            std::fs::remove_file(&path)
-                .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path, e)))?;
-        }
-        names.retain(|n| !leftover(n));
+        let names = buckets_to_sort(&tmp)?;
         buckets = names.len() as u64;
-        if let Some((bucket, _)) = &resume_at {
-            names.retain(|n| n >= bucket);
-        }
-        for name in names {
-            let skip = match &resume_at {
-                Some((bucket, k)) if *bucket == name => *k as usize,
-                _ => 0,
-            };
-            gather.bucket(&name, skip, skip > 0)?;
-        }
+        gather.buckets(names, resume_at)?;
     }
     let shards = gather.writer.finish()?;
     if tmp.exists() {
@@ -457,7 +416,117 @@ fn shuffle_into(
     }
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
-    let provenance = match &config.record_as {
+    let provenance = provenance(config, inputs, plan.options, plan.n_docs, plan.fingerprint);
+    let manifest = base.derived(shards, provenance);
+    output.commit(&manifest)?;
+    progress.finish();
+    Ok(ShuffleReport {
+        manifest,
+        buckets,
+        bytes: plan.token_bytes,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Takes over an interrupted run's journal, or starts over when the bucket
+/// files it records were lost.
+fn resume(
+    output: &mut Output,
+    mut journal: Journal,
+    fingerprint: &str,
+    tmp: &Path,
+    progress: &dyn Progress,
+) -> Result<Journal, ShuffleError> {
+    // The bucket files not yet used must be as the first pass wrote
+    // them (they are not synced to disk); if the machine lost any,
+    // start over.
+    let buckets_intact = journal.state.buckets.iter().all(|b| {
+        let path = tmp.join(&b.name);
+        !path.exists()
+            || crate::format::hash_file(&path)
+                .is_ok_and(|(h, len)| len == b.bytes && checksum_hex(h) == b.xxh3)
+    });
+    if journal.state.scattered && (!tmp.is_dir() || !buckets_intact) {
+        journal = output.restart(fingerprint)?;
+    }
+    if journal.state.scattered {
+        output.progressed();
+    }
+    if !journal.shards.is_empty() {
+        progress.note(&format!(
+            "resuming: kept {} complete shards of an interrupted run",
+            journal.shards.len()
+        ));
+    }
+    Ok(journal)
+}
+
+/// The first pass: every document, with its key, appended to the bucket file
+/// of `tmp` that the top bits of its key choose. Returns what the journal
+/// records of the files.
+fn write_buckets(
+    datasets: &[Dataset],
+    plan: &Plan,
+    tmp: &Path,
+    moved: &mut Moved,
+    progress: &dyn Progress,
+) -> Result<Vec<BucketRecord>, ShuffleError> {
+    let b = plan
+        .need
+        .div_ceil(plan.budget / 2)
+        .next_power_of_two()
+        .clamp(2, MAX_BUCKETS);
+    if tmp.exists() {
+        std::fs::remove_dir_all(tmp)
+            .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(tmp, e)))?;
+    }
+    std::fs::create_dir_all(tmp)
+        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(tmp, e)))?;
+    let mut files = open_buckets(tmp, 0, 0, b.trailing_zeros(), bucket_buffer(plan.budget, b))?;
+    let bits = b.trailing_zeros();
+    for_each_document(datasets, 0..plan.n_docs, |g, tokens| {
+        let k = key(plan.seed, g);
+        put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
+        moved.bytes += tokens.len() as u64;
+        if g % 4096 == 0 {
+            moved.report(progress);
+        }
+        Ok(())
+    })?;
+    close(files, false)
+}
+
+/// The bucket files of `tmp` left to sort, in key order, once the parts of
+/// a bucket whose split was interrupted are deleted.
+fn buckets_to_sort(tmp: &Path) -> Result<Vec<String>, ShuffleError> {
+    let mut names = bucket_names(tmp)?;
+    // A run stopped while splitting a bucket leaves the whole and some of
+    // its parts. The whole is deleted only once its parts are complete,
+    // so while it exists none of them has been used: drop them.
+    let ranges: Vec<(u64, u32)> = names.iter().filter_map(|n| parse_bucket_name(n)).collect();
+    let leftover = |n: &String| {
+        let child = parse_bucket_name(n).expect("listed names parse");
+        ranges.iter().any(|&parent| contains(parent, child))
+    };
+    for name in names.iter().filter(|n| leftover(n)) {
+        let path = tmp.join(name);
+        std::fs::remove_file(&path)
+            .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path, e)))?;
+    }
+    names.retain(|n| !leftover(n));
+    Ok(names)
+}
+
+/// The provenance of the shuffled dataset: shuffle's own, or the one
+/// `record_as` gives, made now.
+fn provenance(
+    config: &ShuffleConfig,
+    inputs: Vec<InputInfo>,
+    options: serde_json::Value,
+    n_docs: u64,
+    fingerprint: String,
+) -> Provenance {
+    match &config.record_as {
         Some(p) => Provenance {
             created: crate::util::now_rfc3339(),
             ..p.clone()
@@ -469,16 +538,7 @@ fn shuffle_into(
             DocumentCounts::all_written(n_docs),
             fingerprint,
         ),
-    };
-    let manifest = base.derived(shards, provenance);
-    output.commit(&manifest)?;
-    progress.finish();
-    Ok(ShuffleReport {
-        manifest,
-        buckets,
-        bytes: token_bytes,
-        elapsed: started.elapsed(),
-    })
+    }
 }
 
 /// The input datasets, opened and checked to mix.
@@ -799,6 +859,43 @@ struct Gather<'a> {
 }
 
 impl Gather<'_> {
+    /// Sorts every document in memory and writes them from position `skip`
+    /// on: one sorted run, named "" in the journal.
+    fn in_memory(
+        &mut self,
+        datasets: &[Dataset],
+        plan: &Plan,
+        skip: usize,
+    ) -> Result<(), ShuffleError> {
+        let mut batch = Batch::with_capacity(plan.token_bytes as usize, plan.n_docs as usize);
+        for_each_document(datasets, 0..plan.n_docs, |g, tokens| {
+            batch.push(key(plan.seed, g), g, tokens);
+            Ok(())
+        })?;
+        self.moved.bytes += plan.token_bytes;
+        self.emit("", &batch.data, batch.entries, skip)
+    }
+
+    /// Sorts and writes the bucket files `names` in key order, from the
+    /// last completed shard's checkpoint on when resuming.
+    fn buckets(
+        &mut self,
+        mut names: Vec<String>,
+        resume_at: Option<(String, u64)>,
+    ) -> Result<(), ShuffleError> {
+        if let Some((bucket, _)) = &resume_at {
+            names.retain(|n| n >= bucket);
+        }
+        for name in names {
+            let skip = match &resume_at {
+                Some((bucket, k)) if *bucket == name => *k as usize,
+                _ => 0,
+            };
+            self.bucket(&name, skip, skip > 0)?;
+        }
+        Ok(())
+    }
+
     /// Sorts one bucket file in memory and writes it out, skipping its first
     /// `skip` documents (written before a resume); or, if it is larger than
     /// the budget and not being resumed, splits it on the next key bits.
