@@ -60,6 +60,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -69,12 +70,12 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::{
     for_each_document, for_each_length, key, open_inputs, read_records, Batch, Bucket, Checkpoint,
-    Gather, Inputs, JournalState, Moved, ShuffleError, BUCKET_HEADER, TMP_DIR,
+    Gather, Inputs, Journal, JournalState, Moved, ShuffleError, BUCKET_HEADER, TMP_DIR,
 };
 use crate::format::Files;
 use crate::format::{
-    checksum_hex, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition, Provenance,
-    SpecialTokens, TokenizerInfo,
+    checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition,
+    Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
 };
 use crate::output::{Output, Start};
 use crate::partition::Part;
@@ -242,6 +243,20 @@ pub struct Base {
     pub tokenizer: TokenizerInfo,
 }
 
+impl Base {
+    /// What a gathered dataset keeps of the inputs' manifest.
+    fn of(manifest: Manifest) -> Base {
+        Base {
+            dtype: manifest.dtype,
+            vocab_size: manifest.vocab_size,
+            special_tokens: manifest.special_tokens,
+            bos_prepended: manifest.bos_prepended,
+            eos_appended: manifest.eos_appended,
+            tokenizer: manifest.tokenizer,
+        }
+    }
+}
+
 /// One bucket's region of the data file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Region {
@@ -296,16 +311,7 @@ pub fn scatter(
 ) -> Result<ScatterReport, ShuffleError> {
     let started = Instant::now();
     let (part, buckets) = (config.part, config.buckets);
-    if buckets == 0 {
-        return Err(ShuffleError::BadScatter {
-            path: config.work.clone(),
-            why: "a scatter needs at least 1 bucket".into(),
-        });
-    }
-    let need = buckets.saturating_mul(MIN_BUFFER + BUCKET_STATE);
-    if need > config.memory {
-        return Err(ShuffleError::TooManyBuckets { buckets, need });
-    }
+    check_buckets(config)?;
     let dir = part_dir(&config.work, part.index);
     crate::run::refuse_overlap(&dir, &config.inputs, "the input")?;
     let Inputs {
@@ -324,136 +330,29 @@ pub fn scatter(
 
     let mut output = Output::lock(&dir)?.owning(&[SCATTER_FILE, DATA_FILE]);
     if !config.overwrite {
-        if let Some(done) = finished_part(&dir)? {
-            if done.job == job && done.part == part.index && data_intact(&dir, &done) {
-                progress.note("this scatter part is already complete; nothing to do");
-                output.progressed();
-                return Ok(ScatterReport {
-                    dir,
-                    info: done,
-                    already_complete: true,
-                    elapsed: started.elapsed(),
-                });
-            }
-            if done.job != job || done.part != part.index {
-                return Err(ShuffleError::OutputExists {
-                    dir,
-                    why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
-                          pass --overwrite to replace it)"
-                        .into(),
-                });
-            }
-            // This very task, but its data file is damaged: done again.
-        }
-    }
-    match output.start::<(), ()>(&task, config.overwrite)? {
-        Start::Complete(_) => {
-            return Err(ShuffleError::OutputExists {
+        if let Some(done) = finished_task(&dir, &job, part)? {
+            progress.note("this scatter part is already complete; nothing to do");
+            output.progressed();
+            return Ok(ScatterReport {
                 dir,
-                why: "holds a dataset, not a scatter part (pass --overwrite to replace it)".into(),
-            })
-        }
-        // A scatter is one task's work: interrupted or damaged, it is done
-        // again in full.
-        Start::Fresh(_) | Start::Resume(_) => {
-            output.restart::<(), ()>(&task)?;
+                info: done,
+                already_complete: true,
+                elapsed: started.elapsed(),
+            });
         }
     }
+    start_afresh(&mut output, &task, config.overwrite, &dir)?;
 
     let range = part.range(n_total);
-    let seed = config.seed;
-    // First pass, indexes only: each bucket's size, so that the regions can
-    // be laid out back to back before a token is read.
-    let mut sizes = vec![(0u64, 0u64); buckets as usize]; // (records, bytes)
-    for_each_length(&datasets, range.clone(), |g, len| {
-        let size = &mut sizes[bucket_of(key(seed, g), buckets) as usize];
-        size.0 += 1;
-        size.1 += BUCKET_HEADER as u64 + len;
-        Ok(())
-    })?;
-    let mut offsets = Vec::with_capacity(sizes.len());
-    let mut end = DATA_HEADER;
-    for &(_, bytes) in &sizes {
-        offsets.push(end);
-        end += bytes;
-    }
-    let data_bytes = end;
-
-    // Second pass: every document to its bucket's cursor, through a small
-    // buffer per bucket.
-    // Into the part's directory, or its staging folder when the work
-    // directory is in object storage.
-    let path = output.dir().join(DATA_FILE);
-    let tmp = output
-        .dir()
-        .join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
-    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io)?;
-    file.set_len(data_bytes).map_err(io)?;
-    let mut header = [0u8; DATA_HEADER as usize];
-    header[..8].copy_from_slice(DATA_MAGIC);
-    header[8..].copy_from_slice(&SCATTER_VERSION.to_le_bytes());
-    At {
-        file: &file,
-        pos: 0,
-    }
-    .write_all(&header)
-    .map_err(io)?;
-    let buffer = (config.memory / 2 / buckets).clamp(MIN_BUFFER, MAX_BUFFER) as usize;
-    let mut regions: Vec<Bucket<At>> = offsets
-        .iter()
-        .map(|&pos| Bucket {
-            path: tmp.clone(),
-            out: BufWriter::with_capacity(buffer, At { file: &file, pos }),
-            bytes: 0,
-            hash: Xxh3::new(),
-        })
-        .collect();
-    let mut moved = Moved {
-        bytes: 0,
-        total: data_bytes,
-        docs: 0,
-    };
-    for_each_document(&datasets, range.clone(), |g, tokens| {
-        let k = key(seed, g);
-        super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, tokens)?;
-        moved.bytes += (BUCKET_HEADER + tokens.len()) as u64;
-        moved.docs += 1;
-        if moved.docs.is_multiple_of(4096) {
-            moved.report(progress);
-        }
-        Ok(())
-    })?;
-    let regions = regions
-        .into_iter()
-        .zip(offsets.iter().zip(&sizes))
-        .map(|(b, (&offset, &(records, bytes)))| {
-            b.out.into_inner().map_err(|e| io(e.into_error()))?;
-            if b.bytes != bytes {
-                // The first pass saw other lengths: an input changed meanwhile.
-                return Err(ShuffleError::Corrupt {
-                    path: tmp.clone(),
-                    why: "the inputs changed while being scattered; run the task again".into(),
-                });
-            }
-            Ok(Region {
-                offset,
-                bytes,
-                records,
-                xxh3: checksum_hex(b.hash.digest()),
-            })
-        })
-        .collect::<Result<Vec<_>, ShuffleError>>()?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    std::fs::rename(&tmp, &path)
-        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e)))?;
+    let layout = lay_out(&datasets, range.clone(), config.seed, buckets)?;
+    let regions = write_regions(
+        config,
+        &datasets,
+        range.clone(),
+        &layout,
+        output.dir(),
+        progress,
+    )?;
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
     let info = ScatterInfo {
@@ -463,21 +362,14 @@ pub fn scatter(
         part: part.index,
         parts: part.count,
         buckets,
-        seed,
+        seed: config.seed,
         n_total,
         start: range.start,
         end: range.end,
         inputs,
-        base: Base {
-            dtype: base.dtype,
-            vocab_size: base.vocab_size,
-            special_tokens: base.special_tokens,
-            bos_prepended: base.bos_prepended,
-            eos_appended: base.eos_appended,
-            tokenizer: base.tokenizer,
-        },
+        base: Base::of(base),
         data: DATA_FILE.into(),
-        data_bytes,
+        data_bytes: layout.data_bytes,
         regions,
     };
     let mut json = serde_json::to_string_pretty(&info).expect("a scatter description serializes");
@@ -490,6 +382,208 @@ pub fn scatter(
         already_complete: false,
         elapsed: started.elapsed(),
     })
+}
+
+/// Refuses a scatter without buckets, or with more than the memory budget
+/// can buffer.
+fn check_buckets(config: &ScatterConfig) -> Result<(), ShuffleError> {
+    let buckets = config.buckets;
+    if buckets == 0 {
+        return Err(ShuffleError::BadScatter {
+            path: config.work.clone(),
+            why: "a scatter needs at least 1 bucket".into(),
+        });
+    }
+    let need = buckets.saturating_mul(MIN_BUFFER + BUCKET_STATE);
+    if need > config.memory {
+        return Err(ShuffleError::TooManyBuckets { buckets, need });
+    }
+    Ok(())
+}
+
+/// The part already finished in `dir` when it is this very task's and its
+/// data file is whole; refuses a part of another run.
+fn finished_task(dir: &Path, job: &str, part: Part) -> Result<Option<ScatterInfo>, ShuffleError> {
+    let Some(done) = finished_part(dir)? else {
+        return Ok(None);
+    };
+    if done.job == job && done.part == part.index && data_intact(dir, &done) {
+        return Ok(Some(done));
+    }
+    if done.job != job || done.part != part.index {
+        return Err(ShuffleError::OutputExists {
+            dir: dir.to_path_buf(),
+            why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
+                  pass --overwrite to replace it)"
+                .into(),
+        });
+    }
+    // This very task, but its data file is damaged: done again.
+    Ok(None)
+}
+
+/// Starts the task's journal from nothing; refuses a directory that holds a
+/// dataset.
+fn start_afresh(
+    output: &mut Output,
+    task: &str,
+    overwrite: bool,
+    dir: &Path,
+) -> Result<(), ShuffleError> {
+    match output.start::<(), ()>(task, overwrite)? {
+        Start::Complete(_) => Err(ShuffleError::OutputExists {
+            dir: dir.to_path_buf(),
+            why: "holds a dataset, not a scatter part (pass --overwrite to replace it)".into(),
+        }),
+        // A scatter is one task's work: interrupted or damaged, it is done
+        // again in full.
+        Start::Fresh(_) | Start::Resume(_) => {
+            output.restart::<(), ()>(task)?;
+            Ok(())
+        }
+    }
+}
+
+/// Where each bucket's region lies in the data file.
+struct Layout {
+    /// Each bucket's (records, bytes).
+    sizes: Vec<(u64, u64)>,
+    /// Where each bucket's region starts.
+    offsets: Vec<u64>,
+    /// The data file's size: the header and every region.
+    data_bytes: u64,
+}
+
+/// First pass, indexes only: each bucket's size, so that the regions can
+/// be laid out back to back before a token is read.
+fn lay_out(
+    datasets: &[Dataset],
+    range: Range<u64>,
+    seed: u64,
+    buckets: u64,
+) -> Result<Layout, ShuffleError> {
+    let mut sizes = vec![(0u64, 0u64); buckets as usize]; // (records, bytes)
+    for_each_length(datasets, range, |g, len| {
+        let size = &mut sizes[bucket_of(key(seed, g), buckets) as usize];
+        size.0 += 1;
+        size.1 += BUCKET_HEADER as u64 + len;
+        Ok(())
+    })?;
+    let mut offsets = Vec::with_capacity(sizes.len());
+    let mut end = DATA_HEADER;
+    for &(_, bytes) in &sizes {
+        offsets.push(end);
+        end += bytes;
+    }
+    Ok(Layout {
+        sizes,
+        offsets,
+        data_bytes: end,
+    })
+}
+
+/// Second pass: every document to its bucket's cursor, through a small
+/// buffer per bucket, into the data file of `dir`; returns the regions.
+fn write_regions(
+    config: &ScatterConfig,
+    datasets: &[Dataset],
+    range: Range<u64>,
+    layout: &Layout,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<Region>, ShuffleError> {
+    let (seed, buckets) = (config.seed, config.buckets);
+    // Into the part's directory, or its staging folder when the work
+    // directory is in object storage.
+    let path = dir.join(DATA_FILE);
+    let tmp = dir.join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e));
+    let file = create_data_file(&tmp, layout.data_bytes)?;
+    let buffer = (config.memory / 2 / buckets).clamp(MIN_BUFFER, MAX_BUFFER) as usize;
+    let mut regions: Vec<Bucket<At>> = layout
+        .offsets
+        .iter()
+        .map(|&pos| Bucket {
+            path: tmp.clone(),
+            out: BufWriter::with_capacity(buffer, At { file: &file, pos }),
+            bytes: 0,
+            hash: Xxh3::new(),
+        })
+        .collect();
+    let mut moved = Moved {
+        bytes: 0,
+        total: layout.data_bytes,
+        docs: 0,
+    };
+    for_each_document(datasets, range, |g, tokens| {
+        let k = key(seed, g);
+        super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, tokens)?;
+        moved.bytes += (BUCKET_HEADER + tokens.len()) as u64;
+        moved.docs += 1;
+        if moved.docs.is_multiple_of(4096) {
+            moved.report(progress);
+        }
+        Ok(())
+    })?;
+    let regions = close_regions(regions, layout, &tmp)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e)))?;
+    Ok(regions)
+}
+
+/// Creates the data file at `tmp`, `data_bytes` long, with its header.
+fn create_data_file(tmp: &Path, data_bytes: u64) -> Result<File, ShuffleError> {
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp, e));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(io)?;
+    file.set_len(data_bytes).map_err(io)?;
+    let mut header = [0u8; DATA_HEADER as usize];
+    header[..8].copy_from_slice(DATA_MAGIC);
+    header[8..].copy_from_slice(&SCATTER_VERSION.to_le_bytes());
+    At {
+        file: &file,
+        pos: 0,
+    }
+    .write_all(&header)
+    .map_err(io)?;
+    Ok(file)
+}
+
+/// Flushes every region's buffer and describes the region, checking that it
+/// holds the bytes the first pass laid out.
+fn close_regions(
+    regions: Vec<Bucket<At>>,
+    layout: &Layout,
+    tmp: &Path,
+) -> Result<Vec<Region>, ShuffleError> {
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp, e));
+    regions
+        .into_iter()
+        .zip(layout.offsets.iter().zip(&layout.sizes))
+        .map(|(b, (&offset, &(records, bytes)))| {
+            b.out.into_inner().map_err(|e| io(e.into_error()))?;
+            if b.bytes != bytes {
+                // The first pass saw other lengths: an input changed meanwhile.
+                return Err(ShuffleError::Corrupt {
+                    path: tmp.to_path_buf(),
+                    why: "the inputs changed while being scattered; run the task again".into(),
+                });
+            }
+            Ok(Region {
+                offset,
+                bytes,
+                records,
+                xxh3: checksum_hex(b.hash.digest()),
+            })
+        })
+        .collect()
 }
 
 /// Runs gather task `config.bucket`: reads that bucket's region of every
@@ -543,11 +637,41 @@ pub fn gather(
             Start::Resume(_) => output.restart(&fingerprint)?,
         };
 
+    let (batch, bytes, records) = collect_bucket(&parts, j)?;
+    let shards = sort_and_write(
+        config,
+        &mut output,
+        journal,
+        first.base.dtype,
+        batch,
+        progress,
+    )?;
+
+    let (part0, _) = &parts[0];
+    output.copy_tokenizer(first.base.tokenizer.file.as_deref(), part0)?;
+    let manifest = gathered_manifest(first, j, shards, options, records, fingerprint);
+    output.commit(&manifest)?;
+    progress.finish();
+    Ok(GatherReport {
+        manifest,
+        parts: parts.len() as u64,
+        bytes,
+        already_complete: false,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Reads bucket `j`'s region of every part into one batch; returns it with
+/// the regions' bytes and documents.
+fn collect_bucket(
+    parts: &[(PathBuf, ScatterInfo)],
+    j: u64,
+) -> Result<(Batch, u64, u64), ShuffleError> {
     // Every region is checked against the data file's size before anything
     // is allocated for it.
     let mut bytes = 0u64;
     let mut records = 0u64;
-    for (part_dir, info) in &parts {
+    for (part_dir, info) in parts {
         let region = &info.regions[j as usize];
         check_data_file(part_dir, info)?;
         bytes += region.bytes;
@@ -557,23 +681,30 @@ pub fn gather(
         bytes.saturating_sub(records * BUCKET_HEADER as u64) as usize,
         records as usize,
     );
-    for (part_dir, info) in &parts {
+    for (part_dir, info) in parts {
         read_region(part_dir, info, j, &mut batch)?;
     }
+    Ok((batch, bytes, records))
+}
 
-    let pool = crate::run::thread_pool(config.threads, "scatter")
-        .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
+/// Sorts the bucket's documents and writes them as the output's shards.
+fn sort_and_write(
+    config: &GatherConfig,
+    output: &mut Output,
+    journal: Journal,
+    dtype: Dtype,
+    batch: Batch,
+    progress: &dyn Progress,
+) -> Result<Vec<ShardInfo>, ShuffleError> {
+    let pool = crate::run::thread_pool(config.threads, "scatter").map_err(|e| {
+        ShuffleError::Format(crate::format::FormatError::io(config.output.clone(), e))
+    })?;
     let local = output.dir().to_path_buf();
     let mut sorter = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(
-            &local,
-            first.base.dtype,
-            config.writing.shard_size,
-            Vec::new(),
-        ),
+        writer: DatasetWriter::new(&local, dtype, config.writing.shard_size, Vec::new()),
         journal,
-        output: &mut output,
+        output,
         tmp: local.join(TMP_DIR),
         budget: u64::MAX,
         moved: Moved {
@@ -584,12 +715,21 @@ pub fn gather(
         progress,
     };
     sorter.emit("", &batch.data, batch.entries, 0)?;
-    let shards = sorter.writer.finish()?;
+    Ok(sorter.writer.finish()?)
+}
 
-    let (part0, _) = &parts[0];
-    output.copy_tokenizer(first.base.tokenizer.file.as_deref(), part0)?;
+/// The manifest of gathered bucket `j`: the inputs' fields, shuffle's
+/// provenance, and the bucket as a part of the scatter's job.
+fn gathered_manifest(
+    first: &ScatterInfo,
+    j: u64,
+    shards: Vec<ShardInfo>,
+    options: serde_json::Value,
+    records: u64,
+    fingerprint: String,
+) -> Manifest {
     let base = first.base.clone();
-    let manifest = Manifest::documents(
+    Manifest::documents(
         base.dtype,
         base.vocab_size,
         base.tokenizer,
@@ -606,19 +746,10 @@ pub fn gather(
     .with_partition(Some(Partition {
         stage: "shuffle".into(),
         part: j,
-        parts: buckets,
+        parts: first.buckets,
         job: first.job.clone(),
         hashes: None,
-    }));
-    output.commit(&manifest)?;
-    progress.finish();
-    Ok(GatherReport {
-        manifest,
-        parts: parts.len() as u64,
-        bytes,
-        already_complete: false,
-        elapsed: started.elapsed(),
-    })
+    }))
 }
 
 /// A writer at a position of a file, for one bucket's region: each write
@@ -757,9 +888,43 @@ fn data_intact(dir: &Path, info: &ScatterInfo) -> bool {
 /// Every part of the run in `work`, in part order, checked to be complete
 /// and of one job: parts `0..N` and nothing else.
 fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> {
+    let mut parts: Vec<(PathBuf, ScatterInfo)> = Vec::new();
+    let mut unfinished = Vec::new();
+    for (i, dir) in part_dirs(work)? {
+        match finished_part(&dir)? {
+            Some(info) => {
+                if info.part != i {
+                    return Err(ShuffleError::BadScatter {
+                        path: dir.join(SCATTER_FILE),
+                        why: format!("describes part {}, not part {i}", info.part),
+                    });
+                }
+                parts.push((dir, info));
+            }
+            None => unfinished.push((i, dir)),
+        }
+    }
+    let Some((first_dir, first)) = parts.first() else {
+        return Err(none_finished(work, &unfinished));
+    };
+    let first_file = first_dir.join(SCATTER_FILE);
+    for (dir, info) in &parts[1..] {
+        if info.job != first.job {
+            return Err(ShuffleError::OtherRun {
+                path: dir.join(SCATTER_FILE),
+                first: first_file.clone(),
+                why: what_differs(info, first),
+            });
+        }
+    }
+    check_part_numbers(work, &parts, &unfinished, first_file)?;
+    Ok(parts)
+}
+
+/// The names of the work directory's folders: its entries on disk, or the
+/// first names of the objects under its prefix in object storage.
+fn work_folders(work: &Path) -> Result<Vec<String>, ShuffleError> {
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(work, e));
-    // The work directory's folders: its entries on disk, or the first
-    // names of the objects under its prefix in object storage.
     let source = Files::new(work)?;
     let mut folders: Vec<String> = Vec::new();
     if source.is_remote() {
@@ -777,8 +942,14 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
             }
         }
     }
+    Ok(folders)
+}
+
+/// The scatter part directories of the work directory with their part
+/// numbers, in part order.
+fn part_dirs(work: &Path) -> Result<Vec<(u64, PathBuf)>, ShuffleError> {
     let mut found: Vec<(u64, PathBuf)> = Vec::new();
-    for name in folders {
+    for name in work_folders(work)? {
         // Only what a scatter task names so (scatter-IIIII, a directory);
         // anything else in the work directory is not ours to judge.
         let part = name
@@ -792,66 +963,58 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
         }
     }
     found.sort();
-    let mut parts: Vec<(PathBuf, ScatterInfo)> = Vec::new();
-    let mut unfinished = Vec::new();
-    for (i, dir) in found {
-        match finished_part(&dir)? {
-            Some(info) => {
-                if info.part != i {
-                    return Err(ShuffleError::BadScatter {
-                        path: dir.join(SCATTER_FILE),
-                        why: format!("describes part {}, not part {i}", info.part),
-                    });
-                }
-                parts.push((dir, info));
-            }
-            None => unfinished.push((i, dir)),
-        }
-    }
-    let Some((first_dir, first)) = parts.first() else {
-        return Err(ShuffleError::BadScatter {
-            path: unfinished
-                .first()
-                .map_or(work.into(), |(_, dir)| dir.join(SCATTER_FILE)),
-            why: format!(
-                "no scatter part has finished{}; run the scatter tasks first",
-                if unfinished.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " (unfinished: {})",
-                        super::list(&unfinished.iter().map(|(i, _)| *i).collect::<Vec<_>>())
-                    )
-                }
-            ),
-        });
-    };
-    let first_file = first_dir.join(SCATTER_FILE);
-    for (dir, info) in &parts[1..] {
-        let differs = |why: String| ShuffleError::OtherRun {
-            path: dir.join(SCATTER_FILE),
-            first: first_file.clone(),
-            why,
-        };
-        if info.job != first.job {
-            let what = [
-                ("seed", info.seed, first.seed),
-                ("parts", info.parts, first.parts),
-                ("buckets", info.buckets, first.buckets),
-                ("documents", info.n_total, first.n_total),
-            ]
-            .iter()
-            .filter(|(_, a, b)| a != b)
-            .map(|(name, a, b)| format!("{name} {a}, not {b}"))
-            .collect::<Vec<_>>();
-            return Err(differs(if what.is_empty() {
-                "its inputs or prep version differ".into()
+    Ok(found)
+}
+
+/// The error when no part has finished, naming the unfinished ones.
+fn none_finished(work: &Path, unfinished: &[(u64, PathBuf)]) -> ShuffleError {
+    ShuffleError::BadScatter {
+        path: unfinished
+            .first()
+            .map_or(work.into(), |(_, dir)| dir.join(SCATTER_FILE)),
+        why: format!(
+            "no scatter part has finished{}; run the scatter tasks first",
+            if unfinished.is_empty() {
+                String::new()
             } else {
-                what.join(", ")
-            }));
-        }
+                format!(
+                    " (unfinished: {})",
+                    super::list(&unfinished.iter().map(|(i, _)| *i).collect::<Vec<_>>())
+                )
+            }
+        ),
     }
-    let n = first.parts;
+}
+
+/// How a part of another job differs from the first: the counts that
+/// differ, or else its inputs or prep version.
+fn what_differs(info: &ScatterInfo, first: &ScatterInfo) -> String {
+    let what = [
+        ("seed", info.seed, first.seed),
+        ("parts", info.parts, first.parts),
+        ("buckets", info.buckets, first.buckets),
+        ("documents", info.n_total, first.n_total),
+    ]
+    .iter()
+    .filter(|(_, a, b)| a != b)
+    .map(|(name, a, b)| format!("{name} {a}, not {b}"))
+    .collect::<Vec<_>>();
+    if what.is_empty() {
+        "its inputs or prep version differ".into()
+    } else {
+        what.join(", ")
+    }
+}
+
+/// Refuses a part numbered past the run's parts, finished or not, and a run
+/// whose parts `0..N` have not all finished.
+fn check_part_numbers(
+    work: &Path,
+    parts: &[(PathBuf, ScatterInfo)],
+    unfinished: &[(u64, PathBuf)],
+    first_file: PathBuf,
+) -> Result<(), ShuffleError> {
+    let n = parts[0].1.parts;
     if let Some((i, dir)) = parts
         .iter()
         .map(|(d, info)| (info.part, d))
@@ -873,7 +1036,7 @@ fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> 
             parts: n,
         });
     }
-    Ok(parts)
+    Ok(())
 }
 
 /// Checks a part's data file against its `scatter.json`: size, magic and
