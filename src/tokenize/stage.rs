@@ -422,16 +422,7 @@ fn stream(
         replay_until: checkpoint.position,
         spare: Mutex::new(Vec::new()),
     });
-    let shares = match config.part {
-        Some(part) => input::share(&files, part)?,
-        None => files
-            .into_iter()
-            .map(|file| input::Share {
-                file,
-                slice: input::Slice::Whole,
-            })
-            .collect(),
-    };
+    let shares = shares(config.part, files)?;
     let paths: Vec<PathBuf> = shares.iter().map(|s| s.file.path.clone()).collect();
     let input_total: u64 = shares.iter().map(|s| s.file.bytes).sum();
     let mut reader = Reader::from_shares(shares, shared.key.clone());
@@ -473,30 +464,14 @@ fn stream(
         let shared = Arc::clone(&shared);
         let pool = &pool;
         scope.spawn(move || {
-            let mut seq = 0u64;
-            let mut first = 0u64;
-            // Each batch needs a permit, returned once it is written: at most
-            // `window` batches are read, tokenized or waiting to be written.
-            while permit_rx.recv().is_ok() {
-                match reader.next_batch(batch_bytes, MAX_BATCH_DOCS) {
-                    Ok(Some(docs)) => {
-                        let n = docs.len() as u64;
-                        let (tx, shared) = (result_tx.clone(), Arc::clone(&shared));
-                        pool.spawn(move || {
-                            let out = process(&shared, first, docs);
-                            // The writer has stopped only if it failed; then nobody waits.
-                            let _ = tx.send((seq, Ok(out)));
-                        });
-                        seq += 1;
-                        first += n;
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        let _ = result_tx.send((seq, Err(e)));
-                        break;
-                    }
-                }
-            }
+            read_batches(
+                &mut reader,
+                pool,
+                &shared,
+                &permit_rx,
+                &result_tx,
+                batch_bytes,
+            )
         });
         write_in_order(
             &mut state,
@@ -518,6 +493,60 @@ fn stream(
         tokens: state.run_tokens,
         documents: state.run_documents,
     })
+}
+
+/// This run's share of the input files: all of each, or for a part the
+/// share [`input::share`] gives it.
+fn shares(
+    part: Option<Part>,
+    files: Vec<input::InputFile>,
+) -> Result<Vec<input::Share>, TokenizeError> {
+    Ok(match part {
+        Some(part) => input::share(&files, part)?,
+        None => files
+            .into_iter()
+            .map(|file| input::Share {
+                file,
+                slice: input::Slice::Whole,
+            })
+            .collect(),
+    })
+}
+
+/// The reading side of the write loop: batches of documents, each handed
+/// to the pool with its number, until the input ends or fails.
+fn read_batches(
+    reader: &mut Reader,
+    pool: &rayon::ThreadPool,
+    shared: &Arc<Shared>,
+    permits: &Receiver<()>,
+    results: &mpsc::Sender<Message>,
+    batch_bytes: usize,
+) {
+    let mut seq = 0u64;
+    let mut first = 0u64;
+    // Each batch needs a permit, returned once it is written: at most
+    // `window` batches are read, tokenized or waiting to be written.
+    while permits.recv().is_ok() {
+        match reader.next_batch(batch_bytes, MAX_BATCH_DOCS) {
+            Ok(Some(docs)) => {
+                let n = docs.len() as u64;
+                let (tx, shared) = (results.clone(), Arc::clone(shared));
+                pool.spawn(move || {
+                    let out = process(&shared, first, docs);
+                    // The writer has stopped only if it failed; then nobody waits.
+                    let _ = tx.send((seq, Ok(out)));
+                });
+                seq += 1;
+                first += n;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let _ = results.send((seq, Err(e)));
+                break;
+            }
+        }
+    }
 }
 
 /// Writes a part's record hashes (16 bytes each, little-endian) to
