@@ -105,14 +105,6 @@ pub enum MergeError {
         /// What is wrong.
         why: String,
     },
-    /// The output directory holds something this run must not overwrite.
-    #[error("output directory {}: {why}", dir.display())]
-    OutputExists {
-        /// The directory.
-        dir: PathBuf,
-        /// Why it was refused.
-        why: String,
-    },
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),

@@ -331,7 +331,7 @@ impl Dataset {
     /// // Pack the 36 documents of a test fixture into rows of 16 tokens.
     /// let dir = std::env::temp_dir().join(format!("prep-doc-segments-{}", std::process::id()));
     /// let mut config = PackConfig::new("fixtures/validate/good", &dir, 16);
-    /// config.overwrite = true;
+    /// config.writing.overwrite = true;
     /// pack::run(&config, &prep::progress::NoProgress)?;
     ///
     /// let ds = Dataset::open(&dir)?;

@@ -77,7 +77,7 @@ use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition,
     Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
 };
-use crate::output::{Output, Start};
+use crate::output::{Output, OutputError, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
 use crate::run::Writing;
@@ -411,12 +411,12 @@ fn finished_task(dir: &Path, job: &str, part: Part) -> Result<Option<ScatterInfo
         return Ok(Some(done));
     }
     if done.job != job || done.part != part.index {
-        return Err(ShuffleError::OutputExists {
+        return Err(ShuffleError::Output(OutputError::Refused {
             dir: dir.to_path_buf(),
             why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
                   pass --overwrite to replace it)"
                 .into(),
-        });
+        }));
     }
     // This very task, but its data file is damaged: done again.
     Ok(None)
@@ -431,10 +431,10 @@ fn start_afresh(
     dir: &Path,
 ) -> Result<(), ShuffleError> {
     match output.start::<(), ()>(task, overwrite)? {
-        Start::Complete(_) => Err(ShuffleError::OutputExists {
+        Start::Complete(_) => Err(ShuffleError::Output(OutputError::Refused {
             dir: dir.to_path_buf(),
             why: "holds a dataset, not a scatter part (pass --overwrite to replace it)".into(),
-        }),
+        })),
         // A scatter is one task's work: interrupted or damaged, it is done
         // again in full.
         Start::Fresh(_) | Start::Resume(_) => {

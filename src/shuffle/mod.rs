@@ -114,14 +114,6 @@ pub enum ShuffleError {
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
-    /// The output directory holds something this run must not overwrite.
-    #[error("output directory {}: {why}", dir.display())]
-    OutputExists {
-        /// The directory.
-        dir: PathBuf,
-        /// Why it was refused.
-        why: String,
-    },
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] OutputError),
