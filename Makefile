@@ -40,10 +40,19 @@ demo: build
 	@echo
 	$(RELEASE) inspect $(TARGET_DIR)/demo/packed-2048 --record 0
 
+# What a venv is built from, by content: each requirements file stands for a
+# stamp named by its hash ($(TARGET_DIR)/stamps/FILE.HASH), made when first
+# needed. A clone gives every file a new mtime; a venv kept in the target
+# directory (CI keeps it between runs) is rebuilt only when a list changes.
+STAMPS := $(TARGET_DIR)/stamps
+req = $(foreach f,$(1),$(STAMPS)/$(notdir $(f)).$(firstword $(shell sha1sum $(f))))
+$(STAMPS)/%:
+	@mkdir -p $(@D) && touch $@
+
 # A virtual environment with the Python reference (tokenizers), the test tools,
 # maturin, and torch for the PackedDataset tests (tools/requirements-torch.txt:
 # the CPU-usable minimum of PyPI's torch, installed without its other dependencies).
-$(VENV)/.installed: tools/requirements.txt tools/requirements-check.txt tools/requirements-torch.txt
+$(VENV)/.installed: $(call req,tools/requirements.txt tools/requirements-check.txt tools/requirements-torch.txt)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-torch.txt
@@ -95,7 +104,7 @@ check-tiers:
 # make check's Python side: numpy, tokenizers and pytest at the versions of
 # tools/requirements.txt, and `import prep` from python/ (no wheel).
 VENV_CHECK := $(TARGET_DIR)/venv-check
-$(VENV_CHECK)/.installed: tools/requirements-check.txt
+$(VENV_CHECK)/.installed: $(call req,tools/requirements-check.txt)
 	$(PYTHON) -m venv $(VENV_CHECK)
 	$(VENV_CHECK)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-check.txt
 	touch $@
@@ -158,7 +167,7 @@ endif
 # The Ray driver's environment: the reference one plus ray (about 25 s and
 # 430 MB on first use, so it is kept apart from the main venv).
 VENV_RAY := $(TARGET_DIR)/venv-ray
-$(VENV_RAY)/.installed: tools/requirements.txt tools/requirements-check.txt tools/requirements-ray.txt
+$(VENV_RAY)/.installed: $(call req,tools/requirements.txt tools/requirements-check.txt tools/requirements-ray.txt)
 	$(PYTHON) -m venv $(VENV_RAY)
 	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-ray.txt
 	touch $@
@@ -235,7 +244,7 @@ lint:
 # GigaToken (`gigatoken` on PyPI, Rust core), a baseline of bench_engines.py, kept
 # apart from the reference venv (it brings its own numpy and awkward).
 VENV_GIGA := $(TARGET_DIR)/venv-giga
-$(VENV_GIGA)/.installed: tools/requirements-gigatoken.txt
+$(VENV_GIGA)/.installed: $(call req,tools/requirements-gigatoken.txt)
 	$(PYTHON) -m venv $(VENV_GIGA)
 	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-gigatoken.txt
 	touch $@
