@@ -29,6 +29,10 @@
 //! skips none. The records left out at the end of the epoch are then the
 //! last `n % W'` positions instead of the last `n % W`.
 
+mod blocks;
+
+pub use blocks::{BlockOrder, OrderError};
+
 use crate::permute::Permutation;
 
 /// The records one rank reads in one epoch.
