@@ -683,6 +683,33 @@ impl LazyDataset {
             if let Some(v) = rules.finish() {
                 return Err(bad(v).into());
             }
+            if let (Some((seg, header)), Some(name)) = (&shard.seg, &info.seg) {
+                self.check_row_index(seg, header, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A packed shard's row index runs from 0 to the number of segments
+    /// without decreasing, as the mapped reader checks it on open (streamed
+    /// here).
+    fn check_row_index(&self, seg: &File, header: &SegHeader, name: &str) -> Result<(), ReadError> {
+        let mut rows =
+            Entries::<8>::new(seg, SEG_HEADER_LEN as u64..header.segments_offset() as u64);
+        let (mut first, mut last, mut ok) = (None, None, true);
+        while let Some(at) = rows.next_u64()? {
+            first.get_or_insert(at);
+            ok &= last.is_none_or(|l| l <= at);
+            last = Some(at);
+        }
+        if !(ok && first == Some(0) && last == Some(header.n_segments)) {
+            return Err(FormatError::Mismatch {
+                path: self.source.path_of(name),
+                message:
+                    "the row index does not run from 0 to the number of segments without decreasing"
+                        .into(),
+            }
+            .into());
         }
         Ok(())
     }
