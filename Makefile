@@ -73,6 +73,10 @@ package: $(VENV)/.installed
 build-tests:
 	$(CARGO) build --tests
 
+# pytest spreads the test files over one worker per core (pytest-xdist); a
+# file's tests stay together, so the servers a module starts are its own.
+PYTEST_PARALLEL := -n auto --dist loadfile
+
 # Test tiers (tests/tiers.txt names the tests):
 #   make check      the fast tier, after each change: the Rust unit, integration
 #                   and doc tests but the `check-skip` and `slow` ones, and the
@@ -123,7 +127,7 @@ else
 		$(CARGO) test --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_CHECK_SKIP) $(RUST_SLOW))
 endif
 	$(CARGO) test --doc
-	PREP_BIN=$(abspath $(DEBUG)) PYTHONPATH=$(abspath python) $(VENV_CHECK)/bin/python -m pytest -q \
+	PREP_BIN=$(abspath $(DEBUG)) PYTHONPATH=$(abspath python) $(VENV_CHECK)/bin/python -m pytest -q $(PYTEST_PARALLEL) \
 		$(PY_CHECK) $(addprefix --deselect ,$(PY_CHECK_SKIP) $(PY_SLOW))
 
 TEST_TARGETS := test-rust test-python test-ray test-compat test-slurm docs
@@ -188,7 +192,7 @@ test-python: $(VENV)/.installed $(AZURITE)/.installed
 	$(MAKE) package
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
 	PREP_AZURITE=$(abspath $(AZURITE))/node_modules/.bin/azurite-blob \
-		$(VPY) -m pytest -q tests/python $(addprefix --deselect ,$(PY_SLOW))
+		$(VPY) -m pytest -q $(PYTEST_PARALLEL) tests/python $(addprefix --deselect ,$(PY_SLOW))
 
 # tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
 # slurmd on 127.0.0.1, all their state in a temporary directory) that
