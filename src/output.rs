@@ -26,14 +26,15 @@
 //!    error on any path) removes its temporary files, and, when nothing worth
 //!    resuming was written into a directory it created, the directory too.
 //!
-//! The primitives the rules need of the storage (create, list, exclusive
-//! lock, atomic put, remove) are those of [`Output`]'s private methods. An
-//! output in object storage (`s3://bucket/prefix` and the other addresses
-//! of [`crate::store`]) provides the same five on the store's own
-//! primitives ([`remote`]: a leased lock taken by conditional writes, each
-//! shard uploaded whole once journaled, the manifest last) and keeps every
-//! rule above; the stage writes into a local staging folder as into any
-//! directory and never knows the difference.
+//! The primitives the rules need of the storage (read, put, remove and list
+//! small files, tell which journaled shards are intact, make a staged file
+//! part of the dataset, let go) are the [`storage`] trait's: on disk, the
+//! directory itself and its OS lock; in object storage (`s3://bucket/prefix`
+//! and the other addresses of [`crate::store`]), [`remote`]'s store, on the
+//! store's own primitives (a leased lock taken by conditional writes, each
+//! shard uploaded whole once journaled, the manifest last). Every rule above
+//! holds for both; the stage writes into a local directory (for a store, a
+//! staging folder) and never knows the difference.
 
 mod remote;
 mod storage;
