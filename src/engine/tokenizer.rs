@@ -12,7 +12,6 @@ use tokenizers::Tokenizer;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{FastTokenizer, Unsupported};
-use crate::format::Dtype;
 
 /// Why a `tokenizer.json` cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -200,10 +199,10 @@ pub struct LoadedTokenizer {
     pub json: Vec<u8>,
     /// XXH3-64 of `json`.
     pub xxh3: u64,
-    /// One more than the largest id, added tokens included.
+    /// One more than the largest id, added tokens included (a dataset's
+    /// dtype is the narrowest that holds every id below it:
+    /// `prep::Dtype::for_vocab_size`).
     pub vocab_size: u64,
-    /// The narrowest dtype that holds every id.
-    pub dtype: Dtype,
 }
 
 impl LoadedTokenizer {
@@ -261,7 +260,6 @@ impl LoadedTokenizer {
             json: json.to_vec(),
             xxh3,
             vocab_size: u64::from(max_id) + 1,
-            dtype: Dtype::for_max_id(max_id),
         })
     }
 

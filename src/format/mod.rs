@@ -61,9 +61,10 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    /// The narrowest dtype that holds every id up to `max_id`.
-    pub fn for_max_id(max_id: u32) -> Dtype {
-        if max_id <= u32::from(u16::MAX) {
+    /// The narrowest dtype that holds every id below `vocab_size` (a
+    /// vocabulary of exactly 65,536 ids still fits `U16`).
+    pub fn for_vocab_size(vocab_size: u64) -> Dtype {
+        if vocab_size <= 1 << 16 {
             Dtype::U16
         } else {
             Dtype::U32

@@ -680,7 +680,7 @@ fn import_into(
     };
     let source_size = source_token_size(config)?;
     let dtype = match &tokenizer {
-        Some(t) => t.dtype,
+        Some(t) => Dtype::for_vocab_size(t.vocab_size),
         None => Dtype::from_size(source_size as u8).expect("2 or 4"),
     };
     let mut sink = ImportWriter {

@@ -169,6 +169,8 @@ fn special_tokens(
 /// the options and fingerprint the manifest records.
 pub(crate) struct Plan {
     tok: LoadedTokenizer,
+    /// The ids' type: the narrowest that holds the tokenizer's vocabulary.
+    dtype: Dtype,
     encoder: Encoder,
     eos: Option<u32>,
     bos: Option<u32>,
@@ -215,11 +217,13 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);
     let (encoder, engine, engine_note) = choose_engine(config, &tok, fast, threads)?;
-    let mut options = options_json(config, eos, bos, tok.dtype);
+    let dtype = Dtype::for_vocab_size(tok.vocab_size);
+    let mut options = options_json(config, eos, bos, dtype);
     options["engine"] = engine.into();
     let identity = identity(&options, tok.xxh3, inputs, config.part);
     Ok(Plan {
         tok,
+        dtype,
         encoder,
         eos,
         bos,
@@ -272,6 +276,7 @@ pub(crate) fn write(
 ) -> Result<TokenizeReport, TokenizeError> {
     let Plan {
         tok,
+        dtype,
         encoder,
         eos,
         bos,
@@ -323,7 +328,7 @@ pub(crate) fn write(
         encoder,
         bos,
         eos,
-        dtype: tok.dtype,
+        dtype,
         threads,
     };
     let mut ran = stream(config, workers, files, &mut output, journal, progress)?;
@@ -344,7 +349,7 @@ pub(crate) fn write(
     }
     output.put(TOKENIZER_FILE, &tok.json)?;
     let manifest = Manifest::documents(
-        tok.dtype,
+        dtype,
         tok.vocab_size,
         TokenizerInfo {
             file: Some(TOKENIZER_FILE.into()),
