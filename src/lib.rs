@@ -11,7 +11,6 @@
 //! library.
 #![deny(missing_docs)]
 
-pub mod engine;
 pub mod fetch;
 pub mod format;
 pub mod input;
@@ -37,6 +36,11 @@ pub mod util;
 pub mod validate;
 
 pub use format::{Dataset, Dtype, FormatError, Manifest, Tokens};
+
+/// The fast encoding engine, and the loading of a `tokenizer.json` every stage
+/// shares: the crate `prep_engine` (crates/engine), a crate of its own so that
+/// the dev profile builds it optimised.
+pub use prep_engine as engine;
 
 /// The README's code blocks: any Rust among them compiles (`cargo test --doc`).
 #[cfg(doctest)]

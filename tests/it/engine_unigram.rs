@@ -4,7 +4,7 @@
 //! The reference is `tokenizers` for Python (`encode(text,
 //! add_special_tokens=False)`). The Rust crate of the same version differs
 //! from it on Unigram: it reads the scores with another float parser (see
-//! `src/engine/unigram.rs`), so on near ties it segments differently. Here:
+//! `crates/engine/src/unigram.rs`), so on near ties it segments differently. Here:
 //!
 //! - prep's HF path (`LoadedTokenizer`) gives Python's ids on the `-------`
 //!   family (committed ids the Python package wrote, by

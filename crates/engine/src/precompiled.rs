@@ -315,10 +315,10 @@ mod tests {
 
     use proptest::prelude::*;
 
-    /// T5's normalizer, when `../shared` is there.
+    /// T5's normalizer, when `../shared` is there beside the repository.
     fn t5() -> Option<(Value, Precompiled)> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/corpora/tokenizers/t5-small.tokenizer.json.zst");
+            .join("../../../shared/corpora/tokenizers/t5-small.tokenizer.json.zst");
         let Ok(file) = std::fs::File::open(&path) else {
             eprintln!("skipped: {} is not here", path.display());
             return None;

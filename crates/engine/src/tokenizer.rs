@@ -557,7 +557,7 @@ mod tests {
     /// The GPT-2 tokenizer.json of fixtures/, decompressed.
     fn gpt2_json() -> Vec<u8> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/tokenizers/gpt2.tokenizer.json.zst");
+            .join("../../fixtures/tokenizers/gpt2.tokenizer.json.zst");
         read_tokenizer_bytes(&path).unwrap()
     }
 

@@ -28,6 +28,11 @@
 //! one (HF tokenizers' reading of it, and this engine's beside it), chooses
 //! the default end-of-document token, and [`token_arg`] is the one rule by
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
+//!
+//! prep re-exports this crate as `prep::engine`; it depends on nothing of
+//! prep's, so that the dev profile can build it optimised while the rest of
+//! prep stays quick to recompile.
+#![deny(missing_docs)]
 
 mod bert;
 mod bpe;

@@ -1000,7 +1000,7 @@ mod tests {
         use std::io::Read;
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/golden/texts.jsonl.zst"
+            "/../../fixtures/golden/texts.jsonl.zst"
         );
         let mut jsonl = Vec::new();
         zstd::Decoder::new(std::fs::File::open(path).unwrap())

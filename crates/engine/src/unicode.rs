@@ -2,8 +2,9 @@
 //! engine HF tokenizers runs (Oniguruma) defines them.
 //!
 //! `unicode.bin` holds one class byte per code point, generated from onig
-//! itself by the test below (`PREP_WRITE_UNICODE_TABLE=src/engine/unicode.bin
-//! cargo test --lib unicode`), so the scanners agree with the reference on
+//! itself by the test below (`PREP_WRITE_UNICODE_TABLE=src/unicode.bin cargo
+//! test --workspace --lib unicode`, the path relative to crates/engine, where
+//! the test runs), so the scanners agree with the reference on
 //! every code point of the Unicode version onig knows, not the one Rust or a
 //! crate knows. The same test checks the committed table against onig on every
 //! run. Layout: 8,704 little-endian `u16` block numbers (one per 128 code
