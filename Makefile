@@ -68,10 +68,14 @@ package: $(VENV)/.installed
 	$(VENV)/bin/maturin build --quiet --profile dev --out $(WHEELS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEELS)/*.whl
 
-# The test build: the lib's unit tests, the `it` integration binary (tests/it/)
-# and $(TARGET_DIR)/debug/prep, which tests/python run.
+# The test build: both crates' unit tests (prep's lib and bin, prep-engine's in
+# crates/engine), the `it` integration binary (tests/it/) and
+# $(TARGET_DIR)/debug/prep, which tests/python run. Every Rust test command here
+# names --workspace, or it would leave prep-engine's tests out; never -p
+# prep-engine alone, whose dependencies would be built a second time with the
+# features the engine asks for alone.
 build-tests:
-	$(CARGO) build --tests
+	$(CARGO) build --workspace --tests
 
 # pytest spreads the test files over one worker per core (pytest-xdist); a
 # file's tests stay together, so the servers a module starts are its own.
@@ -79,7 +83,8 @@ PYTEST_PARALLEL := -n auto --dist loadfile
 
 # Test tiers (tests/tiers.txt names the tests):
 #   make check      the fast tier, after each change: the Rust unit, integration
-#                   and doc tests but the `check-skip` and `slow` ones, and the
+#                   and doc tests of both crates (prep, prep-engine) but the
+#                   `check-skip` and `slow` ones, and the
 #                   tests/python files of PY_CHECK (numpy, tokenizers, pytest: no
 #                   server, torch, ray or wheel) in $(TARGET_DIR)/venv-check.
 #                   About 4 minutes on 2 cores with a warm build.
@@ -121,12 +126,12 @@ PY_CHECK := tests/python/test_reader.py tests/python/test_reference.py tests/pyt
 check: $(VENV_CHECK)/.installed check-tiers
 ifeq ($(NEXTEST),yes)
 	PREP_REFERENCE_PYTHON=$(abspath $(VENV_CHECK))/bin/python \
-		$(CARGO) nextest run --no-fail-fast -E 'not $(call it-tests,$(RUST_CHECK_SKIP) $(RUST_SLOW))'
+		$(CARGO) nextest run --workspace --no-fail-fast -E 'not $(call it-tests,$(RUST_CHECK_SKIP) $(RUST_SLOW))'
 else
 	PREP_REFERENCE_PYTHON=$(abspath $(VENV_CHECK))/bin/python \
-		$(CARGO) test --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_CHECK_SKIP) $(RUST_SLOW))
+		$(CARGO) test --workspace --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_CHECK_SKIP) $(RUST_SLOW))
 endif
-	$(CARGO) test --doc
+	$(CARGO) test --workspace --doc
 	PREP_BIN=$(abspath $(DEBUG)) PYTHONPATH=$(abspath python) $(VENV_CHECK)/bin/python -m pytest -q $(PYTEST_PARALLEL) \
 		$(PY_CHECK) $(addprefix --deselect ,$(PY_CHECK_SKIP) $(PY_SLOW))
 
@@ -146,11 +151,11 @@ list-test-targets:
 # ($(TARGET_DIR)/venv/bin/python) and skip that check where it is missing.
 test-rust: $(VENV)/.installed check-tiers
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --no-fail-fast -E 'not $(call it-tests,$(RUST_SLOW))'
+	$(CARGO) nextest run --workspace --no-fail-fast -E 'not $(call it-tests,$(RUST_SLOW))'
 else
-	$(CARGO) test --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
+	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
 endif
-	$(CARGO) test --doc
+	$(CARGO) test --workspace --doc
 
 # The tests tests/tiers.txt marks `slow`, in the environment `make test` runs them in.
 test-slow: $(VENV)/.installed check-tiers
@@ -242,8 +247,8 @@ test-compat: $(VENV)/.installed
 # Also with the GPU loader (feature cuda): it must build on machines with no CUDA.
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --all-targets --features cuda -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features prep/cuda -- -D warnings
 
 # GigaToken (`gigatoken` on PyPI, Rust core), a baseline of bench_engines.py, kept
 # apart from the reference venv (it brings its own numpy and awkward).
