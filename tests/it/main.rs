@@ -7,6 +7,14 @@
 //! -E 'test(/^pack::/)'`). The slow tests `make check` skips and the ones
 //! only `make test-slow` runs are listed in tests/tiers.txt.
 
+/// The allocator the command itself runs on (src/main.rs), here for the
+/// tests that load and encode in this process: the engine's differential
+/// tests spent about a third of their time in glibc's malloc and free.
+/// (Memory bounds are measured in the child `prep` processes, from their
+/// own summaries, whatever this process allocates with.)
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod common;
 
 mod engine;
