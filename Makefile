@@ -87,7 +87,7 @@ PYTEST_PARALLEL := -n auto --dist loadfile
 #                   `check-skip` and `slow` ones, and the
 #                   tests/python files of PY_CHECK (numpy, tokenizers, pytest: no
 #                   server, torch, ray or wheel) in $(TARGET_DIR)/venv-check.
-#                   About 4 minutes on 2 cores with a warm build.
+#                   About 2 minutes on 2 cores with a warm build.
 #   make test       everything (CI runs it): all of that, the `check-skip` tests,
 #                   the rest of tests/python with torch, S3 and Azure emulators,
 #                   Ray, the trainers' readers and a real Slurm; not `slow` ones.
