@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::{
-    check_bin_len, check_idx_header, check_seg_header, Dtype, FormatError, IdxHeader, Manifest,
-    MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN, MAX_MANIFEST_BYTES,
-    SEGMENT_BYTES, SEG_HEADER_LEN,
+    check_bin_len, check_idx_header, check_seg_header, BadChunk, ChunkSums, Dtype, FormatError,
+    IdxHeader, Manifest, MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN,
+    MAX_MANIFEST_BYTES, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
 use crate::store::{Object, ObjectReader, StoreError};
 
@@ -83,7 +83,15 @@ fn format_path(e: &FormatError) -> Option<PathBuf> {
         | FormatError::IdxSize { path, .. }
         | FormatError::IdxOffsets { path, .. }
         | FormatError::Mismatch { path, .. }
-        | FormatError::BadSegment { path, .. } => Some(path.clone()),
+        | FormatError::BadSegment { path, .. }
+        | FormatError::SumTooShort { path, .. }
+        | FormatError::SumBadMagic { path }
+        | FormatError::SumReserved { path }
+        | FormatError::SumChunkBytes { path }
+        | FormatError::SumSize { path, .. }
+        | FormatError::SumChunkCount { path, .. }
+        | FormatError::NoChunkSums { path, .. }
+        | FormatError::BadChunk(BadChunk { path, .. }) => Some(path.clone()),
         FormatError::NoManifest { dir } => Some(dir.join(crate::format::MANIFEST_FILE)),
         FormatError::RecordOutOfRange { .. } | FormatError::BigEndian => None,
     }
@@ -172,6 +180,51 @@ impl Files {
                 .into()
             }),
         }
+    }
+
+    /// The chunk checksums of shard number `shard` of the dataset, whose
+    /// manifest entry is `info`: what a reader that verifies ranges of the
+    /// shard's `.bin` ([`ChunkSums::verify`]) reads first. The `.sum` must
+    /// have the size and XXH3-64 the entry lists, and describe a `.bin` of
+    /// the listed `bin_bytes`.
+    ///
+    /// # Errors
+    /// [`FormatError::NoChunkSums`] for a shard that lists no `.sum` (a
+    /// dataset of a prep from before them), naming the manifest and the
+    /// shard; [`FormatError::Mismatch`] for a `.sum` of another size or
+    /// checksum than listed; [`ChunkSums::parse`]'s errors; and as
+    /// [`Files::open_required`].
+    pub fn chunk_sums(&self, shard: usize, info: &ShardInfo) -> Result<ChunkSums, ReadError> {
+        let (Some(name), Some(listed_bytes), Some(listed_xxh3)) = (
+            info.sum.as_deref(),
+            info.sum_bytes,
+            info.sum_xxh3.as_deref(),
+        ) else {
+            return Err(FormatError::NoChunkSums {
+                path: self.path_of(crate::format::MANIFEST_FILE),
+                shard: shard as u64,
+            }
+            .into());
+        };
+        let path = self.path_of(name);
+        let mismatch = |message: String| FormatError::Mismatch {
+            path: path.clone(),
+            message,
+        };
+        let file = self.open_required(name)?;
+        // Checked before the read: the manifest bounds what is fetched.
+        if file.len() != listed_bytes {
+            let len = file.len();
+            return Err(mismatch(format!("{len} bytes, the manifest lists {listed_bytes}")).into());
+        }
+        let bytes = file.read(0..file.len())?;
+        let found = super::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes));
+        if found != listed_xxh3 {
+            return Err(
+                mismatch(format!("XXH3 is {found}, the manifest lists {listed_xxh3}")).into(),
+            );
+        }
+        Ok(ChunkSums::parse(&path, &bytes, info.bin_bytes)?)
     }
 
     /// The bytes of the manifest in the folder `sub` of the dataset (`""`

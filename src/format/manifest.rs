@@ -136,7 +136,8 @@ pub struct TokenizerInfo {
     pub xxh3: String,
 }
 
-/// One shard: a `.bin` of tokens and its `.idx`.
+/// One shard: a `.bin` of tokens, its `.idx`, its chunk checksums (`.sum`)
+/// and, packed, its segment index (`.seg`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {
     /// Token file, relative to the dataset directory.
@@ -164,6 +165,82 @@ pub struct ShardInfo {
     /// XXH3-64 of the `.seg`, 16 hex digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seg_xxh3: Option<String>,
+    /// The `.bin`'s chunk checksums, relative to the dataset directory;
+    /// absent in a dataset written by a prep from before them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum: Option<String>,
+    /// Size of the `.sum` in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum_bytes: Option<u64>,
+    /// XXH3-64 of the `.sum`, 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sum_xxh3: Option<String>,
+}
+
+/// One file of a shard as its manifest entry lists it (see [`ShardInfo::files`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardFile<'a> {
+    /// Relative to the dataset directory.
+    pub name: &'a str,
+    /// Its size in bytes, when listed.
+    pub bytes: Option<u64>,
+    /// Its XXH3-64, 16 hex digits, when listed.
+    pub xxh3: Option<&'a str>,
+}
+
+impl ShardInfo {
+    /// Every file of the shard the entry names, in order: `.bin`, `.idx`,
+    /// then `.seg` and `.sum` when it names them (an optional file is
+    /// included when its name is listed, its size and checksum as far as
+    /// they are). The one list of a shard's files: whatever copies,
+    /// uploads, keeps or checks a shard's files takes them from here.
+    pub fn files(&self) -> impl Iterator<Item = ShardFile<'_>> {
+        fn optional<'a>(
+            name: &'a Option<String>,
+            bytes: Option<u64>,
+            xxh3: &'a Option<String>,
+        ) -> Option<ShardFile<'a>> {
+            name.as_deref().map(|name| ShardFile {
+                name,
+                bytes,
+                xxh3: xxh3.as_deref(),
+            })
+        }
+        [
+            Some(ShardFile {
+                name: &self.bin,
+                bytes: Some(self.bin_bytes),
+                xxh3: Some(&self.bin_xxh3),
+            }),
+            Some(ShardFile {
+                name: &self.idx,
+                bytes: Some(self.idx_bytes),
+                xxh3: Some(&self.idx_xxh3),
+            }),
+            optional(&self.seg, self.seg_bytes, &self.seg_xxh3),
+            optional(&self.sum, self.sum_bytes, &self.sum_xxh3),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// The bytes of all the shard's files, as listed.
+    pub fn total_bytes(&self) -> u64 {
+        self.files().filter_map(|f| f.bytes).sum()
+    }
+
+    /// The same shard with every file name prefixed by `prefix/` (a part's
+    /// shard as a merged dataset names it, in the part's folder).
+    pub fn within(&self, prefix: &str) -> ShardInfo {
+        let put = |name: &str| format!("{prefix}/{name}");
+        ShardInfo {
+            bin: put(&self.bin),
+            idx: put(&self.idx),
+            seg: self.seg.as_deref().map(put),
+            sum: self.sum.as_deref().map(put),
+            ..self.clone()
+        }
+    }
 }
 
 /// How a dataset was made.
@@ -419,7 +496,10 @@ impl Manifest {
     }
 
     /// Everything internally inconsistent: a known kind, shard paths that
-    /// stay inside the dataset, and totals equal to the sums over shards.
+    /// stay inside the dataset (every file's: a `.seg` or `.sum` path is
+    /// written to by `prep fetch` as much as a `.bin`'s), an optional
+    /// file's name, size and checksum listed together, and totals equal to
+    /// the sums over shards.
     pub fn consistency_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.kind != "documents" && self.kind != "packed" {
@@ -427,12 +507,23 @@ impl Manifest {
         }
         let (mut records, mut tokens) = (Some(0u64), Some(0u64));
         for (i, shard) in self.shards.iter().enumerate() {
-            for name in [&shard.bin, &shard.idx] {
+            for file in shard.files() {
+                let name = file.name;
                 if !is_safe_relative(name) {
                     problems.push(format!(
                         "shard {i}: path {name:?} is not a plain relative path"
                     ));
                 }
+            }
+            let listed = [
+                shard.sum.is_some(),
+                shard.sum_bytes.is_some(),
+                shard.sum_xxh3.is_some(),
+            ];
+            if listed.contains(&true) && listed.contains(&false) {
+                problems.push(format!(
+                    "shard {i}: sum, sum_bytes and sum_xxh3 go together (one is missing)"
+                ));
             }
             records = records.and_then(|r| r.checked_add(shard.n_records));
             tokens = tokens.and_then(|t| t.checked_add(shard.n_tokens));

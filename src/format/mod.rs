@@ -12,6 +12,7 @@ mod manifest;
 mod mmap;
 mod reader;
 mod segments;
+mod sums;
 mod writer;
 
 pub use files::{
@@ -25,7 +26,7 @@ pub use index::{
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
     identity, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance,
-    ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
     MAX_MANIFEST_BYTES,
 };
 pub(crate) use mmap::Mapped as MappedFile;
@@ -34,6 +35,10 @@ pub use reader::{Dataset, Tokens};
 pub use segments::{
     check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,
     SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
+};
+pub(crate) use sums::ChunkHasher;
+pub use sums::{
+    BadChunk, ChunkProblem, ChunkSums, CHUNK_BYTES, SUM_HEADER_LEN, SUM_MAGIC, SUM_VERSION,
 };
 pub(crate) use writer::TMP_SUFFIX;
 
@@ -221,6 +226,75 @@ pub enum FormatError {
         /// Which rule it breaks.
         message: String,
     },
+    /// A `.sum` file is shorter than its header.
+    #[error("{}: chunk checksum file is {len} bytes, shorter than its {SUM_HEADER_LEN}-byte header", path.display())]
+    SumTooShort {
+        /// The `.sum` file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+    },
+    /// A `.sum` file does not start with the magic bytes.
+    #[error("{}: not a prep chunk checksum file (bad magic bytes)", path.display())]
+    SumBadMagic {
+        /// The `.sum` file.
+        path: PathBuf,
+    },
+    /// The reserved bytes of a `.sum` header are not zero.
+    #[error("{}: reserved bytes of the chunk checksum header are not zero", path.display())]
+    SumReserved {
+        /// The `.sum` file.
+        path: PathBuf,
+    },
+    /// A `.sum` header gives chunks of 0 bytes.
+    #[error("{}: chunk size 0 in the chunk checksum header (a chunk holds at least one byte)", path.display())]
+    SumChunkBytes {
+        /// The `.sum` file.
+        path: PathBuf,
+    },
+    /// A `.sum` file's size does not match the chunk count in its header.
+    #[error("{}: chunk checksum file is {len} bytes, but a header with {n_chunks} chunks needs {expected}", path.display())]
+    SumSize {
+        /// The `.sum` file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The chunk count in its header.
+        n_chunks: u64,
+        /// The length the header implies (or that it overflows).
+        expected: String,
+    },
+    /// A `.sum` file's chunks do not cover its shard's `.bin` exactly.
+    #[error("{}: {n_chunks} chunks of {chunk_bytes} bytes listed, but {expected} are needed for the shard's {bin_bytes}-byte .bin", path.display())]
+    SumChunkCount {
+        /// The `.sum` file.
+        path: PathBuf,
+        /// The chunk count in its header.
+        n_chunks: u64,
+        /// The chunk size in its header.
+        chunk_bytes: u64,
+        /// The size of the `.bin`.
+        bin_bytes: u64,
+        /// `ceil(bin_bytes / chunk_bytes)`.
+        expected: u64,
+    },
+    /// A shard lists no `.sum` (a dataset written by a prep from before
+    /// chunk checksums), read by a reader that verifies ranges of shards.
+    #[error(
+        "{}: shard {shard} lists no chunk checksums (.sum): the dataset was written by an older prep, \
+         and its shards cannot be verified a range at a time; re-make it with this prep, or fetch it \
+         whole (prep fetch) and read the local copy",
+        path.display()
+    )]
+    NoChunkSums {
+        /// The manifest.
+        path: PathBuf,
+        /// The shard's position in the manifest.
+        shard: u64,
+    },
+    /// A chunk of a `.bin` does not match its `.sum`.
+    #[error(transparent)]
+    BadChunk(#[from] BadChunk),
     /// A record index past the end of the dataset.
     #[error("record {index} is out of range: the dataset has {len} records")]
     RecordOutOfRange {
@@ -330,6 +404,8 @@ mod limits {
             spec_number(&spec, "one `.seg` segment"),
             SEGMENT_BYTES as u64
         );
+        assert_eq!(spec_number(&spec, "`.sum` header"), SUM_HEADER_LEN as u64);
+        assert_eq!(spec_number(&spec, "a `.sum`'s `chunk_bytes`"), 1);
         let dtype = py
             .lines()
             .find(|l| l.starts_with("SEGMENT_DTYPE = "))

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{checksum_hex, Dtype, FormatError, IdxHeader, ShardInfo, IDX_HEADER_LEN};
+use super::{
+    checksum_hex, ChunkHasher, ChunkSums, Dtype, FormatError, IdxHeader, ShardInfo, CHUNK_BYTES,
+    IDX_HEADER_LEN,
+};
 
 /// Suffix of every file prep has not finished writing.
 pub(crate) const TMP_SUFFIX: &str = ".tmp";
@@ -113,17 +116,25 @@ fn sync_dir(path: &Path) -> Result<(), FormatError> {
 }
 
 /// Writes one shard: records are appended to `STEM.bin.tmp` and
-/// `STEM.idx.tmp`; [`ShardWriter::finish`] writes the header, checksums both
-/// files and renames them into place.
+/// `STEM.idx.tmp`, and the `.bin` is hashed whole and a chunk of
+/// [`CHUNK_BYTES`] at a time as it goes; [`ShardWriter::finish`] writes the
+/// index header and `STEM.sum` (the chunks' checksums), checksums the files
+/// and renames them into place.
 pub struct ShardWriter {
     /// Removes the temporary files if the shard is dropped unfinished (an
     /// error, or a bad document that stops the run).
     guard: TmpGuard,
     bin_path: PathBuf,
     idx_path: PathBuf,
+    sum_path: PathBuf,
     bin: BufWriter<File>,
     idx: BufWriter<File>,
     bin_hash: Xxh3,
+    /// The `.bin`'s chunks, hashed in the same pass as `bin_hash`.
+    chunk_hash: ChunkHasher,
+    /// The checksums of the `.bin`'s complete chunks so far (8 bytes per
+    /// MiB of tokens).
+    chunk_sums: Vec<u64>,
     dtype: Dtype,
     n_records: u64,
     n_tokens: u64,
@@ -135,6 +146,7 @@ impl ShardWriter {
     pub fn create(dir: &Path, stem: &str, dtype: Dtype) -> Result<ShardWriter, FormatError> {
         let bin_path = dir.join(format!("{stem}.bin"));
         let idx_path = dir.join(format!("{stem}.idx"));
+        let sum_path = dir.join(format!("{stem}.sum"));
         let open = |path: &Path| {
             let tmp = tmp_path(path);
             // Read access too: the index is read back to checksum it.
@@ -158,13 +170,20 @@ impl ShardWriter {
             .map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
         Ok(ShardWriter {
             guard: TmpGuard {
-                paths: vec![tmp_path(&bin_path), tmp_path(&idx_path)],
+                paths: vec![
+                    tmp_path(&bin_path),
+                    tmp_path(&idx_path),
+                    tmp_path(&sum_path),
+                ],
             },
             bin_path,
             idx_path,
+            sum_path,
             bin,
             idx,
             bin_hash: Xxh3::new(),
+            chunk_hash: ChunkHasher::new(CHUNK_BYTES),
+            chunk_sums: Vec::new(),
             dtype,
             n_records: 0,
             n_tokens: 0,
@@ -221,6 +240,8 @@ impl ShardWriter {
             .write_all(bytes)
             .map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
         self.bin_hash.update(bytes);
+        let sums = &mut self.chunk_sums;
+        self.chunk_hash.update(bytes, |_, sum| sums.push(sum));
         self.n_tokens += (bytes.len() / size) as u64;
         self.n_records += 1;
         self.idx
@@ -239,10 +260,12 @@ impl ShardWriter {
         self.n_tokens * self.dtype.size() as u64
     }
 
-    /// Writes the header, syncs, checksums and renames both files into place.
+    /// Writes the index header and the `.sum`, syncs, checksums and
+    /// renames the files into place.
     pub fn finish(self) -> Result<ShardInfo, FormatError> {
         let bin_tmp = tmp_path(&self.bin_path);
         let idx_tmp = tmp_path(&self.idx_path);
+        let sum_tmp = tmp_path(&self.sum_path);
         let bin = self
             .bin
             .into_inner()
@@ -272,11 +295,18 @@ impl ShardWriter {
                 message: format!("wrote {idx_bytes} index bytes, expected {expected}"),
             });
         }
+        let mut chunk_sums = self.chunk_sums;
+        self.chunk_hash.finish(|_, sum| chunk_sums.push(sum));
+        let sum = ChunkSums::encode(CHUNK_BYTES, &chunk_sums);
+        write_synced(&sum_tmp, &sum)?;
         let mut guard = self.guard;
-        std::fs::rename(&bin_tmp, &self.bin_path)
-            .map_err(|e| FormatError::io(&self.bin_path, e))?;
-        std::fs::rename(&idx_tmp, &self.idx_path)
-            .map_err(|e| FormatError::io(&self.idx_path, e))?;
+        for (tmp, path) in [
+            (&bin_tmp, &self.bin_path),
+            (&idx_tmp, &self.idx_path),
+            (&sum_tmp, &self.sum_path),
+        ] {
+            std::fs::rename(tmp, path).map_err(|e| FormatError::io(path, e))?;
+        }
         guard.paths.clear();
         sync_dir(&self.idx_path)?;
         let name = |p: &Path| {
@@ -297,8 +327,19 @@ impl ShardWriter {
             seg: None,
             seg_bytes: None,
             seg_xxh3: None,
+            sum: Some(name(&self.sum_path)),
+            sum_bytes: Some(sum.len() as u64),
+            sum_xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&sum))),
         })
     }
+}
+
+/// Writes `bytes` to `path` (a temporary name) and syncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
+    let io = |e| FormatError::io(path, e);
+    let mut file = File::create(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)
 }
 
 /// Deletes its files when dropped, unless cleared first.

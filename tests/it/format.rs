@@ -3,7 +3,9 @@
 //! damaged index is refused, never read out of bounds.
 
 use crate::common::{manifest, write_dataset, write_sparse_u16};
-use prep::format::{atomic_write, Dtype, FormatError, MANIFEST_FILE};
+use prep::format::{
+    atomic_write, ChunkProblem, Dtype, Files, FormatError, ReadError, CHUNK_BYTES, MANIFEST_FILE,
+};
 use prep::Dataset;
 use proptest::prelude::*;
 
@@ -36,6 +38,15 @@ proptest! {
             prop_assert_eq!(&ds.record(i as u64).unwrap().to_vec(), r);
         }
         prop_assert!(ds.record(records.len() as u64).is_err());
+        // Every shard has chunk checksums that verify its whole .bin.
+        let files = Files::new(dir.path()).unwrap();
+        for (s, shard) in shards.iter().enumerate() {
+            let sums = files.chunk_sums(s, shard).unwrap();
+            prop_assert_eq!(sums.chunk_bytes(), CHUNK_BYTES);
+            prop_assert_eq!(sums.len(), shard.bin_bytes.div_ceil(CHUNK_BYTES));
+            let bin = std::fs::read(dir.path().join(&shard.bin)).unwrap();
+            prop_assert_eq!(sums.verify(0, &bin), Ok(()));
+        }
         // Cut rule: a shard stays within the size unless it holds one record,
         // and could not have taken the next shard's first record.
         let size = dtype.size() as u64;
@@ -70,6 +81,131 @@ proptest! {
             let total: u64 = ds.records().map(|r| r.len() as u64).sum();
             prop_assert_eq!(total, ds.n_tokens());
         }
+    }
+}
+
+/// A shard of several chunks, as the streaming reader will read it: the
+/// writer's `.sum` covers the `.bin` in 1 MiB chunks, a record's covering
+/// range verifies, and a flipped byte fails naming its chunk.
+#[test]
+fn chunk_sums_verify_ranges_of_a_shard_of_several_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3.5 MiB of uint16 tokens in one shard: chunks 0..3, the last a half.
+    let records: Vec<Vec<u32>> = (0..7u32)
+        .map(|r| (0..(1u32 << 18)).map(|t| (t * 7 + r) % 65_000).collect())
+        .collect();
+    let shards = write_dataset(dir.path(), Dtype::U16, u64::MAX, &records);
+    assert_eq!(shards.len(), 1);
+    let shard = &shards[0];
+    assert_eq!(shard.sum.as_deref(), Some("shard-00000.sum"));
+    assert_eq!(shard.sum_bytes, Some(32 + 4 * 8));
+    let sums = Files::new(dir.path())
+        .unwrap()
+        .chunk_sums(0, shard)
+        .unwrap();
+    assert_eq!((sums.len(), sums.bin_bytes()), (4, 7 << 19));
+    assert_eq!(sums.chunk(3), Some(3 << 20..7 << 19));
+
+    let mut bin = std::fs::read(dir.path().join(&shard.bin)).unwrap();
+    // Record 4's bytes: [4 * 512 KiB, 5 * 512 KiB), inside chunk 2.
+    let range = sums.covering(4 << 19..5 << 19);
+    assert_eq!(range, 2 << 20..3 << 20);
+    let part = |bin: &[u8]| bin[range.start as usize..range.end as usize].to_vec();
+    assert_eq!(sums.verify(range.start, &part(&bin)), Ok(()));
+    bin[(5 << 19) - 1] ^= 0x40;
+    let err = sums.verify(range.start, &part(&bin)).unwrap_err();
+    assert_eq!((err.index, err.range.clone()), (2, 2 << 20..3 << 20));
+    assert!(matches!(err.problem, ChunkProblem::Checksum { .. }));
+    assert!(
+        err.to_string().contains("chunk 2 (bytes 2097152..3145728"),
+        "{err}"
+    );
+    // A short read that stops inside the chunk is not verified either.
+    bin[(5 << 19) - 1] ^= 0x40;
+    let short = &bin[range.start as usize..range.end as usize - 1];
+    let err = sums.verify(range.start, short).unwrap_err();
+    assert_eq!(err.problem, ChunkProblem::Truncated { got: (1 << 20) - 1 });
+    // The whole .bin, in one piece and from a later chunk on.
+    assert_eq!(sums.verify(0, &bin), Ok(()));
+    assert_eq!(sums.verify(3 << 20, &bin[3 << 20..]), Ok(()));
+}
+
+/// A dataset written before `.sum` files lists none: it reads as before,
+/// and a reader that needs chunk checksums refuses it naming the manifest
+/// and the shard. A `.sum` that is not the one listed is refused too.
+#[test]
+fn a_shard_without_chunk_sums_is_refused_by_a_reader_that_needs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut shards = write_dataset(dir.path(), Dtype::U16, 1 << 20, &[vec![1, 2], vec![3]]);
+    let files = Files::new(dir.path()).unwrap();
+    let mut bad = shards[0].clone();
+    bad.sum_bytes = Some(33);
+    let err = files.chunk_sums(0, &bad).unwrap_err().to_string();
+    assert!(
+        err.contains("shard-00000.sum: 40 bytes, the manifest lists 33"),
+        "{err}"
+    );
+    bad.sum_bytes = shards[0].sum_bytes;
+    bad.sum_xxh3 = Some("0123456789abcdef".into());
+    let err = files.chunk_sums(0, &bad).unwrap_err().to_string();
+    assert!(err.contains("the manifest lists 0123456789abcdef"), "{err}");
+
+    std::fs::remove_file(dir.path().join("shard-00000.sum")).unwrap();
+    let old = &mut shards[0];
+    (old.sum, old.sum_bytes, old.sum_xxh3) = (None, None, None);
+    let m = manifest(Dtype::U16, shards.clone());
+    assert!(
+        !m.to_json().contains("\"sum"),
+        "no sum fields are written when there is none"
+    );
+    atomic_write(&dir.path().join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    assert_eq!(ds.record(1).unwrap().to_vec(), vec![3]);
+    let err = files.chunk_sums(0, &shards[0]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReadError::Format(FormatError::NoChunkSums { shard: 0, .. })
+        ),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("manifest.json: shard 0 lists no chunk checksums (.sum)")
+            && message.contains("older prep"),
+        "{message}"
+    );
+    assert_eq!(err.path(), Some(dir.path().join(MANIFEST_FILE)));
+}
+
+/// Every path a shard entry names stays inside the dataset, `.sum` and
+/// `.seg` included (`prep fetch` writes to them), and an optional file's
+/// name, size and checksum come together.
+#[test]
+fn a_sum_path_outside_the_dataset_or_a_partial_listing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write_dataset(dir.path(), Dtype::U16, 1 << 20, &[vec![1, 2]]);
+    let path = dir.path().join(MANIFEST_FILE);
+    let good = std::fs::read_to_string(&path).unwrap();
+    for (from, to, words) in [
+        (
+            "\"shard-00000.sum\"",
+            "\"../x.sum\"",
+            "not a plain relative path",
+        ),
+        (
+            "\"sum_bytes\": 40,",
+            "",
+            "sum, sum_bytes and sum_xxh3 go together",
+        ),
+    ] {
+        assert!(good.contains(from), "{good}");
+        std::fs::write(&path, good.replacen(from, to, 1)).unwrap();
+        let err = Dataset::open(dir.path())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains(words), "{err}");
     }
 }
 

@@ -289,6 +289,9 @@ pub fn write_sparse_u16(dir: &Path, lengths: &[u64], markers: &[(u64, u16)]) {
         seg: None,
         seg_bytes: None,
         seg_xxh3: None,
+        sum: None,
+        sum_bytes: None,
+        sum_xxh3: None,
     };
     let mut m = manifest(Dtype::U16, vec![shard]);
     m.vocab_size = 65536;
