@@ -2,7 +2,7 @@
 //! directory, for training code that maps its shards.
 //!
 //! The manifest is read first and is the contract: every file it lists (each
-//! shard's `.bin`, `.idx` and `.seg`, the tokenizer copy, a part's hashes)
+//! shard's `.bin`, `.idx`, `.seg` and `.sum`, the tokenizer copy, a part's hashes)
 //! is streamed to `NAME.tmp` while its size and XXH3-64 are computed, checked
 //! against the manifest, and only then renamed into place. The directory goes
 //! through the output lifecycle ([`crate::output::Output`]): it is locked,
@@ -233,28 +233,18 @@ impl Drop for Local {
     }
 }
 
-/// A shard's files as the manifest lists them.
+/// A shard's files as the manifest lists them ([`ShardInfo::files`]); an
+/// optional file listed without its size and checksum is left out.
 fn shard_files(s: &ShardInfo) -> Vec<Wanted<'_>> {
-    let mut files = vec![
-        Wanted {
-            name: &s.bin,
-            bytes: Some(s.bin_bytes),
-            xxh3: &s.bin_xxh3,
-        },
-        Wanted {
-            name: &s.idx,
-            bytes: Some(s.idx_bytes),
-            xxh3: &s.idx_xxh3,
-        },
-    ];
-    if let (Some(seg), Some(bytes), Some(xxh3)) = (&s.seg, s.seg_bytes, &s.seg_xxh3) {
-        files.push(Wanted {
-            name: seg,
-            bytes: Some(bytes),
-            xxh3,
-        });
-    }
-    files
+    s.files()
+        .filter_map(|f| {
+            Some(Wanted {
+                name: f.name,
+                bytes: Some(f.bytes?),
+                xxh3: f.xxh3?,
+            })
+        })
+        .collect()
 }
 
 /// Streams one object to `dir/NAME.tmp`, checks it, and renames it into

@@ -272,7 +272,7 @@ fn merged_inputs(out: &Path, parts: &[Part]) -> Vec<InputInfo> {
                 .manifest()
                 .shards
                 .iter()
-                .map(|s| s.bin_bytes + s.idx_bytes + s.seg_bytes.unwrap_or(0))
+                .map(ShardInfo::total_bytes)
                 .sum(),
             xxh3: Some(p.manifest_xxh3.clone()),
         })
@@ -369,27 +369,21 @@ fn merge_shards(
                     &mut documents,
                 )?;
                 report.rewritten += 1;
-                report.bytes_written += info.bin_bytes + info.idx_bytes;
+                report.bytes_written += info.total_bytes();
                 shards.push(info);
             } else if let Some(prefix) = &inside {
                 report.referenced += 1;
-                shards.push(ShardInfo {
-                    bin: format!("{prefix}/{}", shard.bin),
-                    idx: format!("{prefix}/{}", shard.idx),
-                    seg: shard.seg.as_ref().map(|seg| format!("{prefix}/{seg}")),
-                    ..shard.clone()
-                });
+                shards.push(shard.within(prefix));
             } else {
                 shards.push(place_shard(part, shard, to, &stem)?);
                 if to.copy {
                     report.copied += 1;
-                    report.bytes_written +=
-                        shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
+                    report.bytes_written += shard.total_bytes();
                 } else {
                     report.linked += 1;
                 }
             }
-            done_bytes += shard.bin_bytes + shard.idx_bytes + shard.seg_bytes.unwrap_or(0);
+            done_bytes += shard.total_bytes();
             progress.update(&ProgressSnapshot {
                 input_bytes: done_bytes,
                 input_total: total_bytes,
@@ -450,6 +444,11 @@ fn place_shard(
             .seg
             .as_ref()
             .map(|seg| place(seg, "seg"))
+            .transpose()?,
+        sum: shard
+            .sum
+            .as_ref()
+            .map(|sum| place(sum, "sum"))
             .transpose()?,
         ..shard.clone()
     })

@@ -62,16 +62,17 @@ pub const LOCK_FILE: &str = ".prep-lock";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// A partitioned tokenize part's record hashes, for `prep merge --dedup`.
 pub const HASHES_FILE: &str = "hashes.bin";
+/// The extensions of the files of a shard prep writes.
+pub const SHARD_EXTENSIONS: [&str; 4] = [".bin", ".idx", ".seg", ".sum"];
 /// prep's private working folders inside an output directory: the
 /// shuffle's bucket files and the tokenize-then-shuffle pipeline's stage.
 pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
 
 /// Names of the files prep writes into an output directory: shard files
-/// (`shard-*.bin`, `.idx`, `.seg`), unfinished `.tmp` files, the manifest,
+/// (`shard-*.bin`, `.idx`, `.seg`, `.sum`), unfinished `.tmp` files, the manifest,
 /// the journal, the lock, the tokenizer copy and a part's `hashes.bin`.
 pub fn is_prep_file(name: &str) -> bool {
-    let shard =
-        name.starts_with("shard-") && [".bin", ".idx", ".seg"].iter().any(|e| name.ends_with(e));
+    let shard = name.starts_with("shard-") && SHARD_EXTENSIONS.iter().any(|e| name.ends_with(e));
     shard
         || name.ends_with(TMP_SUFFIX)
         || [
@@ -621,20 +622,13 @@ fn refused(dir: &Path, why: &str) -> OutputError {
     }
 }
 
-/// A shard's files with their recorded sizes and XXH3-64 (when the entry
-/// has a readable one): `.bin`, `.idx`, and `.seg` when it has one.
+/// A shard's files ([`ShardInfo::files`]) with their recorded sizes and
+/// XXH3-64 (when the entry has a readable one); an optional file listed
+/// without its size is left out.
 fn shard_files(s: &ShardInfo) -> impl Iterator<Item = (&str, u64, Option<u64>)> {
     let sum = |hex: &str| u64::from_str_radix(hex, 16).ok();
-    [
-        Some((s.bin.as_str(), s.bin_bytes, sum(&s.bin_xxh3))),
-        Some((s.idx.as_str(), s.idx_bytes, sum(&s.idx_xxh3))),
-        s.seg
-            .as_deref()
-            .zip(s.seg_bytes)
-            .map(|(seg, bytes)| (seg, bytes, s.seg_xxh3.as_deref().and_then(sum))),
-    ]
-    .into_iter()
-    .flatten()
+    s.files()
+        .filter_map(move |f| Some((f.name, f.bytes?, f.xxh3.and_then(sum))))
 }
 
 #[cfg(test)]

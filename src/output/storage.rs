@@ -149,21 +149,14 @@ pub(super) fn remove_file(path: &Path) -> Result<(), FormatError> {
 }
 
 /// The rule for an intact shard, the one every resume uses: each of its
-/// files (`.bin`, `.idx`, and `.seg` when the entry names one) has the
-/// recorded size and XXH3-64.
+/// files ([`ShardInfo::files`]: `.bin`, `.idx`, and `.seg` and `.sum` when
+/// the entry names them) has the recorded size and XXH3-64.
 pub fn shard_intact(dir: &Path, s: &ShardInfo) -> bool {
-    let files = [
-        Some((&s.bin, Some(s.bin_bytes), Some(&s.bin_xxh3))),
-        Some((&s.idx, Some(s.idx_bytes), Some(&s.idx_xxh3))),
-        s.seg
-            .as_ref()
-            .map(|seg| (seg, s.seg_bytes, s.seg_xxh3.as_ref())),
-    ];
-    files.into_iter().flatten().all(|(name, bytes, sum)| {
-        let (Some(bytes), Some(sum)) = (bytes, sum) else {
+    s.files().all(|f| {
+        let (Some(bytes), Some(sum)) = (f.bytes, f.xxh3) else {
             return false;
         };
-        hash_file(&dir.join(name)).is_ok_and(|(h, len)| len == bytes && checksum_hex(h) == *sum)
+        hash_file(&dir.join(f.name)).is_ok_and(|(h, len)| len == bytes && checksum_hex(h) == sum)
     })
 }
 
