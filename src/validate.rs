@@ -19,9 +19,9 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::format::{
-    checksum_hex, row_index_end, row_index_start, row_violation, row_window, FormatError,
-    IdxHeader, Manifest, OffsetRules, SegHeader, Segment, ShardInfo, Tokens, FORMAT_VERSION,
-    IDX_HEADER_LEN, MANIFEST_FILE, SEGMENT_BYTES, SEG_HEADER_LEN,
+    checksum_hex, row_index_end, row_index_start, row_violation, row_window, ChunkHasher,
+    ChunkSums, FormatError, IdxHeader, Manifest, OffsetRules, SegHeader, Segment, ShardInfo,
+    Tokens, FORMAT_VERSION, IDX_HEADER_LEN, MANIFEST_FILE, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
 use crate::format::{Entries, File, Files, ReadError, TokenBlocks};
 
@@ -179,6 +179,12 @@ pub enum ProblemKind {
     Segments,
     /// A packed row's tokens after its last piece are not the pad token.
     Padding,
+    /// A shard's chunk checksum file (`.sum`) is unreadable (magic,
+    /// version, reserved bytes, chunk size, length) or its chunks do not
+    /// cover the shard's `.bin`.
+    ChunkSums,
+    /// A chunk of a `.bin` does not have the XXH3-64 its `.sum` lists.
+    ChunkChecksum,
 }
 
 /// One problem, with where it is.
@@ -198,6 +204,9 @@ pub struct Problem {
     /// The token offset within the shard.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
+    /// The chunk of the shard's `.bin`, as its `.sum` numbers them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u64>,
     /// What was found and what was expected.
     pub message: String,
 }
@@ -333,6 +342,7 @@ fn problem(
         shard: shard.map(|s| s as u64),
         record: None,
         token: None,
+        chunk: None,
         message,
     }
 }
@@ -489,17 +499,11 @@ fn packed_manifest_problems(m: &Manifest) -> Vec<String> {
         }
     }
     for (i, shard) in m.shards.iter().enumerate() {
-        match (&shard.seg, shard.seg_bytes, &shard.seg_xxh3) {
-            (Some(name), Some(_), Some(_)) => {
-                if !crate::format::is_safe_relative(name) {
-                    out.push(format!(
-                        "shard {i}: path {name:?} is not a plain relative path"
-                    ));
-                }
-            }
-            _ => out.push(format!(
+        // An unsafe path is one of the manifest's consistency problems.
+        if shard.seg.is_none() || shard.seg_bytes.is_none() || shard.seg_xxh3.is_none() {
+            out.push(format!(
                 "shard {i}: a packed shard needs seg, seg_bytes and seg_xxh3"
-            )),
+            ));
         }
     }
     out
@@ -575,7 +579,7 @@ fn read_manifest(
 }
 
 /// Files of the dataset (a directory's walk, a prefix's listing) that look
-/// like shards (`.bin`, `.idx`, `.seg`, or their `.tmp` forms) but are not
+/// like shards (`.bin`, `.idx`, `.seg`, `.sum`, or their `.tmp` forms) but are not
 /// listed. A partial dataset's record hashes count as listed; so do the
 /// files of the parts a merged dataset names (a shard that `--dedup`
 /// rewrote without some records leaves the part's own in place).
@@ -596,30 +600,27 @@ fn unlisted_files(
         let Ok(m) = Manifest::parse(&source.path_of(&part.path), &bytes) else {
             continue;
         };
-        let files = m
-            .shards
-            .iter()
-            .flat_map(|s| [Some(&s.bin), Some(&s.idx), s.seg.as_ref()]);
+        let files = m.shards.iter().flat_map(|s| s.files().map(|f| f.name));
         let own_hashes = m
             .partition
             .as_ref()
             .and_then(|p| p.hashes.as_ref())
-            .map(|h| &h.file);
-        for file in files.flatten().chain(own_hashes) {
+            .map(|h| h.file.as_str());
+        for file in files.chain(own_hashes) {
             hashes.push(format!("{}/{file}", part.path));
         }
     }
     let listed: BTreeSet<&str> = manifest
         .shards
         .iter()
-        .flat_map(|s| [Some(s.bin.as_str()), Some(s.idx.as_str()), s.seg.as_deref()])
-        .flatten()
+        .flat_map(|s| s.files().map(|f| f.name))
         .chain(hashes.iter().map(String::as_str))
         .collect();
     for rel in source.files()? {
-        let looks_like_shard = [".bin", ".idx", ".seg", ".bin.tmp", ".idx.tmp", ".seg.tmp"]
+        let name = rel.strip_suffix(crate::format::TMP_SUFFIX).unwrap_or(&rel);
+        let looks_like_shard = crate::output::SHARD_EXTENSIONS
             .iter()
-            .any(|ext| rel.ends_with(ext));
+            .any(|ext| name.ends_with(ext));
         if looks_like_shard && !listed.contains(rel.as_str()) {
             problems.push(problem(
                 ProblemKind::UnlistedFile,
@@ -674,9 +675,10 @@ fn check_tokenizer(
 }
 
 /// Every check of one shard. Each file is read in order, in chunks (a
-/// mapped file's slices, an object's ranged GETs): the `.idx` for its
-/// checksum and for its offsets, the `.seg` of a packed shard likewise,
-/// then the `.bin` once, its checksum, token scan and the records' checks
+/// mapped file's slices, an object's ranged GETs): the `.sum` for its
+/// checksum and header, the `.idx` for its checksum and for its offsets,
+/// the `.seg` of a packed shard likewise, then the `.bin` once, its
+/// checksum, its chunks' checksums, token scan and the records' checks
 /// sharing the pass, with the offsets (and segments) read alongside.
 fn check_shard(
     source: &Files,
@@ -704,6 +706,7 @@ fn check_shard(
         cap,
     };
     check_listed_bin_bytes(&c, &mut problems);
+    let sums = check_sum_file(source, &c, &mut problems, &mut checked)?;
     let Some(files) = open_shard_files(source, &c, &mut problems)? else {
         return Ok((problems, checked, unchecked));
     };
@@ -724,6 +727,7 @@ fn check_shard(
         &files,
         sound,
         segments.as_ref(),
+        sums.as_ref(),
         &mut problems,
         &mut checked,
     )?;
@@ -813,6 +817,55 @@ fn open_shard_files(
         }
     }
     Ok(Some(ShardFiles { bin, idx }))
+}
+
+/// The shard's chunk checksums, when its entry lists them (a dataset of an
+/// older prep has none, and is valid without): present, of the listed size
+/// and checksum, and a header that describes the listed `.bin`. Returns
+/// them when they can be checked against the `.bin`.
+fn check_sum_file(
+    source: &Files,
+    c: &ShardCheck,
+    problems: &mut Problems,
+    checked: &mut Checked,
+) -> Result<Option<ChunkSums>, ReadError> {
+    let info = c.info;
+    let Some(name) = info
+        .sum
+        .as_deref()
+        .filter(|n| crate::format::is_safe_relative(n))
+    else {
+        return Ok(None); // none, or an unsafe path reported with the manifest
+    };
+    let Some(file) = open(source, name, Some(c.s), problems)? else {
+        return Ok(None);
+    };
+    checked.bytes += file.len();
+    if Some(file.len()) != info.sum_bytes {
+        problems.push(c.at(
+            ProblemKind::FileSize,
+            name,
+            format!(
+                "{} bytes, the manifest says {}",
+                file.len(),
+                info.sum_bytes.map_or("nothing".into(), |b| b.to_string())
+            ),
+        ));
+    }
+    if !c.quick {
+        let listed = info.sum_xxh3.as_deref().unwrap_or("");
+        verify_checksum(&file, name, listed, Some(c.s), problems)?;
+    }
+    // Read whole: 8 bytes per chunk, a small file beside its .bin.
+    let bytes = file.read(0..file.len())?;
+    match ChunkSums::parse(Path::new(name), &bytes, info.bin_bytes) {
+        Ok(sums) => Ok(Some(sums)),
+        Err(e) => {
+            let message = strip_path(&e.to_string(), name);
+            problems.push(c.at(ProblemKind::ChunkSums, name, message));
+            Ok(None)
+        }
+    }
 }
 
 /// The index: header, agreement with the manifest and the .bin, offsets.
@@ -958,19 +1011,24 @@ fn check_offsets(
     Ok(sound)
 }
 
-/// The .bin: checksum, token ids and the records' checks in one pass.
-/// Returns the ids out of range and the probes, whose problems the caller
-/// adds after those of the segment index.
+/// The .bin: checksum, chunk checksums, token ids and the records' checks
+/// in one pass. Returns the ids out of range and the probes, whose problems
+/// the caller adds after those of the segment index.
 fn check_bin<'a>(
     c: &ShardCheck,
     files: &'a ShardFiles,
     sound: bool,
     segments: Option<&'a (File, SegHeader)>,
+    sums: Option<&ChunkSums>,
     problems: &mut Problems,
     checked: &mut Checked,
 ) -> Result<(Problems, Probes<'a>), ReadError> {
     let info = c.info;
     let mut hasher = (!c.quick).then(xxhash_rust::xxh3::Xxh3::new);
+    // A .bin of another size than listed is reported as such; its chunks
+    // would only repeat it.
+    let sums = sums.filter(|s| !c.quick && s.bin_bytes() == files.bin.len());
+    let mut chunks = sums.map(|s| ChunkHasher::new(s.chunk_bytes()));
     let mut out_of_range = Problems::new(c.cap);
     let mut records = match sound {
         true => Some(RecordWalk::new(&files.idx)),
@@ -981,6 +1039,9 @@ fn check_bin<'a>(
     while let Some(block) = blocks.next_block()? {
         if let Some(h) = hasher.as_mut() {
             h.update(block.raw);
+        }
+        if let (Some(chunks), Some(sums)) = (chunks.as_mut(), sums) {
+            chunks.update(block.raw, |i, d| check_chunk(c, sums, i, d, problems));
         }
         checked.tokens += block.tokens.len() as u64;
         check_ids(
@@ -995,7 +1056,25 @@ fn check_bin<'a>(
     if let Some(h) = hasher {
         verify_digest(h.digest(), &info.bin, &info.bin_xxh3, Some(c.s), problems);
     }
+    if let (Some(chunks), Some(sums)) = (chunks, sums) {
+        chunks.finish(|i, d| check_chunk(c, sums, i, d, problems));
+    }
     Ok((out_of_range, probes))
+}
+
+/// Chunk `index` of the `.bin`, hashed to `digest`, against its `.sum`: a
+/// mismatch is a problem of the `.bin` naming the chunk and its bytes.
+fn check_chunk(c: &ShardCheck, sums: &ChunkSums, index: u64, digest: u64, problems: &mut Problems) {
+    if let Err(bad) = sums.check(index, digest) {
+        let sum = c.info.sum.as_deref().unwrap_or_default();
+        let mut p = c.at(
+            ProblemKind::ChunkChecksum,
+            &c.info.bin,
+            strip_path(&bad.to_string(), sum),
+        );
+        p.chunk = Some(bad.index);
+        problems.push(p);
+    }
 }
 
 /// The probes the pass over the `.bin` makes: a packed shard's rows when

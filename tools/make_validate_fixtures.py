@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "fixtures" / "validate"
 WORDS = [f"w{i}" for i in range(40)]
 HEADER = 32  # bytes before the first offset of an .idx
+CHUNK = 1 << 20  # bytes of the .bin per checksum in a .sum, as prep writes it
 
 
 def tokenizer_json() -> dict:
@@ -85,9 +86,23 @@ def offsets(d: Path, shard: dict) -> list[int]:
 
 
 def rehash(d: Path, m: dict, s: int, which: str) -> None:
-    """Updates shard s's checksum of `which` ('bin' or 'idx') to the file's."""
+    """Updates shard s's checksum of `which` ('bin', 'idx' or 'sum') to the file's."""
     shard = m["shards"][s]
     shard[f"{which}_xxh3"] = xxh3((d / shard[which]).read_bytes())
+
+
+def chunk_sums(data: bytes, chunk: int = CHUNK) -> bytes:
+    """A .sum of `data` (a .bin): header, then the XXH3-64 of each chunk."""
+    sums = [xxhash.xxh3_64_intdigest(data[i:i + chunk]) for i in range(0, len(data), chunk)]
+    return struct.pack("<8sIIQQ", b"PREPSUM\0", 1, 0, chunk, len(sums)) + struct.pack(f"<{len(sums)}Q", *sums)
+
+
+def resum(d: Path, m: dict, s: int) -> None:
+    """Rewrites shard s's .sum for its .bin as it is now, and lists it."""
+    shard = m["shards"][s]
+    (d / shard["sum"]).write_bytes(chunk_sums((d / shard["bin"]).read_bytes()))
+    shard["sum_bytes"] = (d / shard["sum"]).stat().st_size
+    rehash(d, m, s, "sum")
 
 
 def case(name: str, good: Path) -> tuple[Path, dict]:
@@ -115,6 +130,10 @@ def build(good: Path) -> None:
     m0 = load(good)
     assert len(m0["shards"]) >= 3, "the good dataset needs at least 3 shards"
     vocab = m0["vocab_size"]
+    for shard in m0["shards"]:
+        # prep's .sum is the one this file would write: the cases below that
+        # rewrite a .sum write what prep does.
+        assert (good / shard["sum"]).read_bytes() == chunk_sums((good / shard["bin"]).read_bytes())
 
     d, m = case("truncated_bin", good)
     p = d / m["shards"][1]["bin"]
@@ -156,6 +175,7 @@ def build(good: Path) -> None:
     shard = m["shards"][2]
     set_token(d, shard, middle_token(d, shard), vocab + 5)
     rehash(d, m, 2, "bin")
+    resum(d, m, 2)
     save(d, m)
 
     # The header says uint32 in a uint16 dataset.
@@ -168,12 +188,12 @@ def build(good: Path) -> None:
     save(d, m)
 
     d, m = case("missing_shard", good)
-    (d / m["shards"][1]["bin"]).unlink()
-    (d / m["shards"][1]["idx"]).unlink()
+    for ext in ("bin", "idx", "sum"):
+        (d / m["shards"][1][ext]).unlink()
 
     d, m = case("extra_shard", good)
     n = len(m["shards"])
-    for ext in ("bin", "idx"):
+    for ext in ("bin", "idx", "sum"):
         shutil.copy(d / m["shards"][1][ext], d / f"shard-{n:05d}.{ext}")
 
     d, m = case("manifest_count_edited", good)
@@ -187,10 +207,48 @@ def build(good: Path) -> None:
     r = next(k for k in range(len(o) - 1) if o[k + 1] - o[k] >= 2)
     set_token(d, shard, o[r + 1] - 1, 2)
     rehash(d, m, 0, "bin")
+    resum(d, m, 0)
     save(d, m)
 
     d, m = case("bad_schema", good)
     m["dtype"] = "float32"
+    save(d, m)
+
+    # A byte of a .bin changed and its whole-file checksum made to match:
+    # only the chunk checksums tell.
+    d, m = case("flipped_chunk", good)
+    shard = m["shards"][1]
+    t = middle_token(d, shard)
+    old = struct.unpack_from("<H", (d / shard["bin"]).read_bytes(), t * 2)[0]
+    set_token(d, shard, t, 2 + ((old - 2 + 1) % len(WORDS)))  # another word, never eos
+    rehash(d, m, 1, "bin")
+    save(d, m)
+
+    # A bit of a chunk's checksum in a .sum flipped, the .sum's own checksum
+    # made to match: the .bin and the .sum disagree on that chunk.
+    d, m = case("flipped_sum", good)
+    p = d / m["shards"][1]["sum"]
+    data = bytearray(p.read_bytes())
+    data[HEADER + 3] ^= 0x10
+    p.write_bytes(bytes(data))
+    rehash(d, m, 1, "sum")
+    save(d, m)
+
+    # A .sum header with chunks of 0 bytes.
+    d, m = case("zero_chunk_bytes", good)
+    p = d / m["shards"][1]["sum"]
+    data = bytearray(p.read_bytes())
+    data[16:24] = bytes(8)
+    p.write_bytes(bytes(data))
+    rehash(d, m, 1, "sum")
+    save(d, m)
+
+    # The good dataset as a prep from before .sum files wrote it: valid.
+    d, m = case("no_sums", good)
+    for shard in m["shards"]:
+        (d / shard["sum"]).unlink()
+        for key in ("sum", "sum_bytes", "sum_xxh3"):
+            del shard[key]
     save(d, m)
 
 

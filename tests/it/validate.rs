@@ -108,7 +108,10 @@ fn truncated_idx() {
 fn flipped_byte_in_bin() {
     assert_problems(
         "flipped_bin",
-        &[("checksum", "shard-00001.bin", Some(1), None, None)],
+        &[
+            ("checksum", "shard-00001.bin", Some(1), None, None),
+            ("chunk_checksum", "shard-00001.bin", Some(1), None, None),
+        ],
     );
     // --quick skips only the checksums: this dataset then passes.
     let (code, report) = validate(&case("flipped_bin"), &["--quick"]);
@@ -167,6 +170,7 @@ fn missing_shard() {
         &[
             ("missing_file", "shard-00001.bin", Some(1), None, None),
             ("missing_file", "shard-00001.idx", Some(1), None, None),
+            ("missing_file", "shard-00001.sum", Some(1), None, None),
         ],
     );
 }
@@ -178,6 +182,7 @@ fn extra_shard() {
         &[
             ("unlisted_file", "shard-00004.bin", None, None, None),
             ("unlisted_file", "shard-00004.idx", None, None, None),
+            ("unlisted_file", "shard-00004.sum", None, None, None),
         ],
     );
 }
@@ -203,6 +208,131 @@ fn manifest_not_of_the_schema() {
     assert_problems(
         "bad_schema",
         &[("manifest_schema", "manifest.json", None, None, None)],
+    );
+}
+
+/// The one problem of `name`'s report, which must be a chunk checksum
+/// problem of shard `shard`'s `.bin`: its chunk and message.
+fn the_chunk_problem(dir: &std::path::Path, shard: u64) -> (u64, String) {
+    let (code, report) = validate(dir, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let p = &problems[0];
+    assert_eq!(p["kind"], "chunk_checksum", "{report:#}");
+    assert_eq!(p["shard"], shard, "{report:#}");
+    assert_eq!(
+        p["file"],
+        format!("shard-{shard:05}.bin"),
+        "the chunk is of the .bin"
+    );
+    (
+        p["chunk"].as_u64().expect("the chunk is named"),
+        p["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A changed byte of a `.bin` whose whole-file checksum was made to match:
+/// only the chunk checksums tell, and the report names the chunk.
+#[test]
+fn a_flipped_byte_under_a_fixed_checksum_is_found_by_its_chunk() {
+    let (chunk, message) = the_chunk_problem(&case("flipped_chunk"), 1);
+    assert_eq!(chunk, 0);
+    assert!(
+        message.starts_with("chunk 0 (bytes 0..192 of the shard's .bin): XXH3 is "),
+        "{message}"
+    );
+    // --quick skips the chunks' checksums with the others.
+    let (code, report) = validate(&case("flipped_chunk"), &["--quick"]);
+    assert_eq!(code, 0, "{report:#}");
+}
+
+/// A flipped bit of a checksum in a `.sum` (whose own checksum was made to
+/// match): the `.bin` and its `.sum` disagree on that chunk.
+#[test]
+fn a_flipped_byte_in_a_sum_is_found_by_its_chunk() {
+    let (chunk, message) = the_chunk_problem(&case("flipped_sum"), 1);
+    assert_eq!(chunk, 0);
+    assert!(message.contains("the .sum lists"), "{message}");
+}
+
+#[test]
+fn a_sum_header_with_chunks_of_zero_bytes() {
+    assert_problems(
+        "zero_chunk_bytes",
+        &[("chunk_sums", "shard-00001.sum", Some(1), None, None)],
+    );
+    let (_, report) = validate(&case("zero_chunk_bytes"), &[]);
+    let message = report["problems"][0]["message"].as_str().unwrap();
+    assert!(message.contains("chunk size 0"), "{message}");
+}
+
+/// A dataset written before `.sum` files: nothing lists them, and it is
+/// valid; the chunk checksums are checked where they are listed only.
+#[test]
+fn a_dataset_without_sums_is_valid() {
+    let (code, report) = validate(&case("no_sums"), &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["checked"]["records"], 36);
+    let manifest = std::fs::read_to_string(case("no_sums").join("manifest.json")).unwrap();
+    assert!(!manifest.contains("\"sum"), "{manifest}");
+    prep::Dataset::open(case("no_sums")).unwrap();
+}
+
+/// A shard of several chunks: a byte changed in chunk 2 under a fixed
+/// `bin_xxh3`, then a byte of chunk 3's checksum in the `.sum` under a
+/// fixed `sum_xxh3`; each time the report names that chunk and its bytes.
+#[test]
+fn a_corrupt_chunk_of_a_large_shard_is_named() {
+    let t = TestDir::new();
+    let dir = t.path("ds");
+    std::fs::create_dir(&dir).unwrap();
+    // 3.5 MiB of uint16 tokens in one shard: chunks 0..3 of 1 MiB, the last a half.
+    let records: Vec<Vec<u32>> = (0..7u32)
+        .map(|r| (0..(1u32 << 18)).map(|t| (t * 7 + r) % 60_000).collect())
+        .collect();
+    let shards = write_dataset(&dir, prep::format::Dtype::U16, u64::MAX, &records);
+    let (code, report) = validate(&dir, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    let edit_manifest = |key: &str, value: String| {
+        let path = dir.join("manifest.json");
+        let mut m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        m["shards"][0][key] = value.into();
+        std::fs::write(&path, m.to_string()).unwrap();
+    };
+    let xxh3 = |path: &std::path::Path| {
+        format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(&std::fs::read(path).unwrap())
+        )
+    };
+
+    let bin = dir.join(&shards[0].bin);
+    let good_bin = std::fs::read(&bin).unwrap();
+    let mut bytes = good_bin.clone();
+    bytes[(5 << 19) + 3] ^= 0x02;
+    std::fs::write(&bin, &bytes).unwrap();
+    edit_manifest("bin_xxh3", xxh3(&bin));
+    let (chunk, message) = the_chunk_problem(&dir, 0);
+    assert_eq!(chunk, 2);
+    assert!(
+        message.starts_with("chunk 2 (bytes 2097152..3145728 of the shard's .bin)"),
+        "{message}"
+    );
+
+    std::fs::write(&bin, &good_bin).unwrap();
+    edit_manifest("bin_xxh3", shards[0].bin_xxh3.clone());
+    let sum = dir.join(shards[0].sum.as_deref().unwrap());
+    let mut bytes = std::fs::read(&sum).unwrap();
+    bytes[32 + 3 * 8] ^= 0x01;
+    std::fs::write(&sum, &bytes).unwrap();
+    edit_manifest("sum_xxh3", xxh3(&sum));
+    let (chunk, message) = the_chunk_problem(&dir, 0);
+    assert_eq!(chunk, 3);
+    assert!(
+        message.starts_with("chunk 3 (bytes 3145728..3670016 of the shard's .bin)"),
+        "{message}"
     );
 }
 
@@ -393,6 +523,10 @@ fn the_reader_refuses_the_same_structural_corruptions() {
         "token_out_of_range",
         "missing_eos",
         "extra_shard",
+        "flipped_chunk",
+        "flipped_sum",
+        "zero_chunk_bytes",
+        "no_sums",
     ] {
         prep::Dataset::open(case(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
