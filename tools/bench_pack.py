@@ -73,9 +73,10 @@ def copies_of(ds: Path, out: Path, n: int) -> Path:
     for k in range(n):
         for i, s in enumerate(m["shards"]):
             name = f"shard-{k:03d}-{i:05d}"
-            shutil.copyfile(ds / s["bin"], out / f"{name}.bin")
-            shutil.copyfile(ds / s["idx"], out / f"{name}.idx")
-            shards.append({**s, "bin": f"{name}.bin", "idx": f"{name}.idx"})
+            files = {key: f"{name}.{key}" for key in ("bin", "idx", "sum") if key in s}
+            for key, copy in files.items():
+                shutil.copyfile(ds / s[key], out / copy)
+            shards.append({**s, **files})
     if m["tokenizer"].get("file"):
         shutil.copyfile(ds / m["tokenizer"]["file"], out / m["tokenizer"]["file"])
     m.update(shards=shards, n_records=m["n_records"] * n, n_tokens=m["n_tokens"] * n)

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 VOCAB = 50257
 EOS = 50256
 SHARD_TOKENS = 128 << 20  # 256 MiB of uint16
+CHUNK = 1 << 20  # bytes of the .bin per checksum in a .sum, as prep writes it
 
 
 def xxh3_file(path: Path) -> str:
@@ -40,11 +41,20 @@ def xxh3_file(path: Path) -> str:
             return f"{xxhash.xxh3_64_intdigest(m):016x}"
 
 
+def write_sums(bin_path: Path, sum_path: Path) -> None:
+    """The .sum of a .bin (src/format/FORMAT.md): header, then each 1 MiB chunk's XXH3-64."""
+    data = bin_path.read_bytes()
+    sums = [xxhash.xxh3_64_intdigest(data[i:i + CHUNK]) for i in range(0, len(data), CHUNK)]
+    header = b"PREPSUM\0" + (1).to_bytes(4, "little") + bytes(4)
+    header += CHUNK.to_bytes(8, "little") + len(sums).to_bytes(8, "little")
+    sum_path.write_bytes(header + b"".join(s.to_bytes(8, "little") for s in sums))
+
+
 def make_dataset(out: Path, gib: float) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     if (out / "manifest.json").exists():
         m = json.loads((out / "manifest.json").read_text())
-        return [out / s[k] for s in m["shards"] for k in ("bin", "idx")]
+        return [out / s[k] for s in m["shards"] for k in ("bin", "idx", "sum") if k in s]
     rng = np.random.default_rng(7)
     total = int(gib * (1 << 30) / 2)
     shards, files = [], []
@@ -63,12 +73,15 @@ def make_dataset(out: Path, gib: float) -> list[Path]:
         header = b"PREPIDX\0" + (1).to_bytes(4, "little") + bytes([2, 0, 0, 0])
         header += (len(offsets) - 1).to_bytes(8, "little") + n.to_bytes(8, "little")
         idx_path.write_bytes(header + offsets.tobytes())
+        sum_path = out / f"{name}.sum"
+        write_sums(bin_path, sum_path)
         shards.append({
             "bin": bin_path.name, "idx": idx_path.name, "n_records": len(offsets) - 1, "n_tokens": n,
             "bin_bytes": bin_path.stat().st_size, "idx_bytes": idx_path.stat().st_size,
             "bin_xxh3": xxh3_file(bin_path), "idx_xxh3": xxh3_file(idx_path),
+            "sum": sum_path.name, "sum_bytes": sum_path.stat().st_size, "sum_xxh3": xxh3_file(sum_path),
         })
-        files += [bin_path, idx_path]
+        files += [bin_path, idx_path, sum_path]
         written += n
     manifest = {
         "format": "prep", "version": 1, "kind": "documents", "dtype": "uint16", "vocab_size": VOCAB,

@@ -194,7 +194,10 @@ def _read_manifest(root: Path) -> dict:
     if not isinstance(shards, list) or not all(isinstance(s, dict) for s in shards):
         raise FormatError(path, '"shards" is not a list of objects')
     for i, s in enumerate(shards):
-        for key in ("bin", "idx") + (("seg",) if "seg" in s else ()):
+        # A .sum (chunk checksums, for readers of byte ranges) is not read
+        # here, but its name is held to the rule every shard path is, as
+        # prep's own reader does.
+        for key in ("bin", "idx") + tuple(k for k in ("seg", "sum") if k in s):
             _relative(s.get(key), path, f"shard {i}: {key!r}")
         for key in ("n_records", "n_tokens"):
             _count(s.get(key), path, f"shard {i}: {key!r}")

@@ -155,6 +155,31 @@ def test_records_equal_the_reference_reader(documents):
     assert np.array_equal(firsts[s] + j, np.arange(len(ds)))
 
 
+def test_sum_files_hold_each_chunks_checksum_and_the_reader_ignores_them(documents, tmp_path):
+    """Every shard prep writes has a .sum, read here from the byte layout of
+    FORMAT.md: the XXH3-64 of each chunk of its .bin. The reader reads a
+    dataset with them as one without (an older prep's)."""
+    m = json.loads((documents / "manifest.json").read_text())
+    for s in m["shards"]:
+        raw = (documents / s["sum"]).read_bytes()
+        assert len(raw) == s["sum_bytes"] and xxhash.xxh3_64_hexdigest(raw) == s["sum_xxh3"]
+        magic, version, reserved, chunk, n = struct.unpack_from("<8sIIQQ", raw)
+        assert (magic, version, reserved, chunk) == (b"PREPSUM\0", 1, 0, 1 << 20)
+        data = (documents / s["bin"]).read_bytes()
+        assert n == -(-len(data) // chunk) and len(raw) == 32 + 8 * n
+        want = [xxhash.xxh3_64_intdigest(data[i * chunk:(i + 1) * chunk]) for i in range(n)]
+        assert list(struct.unpack_from(f"<{n}Q", raw, 32)) == want
+    old = tmp_path / "old"
+    shutil.copytree(documents, old)
+    for s in m["shards"]:
+        (old / s.pop("sum")).unlink()
+        del s["sum_bytes"], s["sum_xxh3"]
+    (old / "manifest.json").write_text(json.dumps(m))
+    a, b = Dataset(documents), Dataset(old)
+    assert len(a) == len(b) and all(np.array_equal(a[i], b[i]) for i in range(0, len(a), 97))
+    assert prep("validate", old, check=False).returncode == 0
+
+
 def test_indexing_is_like_a_python_sequence(documents):
     ds = Dataset(documents)
     n = len(ds)
@@ -273,6 +298,8 @@ CORRUPTIONS = [
     ("manifest dtype", MANIFEST, lambda r: edit_manifest(r, lambda m: m.update(dtype="int8"))),
     ("shard path escapes", MANIFEST,
      lambda r: edit_manifest(r, lambda m: m["shards"][0].update(bin="../x.bin"))),
+    ("sum path escapes", MANIFEST, lambda r: edit_manifest(
+        r, lambda m: m["shards"][0].update(sum="../x.sum", sum_bytes=40, sum_xxh3="0" * 16))),
     ("shard counts", "shard-00000.idx", lambda r: edit_manifest(
         r, lambda m: [m["shards"][0].update(n_records=3), m["shards"][1].update(n_records=2)])),
 ]
