@@ -3,11 +3,13 @@
 //! Exit codes scripts can rely on: 0 success, 1 a check found problems
 //! (`prep validate`), 2 a usage, input or I/O error.
 
-use std::io::IsTerminal;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod allocator;
 mod bench_read;
 #[cfg(test)]
 mod docs_check;
@@ -67,14 +69,50 @@ enum Command {
 /// Exit code for usage, input and I/O errors.
 pub const EXIT_ERROR: u8 = 2;
 
-/// Parses the command line, runs the subcommand and maps the outcome to an exit code.
+/// Parses the process's command line, runs the subcommand and maps the
+/// outcome to an exit code.
 pub fn run() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    run_from(std::env::args_os())
+}
+
+/// [`run`] on the given command line, `args[0]` the program's name (the
+/// usage and clap's messages name the file it names).
+pub fn run_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    ExitCode::from(run_code(args))
+}
+
+/// [`run_from`] with the exit status as a number, for a caller that is not
+/// `main` and hands it on itself (the Python extension, python/native):
+/// 0 success, 1 a check found problems, [`EXIT_ERROR`] anything else.
+/// Stdout is flushed before it returns: a process that does not end
+/// through Rust's `main` would not flush it at exit.
+pub fn run_code<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let code = dispatch(args);
+    // Errors are the ones the command already met or ignored (a closed
+    // pipe is not an error), so the status stays.
+    let _ = std::io::stdout().flush();
+    code
+}
+
+fn dispatch<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_ERROR } else { 0 };
             let _ = e.print();
-            return ExitCode::from(code);
+            return code;
         }
     };
     let result = match cli.command {
@@ -93,15 +131,25 @@ pub fn run() -> ExitCode {
         Command::BenchRead(args) => bench_read::run(args),
     };
     match result {
-        Ok(code) => code,
+        Ok(code) => status(code),
         Err(e) => {
             if is_broken_pipe(&e) {
-                return ExitCode::SUCCESS;
+                return 0;
             }
             eprintln!("prep: error: {}", describe(&e));
-            ExitCode::from(EXIT_ERROR)
+            EXIT_ERROR
         }
     }
+}
+
+/// The number an [`ExitCode`] stands for. The subcommands return
+/// `ExitCode`, the type `main` returns, and std offers no way back to the
+/// number; on every platform prep runs on, `ExitCode::from(n)` for the 256
+/// values of a `u8` are distinct, so the search finds exactly one.
+fn status(code: ExitCode) -> u8 {
+    (0..=u8::MAX)
+        .find(|&n| ExitCode::from(n) == code)
+        .unwrap_or(EXIT_ERROR)
 }
 
 /// The error and its causes, joined by ": ". Each of prep's error
@@ -122,4 +170,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// True when stderr is a terminal a progress bar can be drawn on.
 fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_is_the_number_the_exit_code_was_made_from() {
+        assert_eq!(status(ExitCode::SUCCESS), 0);
+        assert_eq!(status(ExitCode::FAILURE), 1);
+        for n in 0..=u8::MAX {
+            assert_eq!(status(ExitCode::from(n)), n);
+        }
+    }
 }
