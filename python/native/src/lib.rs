@@ -1,0 +1,51 @@
+//! `prep._native`, the compiled part of the pip package prep-llm: for now
+//! the `prep` command line, which the console script `prep`
+//! (python/prep/_cli.py) runs. pyproject.toml builds it with maturin.
+
+use std::ffi::OsString;
+use std::panic::{self, AssertUnwindSafe};
+
+use pyo3::prelude::*;
+
+// The command line is the binary's own source, compiled into this crate, so
+// `prep` from the wheel and `prep` from `cargo install` are one program. It
+// sits at this crate's root as at the binary's, so its `crate::cli::...`
+// paths resolve alike. dead_code: the binary's entry points (`run`,
+// `run_from`) are unused here; the binary's build still lints all of it.
+#[allow(dead_code)]
+#[path = "../../../src/cli/mod.rs"]
+mod cli;
+
+// The binary's allocator (see src/main.rs); its settings are applied by
+// `main`, as the binary's `main` applies them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The exit status of a command that panicked, as Rust's runtime gives a
+/// binary whose main thread panics.
+const EXIT_PANIC: u8 = 101;
+
+/// Runs the `prep` command line `argv` (`argv[0]` the program's name, as in
+/// `sys.argv`) and returns its exit status: 0 success, 1 a check found
+/// problems, 2 a usage, input or I/O error, 101 a panic. The command writes
+/// to the process's stdout and stderr (file descriptors 1 and 2, not
+/// `sys.stdout`) and runs with the GIL released. Python's SIGINT handler
+/// runs only when it returns: the console script restores the default
+/// action first, so that Ctrl-C stops the command.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<OsString>) -> u8 {
+    py.detach(|| {
+        cli::allocator::configure();
+        // A panic's message is printed by the panic hook, as in the binary;
+        // nothing the command holds is used after it.
+        panic::catch_unwind(AssertUnwindSafe(|| cli::run_code(argv))).unwrap_or(EXIT_PANIC)
+    })
+}
+
+/// prep's Rust code for the pip package prep-llm (the `prep` command line).
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(main, m)?)?;
+    Ok(())
+}
