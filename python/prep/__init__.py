@@ -13,30 +13,37 @@ PyTorch's PackedDataset and the attention helpers.
 the package (see its docstring); `prep.PackedDataset` needs torch, and raises
 ImportError when torch cannot be imported. The command is the same program
 as `cargo install --path .` builds from the repository: `prep --help`.
+
+The names below are imported on first use, not with the package: the
+console script `prep` (prep._cli) imports this package first, and the
+reader brings numpy and, where it is installed, torch (seconds), which the
+command does not need.
 """
 
-from . import attention
-from .reader import (
-    FORMAT_VERSION,
-    MAX_MANIFEST_BYTES,
-    SEGMENT_DTYPE,
-    Dataset,
-    FormatError,
-    Permutation,
-    Sampler,
-    SegmentError,
-    UnsupportedVersion,
-)
-from . import reader as _reader
+from __future__ import annotations
 
-try:
-    from importlib.metadata import PackageNotFoundError, version as _version
+import importlib
 
-    __version__ = _version("prep-llm")
-except PackageNotFoundError:  # imported from a source tree, not installed
-    __version__ = "unknown"
+# Not `typing.TYPE_CHECKING`: typing alone costs the command tens of ms.
+# Type checkers read this block; Python never runs it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from . import attention, reader
+    from .reader import (
+        FORMAT_VERSION,
+        MAX_MANIFEST_BYTES,
+        SEGMENT_DTYPE,
+        Dataset,
+        FormatError,
+        PackedDataset,
+        Permutation,
+        Sampler,
+        SegmentError,
+        UnsupportedVersion,
+    )
 
-__all__ = [
+# The reader's names that `prep` offers, and the submodules.
+_FROM_READER = (
     "FORMAT_VERSION",
     "MAX_MANIFEST_BYTES",
     "SEGMENT_DTYPE",
@@ -46,15 +53,46 @@ __all__ = [
     "Sampler",
     "SegmentError",
     "UnsupportedVersion",
-    "attention",
-]
-if "PackedDataset" in _reader.__all__:
-    from .reader import PackedDataset
-
-    __all__.append("PackedDataset")
+)
+_SUBMODULES = ("attention", "reader")
 
 
-def __getattr__(name: str):
-    if name == "PackedDataset":
-        raise ImportError("prep.PackedDataset needs torch, which could not be imported")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _all() -> list[str]:
+    from . import reader
+
+    names = [*_FROM_READER, "attention"]
+    if "PackedDataset" in reader.__all__:
+        names.append("PackedDataset")
+    return names
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prep-llm")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "unknown"
+
+
+def __getattr__(name: str) -> object:
+    if name in _SUBMODULES:
+        value: object = importlib.import_module(f".{name}", __name__)
+    elif name in _FROM_READER or name == "PackedDataset":
+        from . import reader
+
+        if name == "PackedDataset" and name not in reader.__all__:
+            raise ImportError("prep.PackedDataset needs torch, which could not be imported")
+        value = getattr(reader, name)
+    elif name == "__all__":
+        value = _all()
+    elif name == "__version__":
+        value = _version()
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "__all__", "__version__"})
