@@ -58,10 +58,12 @@ $(VENV)/.installed: $(call req,tools/requirements.txt tools/requirements-check.t
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-torch.txt
 	touch $@
 
-# The pip package (pyproject.toml: the prep command and python/prep/), built with
-# the dev profile so that it reuses the test build's compiled dependencies (a
-# release build costs about 15 minutes on 2 cores), and installed into the venv:
-# tests/python import `prep` from there, not from the source tree.
+# The pip package (pyproject.toml: python/prep/ with the extension prep._native
+# from python/native, and the `prep` console script), built with the dev
+# profile so that it reuses the test build's compiled dependencies (after
+# `cargo build --tests` it compiles only pyo3 and python/native: about a
+# minute on 2 cores; a release build costs about 15), and installed into the
+# venv: tests/python import `prep` from there, not from the source tree.
 WHEELS := $(TARGET_DIR)/wheels
 package: $(VENV)/.installed
 	rm -rf $(WHEELS)
@@ -244,7 +246,9 @@ test-compat: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) $(VPY) -m pytest -q tests/compat
 
-# Also with the GPU loader (feature cuda): it must build on machines with no CUDA.
+# Every workspace member: prep and the extension (python/native), which
+# compiles src/cli too. Also with the GPU loader (feature cuda): it must build
+# on machines with no CUDA.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -2,7 +2,10 @@
 
 A fresh virtual environment made here installs the wheel that make test
 built (PREP_WHEEL, with the dev profile; the release build is the same
-code), and from there: the `prep` command runs from the venv's bin, `import
+code), and from there: the `prep` command runs from the venv's bin (a
+console script running the command line compiled into prep._native) and
+fails, with the same exit codes and messages, where the binary fails; Ctrl-C
+stops it and a closed stdout ends it quietly, as they do the binary; `import
 prep` works with the working directory outside the repository, and the
 module reads what the command wrote exactly as the command shows it
 (`prep inspect --record`, `prep sample`). The Python reader and the Rust
@@ -19,8 +22,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -72,11 +77,13 @@ def in_fresh(fresh: Path, code: str, *args: object) -> str:
     return run(fresh / "bin" / "python", "-c", code, *args, cwd=fresh.parent)
 
 
+def cargo_version() -> str:
+    return re.search(r'^version = "([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M).group(1)
+
+
 def test_the_command_runs_from_the_venvs_bin(fresh):
     out = run(fresh / "bin" / "prep", "--version")
-    cargo = (REPO / "Cargo.toml").read_text()
-    version = re.search(r'^version = "([^"]+)"', cargo, re.M).group(1)
-    assert out.strip() == f"prep {version}"
+    assert out.strip() == f"prep {cargo_version()}"
 
 
 def test_import_prep_works_outside_the_repository(fresh):
@@ -84,6 +91,114 @@ def test_import_prep_works_outside_the_repository(fresh):
     assert Path(where[0]).is_relative_to(fresh), where
     assert not fresh.is_relative_to(REPO)
     assert where[1] == run(fresh / "bin" / "prep", "--version").split()[1]
+
+
+def test_native_main_returns_the_commands_exit_status(fresh):
+    """prep._native.main(argv) runs the command in this process and returns its status."""
+    code = ("import sys\n"
+            "from prep import _native\n"
+            "status = _native.main(sys.argv[1:])\n"
+            "print(f'status={status!r} version={_native.__version__}')\n")
+    outcomes = {}
+    for name, argv in [("good", ["prep", "--version"]),
+                       ("problems", ["prep", "validate", VALIDATE / "flipped_bin"]),
+                       ("bad", ["prep", "inspect", fresh.parent / "no-such-dataset"])]:
+        proc = subprocess.run([str(fresh / "bin" / "python"), "-c", code, *map(str, argv)],
+                              capture_output=True, text=True, check=False, cwd=fresh.parent)
+        assert proc.returncode == 0, proc.stderr
+        outcomes[name] = proc.stdout.splitlines()[-1]
+    version = cargo_version()
+    assert outcomes == {"good": f"status=0 version={version}",
+                        "problems": f"status=1 version={version}",
+                        "bad": f"status=2 version={version}"}
+
+
+@pytest.mark.parametrize("args", [
+    ["tokenize", "--input", "x.jsonl"],             # usage: clap's message and usage line
+    ["inspect", "{tmp}/no-such-dataset"],           # input: prep's own error
+    ["shuffle", "{tmp}/no-such-dataset", "{tmp}/out", "--seed", "1"],
+    ["frobnicate"],                                 # no such subcommand
+], ids=["usage", "input", "shuffle-input", "subcommand"])
+def test_the_command_fails_as_the_binary_does(fresh, tmp_path, args):
+    """Exit code 2 and, word for word, the binary's message: `prep` named as the binary names it."""
+    args = [a.format(tmp=tmp_path) for a in args]
+    installed = subprocess.run([str(fresh / "bin" / "prep"), *args], capture_output=True, text=True,
+                               check=False, cwd=tmp_path)
+    binary = subprocess.run([str(PREP_BIN), *args], capture_output=True, text=True, check=False,
+                            cwd=tmp_path)
+    assert (installed.returncode, installed.stdout, installed.stderr) == (2, "", binary.stderr)
+    assert binary.returncode == 2 and binary.stderr
+
+
+def test_validate_exits_1_as_the_binary_does(fresh):
+    args = ["validate", str(VALIDATE / "flipped_bin")]
+    installed = subprocess.run([str(fresh / "bin" / "prep"), *args], capture_output=True, text=True,
+                               check=False)
+    binary = subprocess.run([str(PREP_BIN), *args], capture_output=True, text=True, check=False)
+    assert installed.returncode == binary.returncode == 1
+    # The last line holds the time taken; the verdict and the problems are the same.
+    assert installed.stdout.splitlines()[:-1] == binary.stdout.splitlines()[:-1]
+
+
+def test_the_command_imports_neither_numpy_nor_torch(fresh):
+    """The console script's imports: `prep --help` starts in tens of ms, not seconds."""
+    code = "import sys, prep._cli; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
+    assert in_fresh(fresh, code).strip() == "[]"
+
+
+def test_ctrl_c_stops_a_running_command(fresh, tmp_path):
+    """SIGINT ends a long `prep tokenize` within seconds, killed by the signal as the binary is.
+
+    Python's own SIGINT handler only sets a flag that the interpreter checks
+    between bytecodes, and none run while the command does: without the
+    console script's reset, the command would run on to its end."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    # Hundreds of copies of the corpus: minutes of work, even for a release build.
+    for i in range(400):
+        (inputs / f"copy-{i:03}.jsonl.zst").symlink_to(CORPUS)
+    for name, prog in [("installed", fresh / "bin" / "prep"), ("binary", PREP_BIN)]:
+        out = tmp_path / name
+        proc = subprocess.Popen([str(prog), "tokenize", "--tokenizer", str(GPT2), "--input",
+                                 str(inputs), "--output", str(out), "--threads", "1", "--quiet"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # The output directory appears once the command has parsed its
+            # flags and started the run; then it is at work.
+            deadline = time.monotonic() + 60
+            while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert proc.poll() is None, f"{name}: ended before the signal: {proc.communicate()}"
+            proc.send_signal(signal.SIGINT)
+            sent = time.monotonic()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name}: still running 10 s after SIGINT")
+            assert proc.returncode == -signal.SIGINT, (name, proc.returncode, proc.communicate())
+            assert time.monotonic() - sent < 5, name
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_closed_stdout_ends_the_command_quietly(fresh, packed):
+    """`prep inspect | head`: a write to a closed pipe ends the command with status 0 and no
+    message, as the binary (SIGPIPE stays ignored, as Rust's runtime leaves it for the binary)."""
+    outcomes = {}
+    for name, prog in [("installed", fresh / "bin" / "prep"), ("binary", PREP_BIN)]:
+        # A pipe whose reading end is closed before the command starts: its first write fails.
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run([str(prog), "sample", str(packed), "--seed", "1"], stdout=write,
+                                  stderr=subprocess.PIPE, text=True, check=False)
+        finally:
+            os.close(write)
+        outcomes[name] = (proc.returncode, proc.stderr)
+    assert outcomes == {"installed": (0, ""), "binary": (0, "")}
 
 
 def test_records_equal_what_prep_inspect_shows(fresh, packed):
