@@ -36,9 +36,10 @@ pub use segments::{
     check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,
     SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
-pub(crate) use sums::ChunkHasher;
+pub(crate) use sums::{chunk_bytes_to_write as sum_chunk_bytes_to_write, ChunkHasher};
 pub use sums::{
-    BadChunk, ChunkProblem, ChunkSums, CHUNK_BYTES, SUM_HEADER_LEN, SUM_MAGIC, SUM_VERSION,
+    BadChunk, ChunkProblem, ChunkSums, CHUNK_BYTES, CHUNK_VAR as SUM_CHUNK_VAR, SUM_HEADER_LEN,
+    SUM_MAGIC, SUM_VERSION,
 };
 pub(crate) use writer::TMP_SUFFIX;
 

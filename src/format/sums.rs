@@ -48,6 +48,20 @@ pub const SUM_HEADER_LEN: usize = 32;
 /// a record then reads at most one chunk more on each side of it, and the
 /// file costs 8 bytes per MiB of tokens.
 pub const CHUNK_BYTES: u64 = 1 << 20;
+/// The variable that sets the chunk size a writer uses in place of
+/// [`CHUNK_BYTES`] (the streaming tests use small chunks so that a small
+/// dataset has many of them). Readers never look at it.
+pub const CHUNK_VAR: &str = "PREP_SUM_CHUNK_BYTES";
+
+/// The chunk size to write: [`CHUNK_BYTES`], or what [`CHUNK_VAR`] says
+/// when it is a positive number.
+pub fn chunk_bytes_to_write() -> u64 {
+    std::env::var(CHUNK_VAR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&c| c > 0)
+        .unwrap_or(CHUNK_BYTES)
+}
 
 /// A shard's chunk checksums, parsed and checked against the size of its
 /// `.bin`: chunk `i` is bytes `[i * chunk_bytes, min((i + 1) * chunk_bytes,
@@ -366,6 +380,11 @@ impl ChunkHasher {
             filled: 0,
             index: 0,
         }
+    }
+
+    /// The chunk size it hashes.
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
     }
 
     /// Hashes the next `bytes` of the stream, calling `done(index, xxh3)`

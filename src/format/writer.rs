@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{
-    checksum_hex, ChunkHasher, ChunkSums, Dtype, FormatError, IdxHeader, ShardInfo, CHUNK_BYTES,
-    IDX_HEADER_LEN,
+    checksum_hex, sum_chunk_bytes_to_write, ChunkHasher, ChunkSums, Dtype, FormatError, IdxHeader,
+    ShardInfo, IDX_HEADER_LEN,
 };
 
 /// Suffix of every file prep has not finished writing.
@@ -117,7 +117,7 @@ fn sync_dir(path: &Path) -> Result<(), FormatError> {
 
 /// Writes one shard: records are appended to `STEM.bin.tmp` and
 /// `STEM.idx.tmp`, and the `.bin` is hashed whole and a chunk of
-/// [`CHUNK_BYTES`] at a time as it goes; [`ShardWriter::finish`] writes the
+/// [`CHUNK_BYTES`](super::CHUNK_BYTES) (or what [`SUM_CHUNK_VAR`](super::SUM_CHUNK_VAR) says) at a time as it goes; [`ShardWriter::finish`] writes the
 /// index header and `STEM.sum` (the chunks' checksums), checksums the files
 /// and renames them into place.
 pub struct ShardWriter {
@@ -182,7 +182,7 @@ impl ShardWriter {
             bin,
             idx,
             bin_hash: Xxh3::new(),
-            chunk_hash: ChunkHasher::new(CHUNK_BYTES),
+            chunk_hash: ChunkHasher::new(sum_chunk_bytes_to_write()),
             chunk_sums: Vec::new(),
             dtype,
             n_records: 0,
@@ -296,8 +296,9 @@ impl ShardWriter {
             });
         }
         let mut chunk_sums = self.chunk_sums;
+        let chunk_bytes = self.chunk_hash.chunk_bytes();
         self.chunk_hash.finish(|_, sum| chunk_sums.push(sum));
-        let sum = ChunkSums::encode(CHUNK_BYTES, &chunk_sums);
+        let sum = ChunkSums::encode(chunk_bytes, &chunk_sums);
         write_synced(&sum_tmp, &sum)?;
         let mut guard = self.guard;
         for (tmp, path) in [
