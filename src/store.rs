@@ -642,10 +642,22 @@ fn key_path(url: &str, key: &str) -> Result<KeyPath, StoreError> {
 
 /// The store for `root` (`scheme://bucket`), built once per process from
 /// the environment and then shared.
+///
+/// A process forked from one that used a store (a DataLoader worker) builds
+/// its own: a client's pooled connections and tasks belong to the process
+/// and the runtime that made them.
 fn store_for(root: &str, url: &str) -> Result<Arc<dyn ObjectStore>, StoreError> {
-    static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
+    type Stores = (u32, HashMap<String, Arc<dyn ObjectStore>>);
+    static STORES: OnceLock<Mutex<Stores>> = OnceLock::new();
     let stores = STORES.get_or_init(Default::default);
     let mut stores = stores.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if stores.0 != pid {
+        // Forgotten, not dropped: their drop would touch the parent's runtime.
+        std::mem::forget(std::mem::take(&mut stores.1));
+        stores.0 = pid;
+    }
+    let stores = &mut stores.1;
     if let Some(store) = stores.get(root) {
         return Ok(Arc::clone(store));
     }
@@ -701,20 +713,48 @@ fn retry() -> RetryConfig {
 /// The runtime object_store's futures run on: two worker threads of its
 /// own, so that blocking on it from any of prep's threads (never one of
 /// its own) is safe.
+///
+/// One per process: a forked child (a PyTorch DataLoader worker) inherits
+/// the parent's runtime without its threads, and blocking on it would wait
+/// forever, so the child builds its own (the parent's is leaked there: it
+/// cannot be shut down without threads). Lock-free, so that a fork taken
+/// while another thread held a lock cannot leave the child waiting on it.
 fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        // reqwest is built with rustls and no bundled provider: ring is
-        // installed here, once, before any client exists. Another part of
-        // the process may have installed one already; that one serves.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("prep-store")
-            .enable_all()
-            .build()
-            .expect("the object-store runtime starts")
-    })
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    static RUNTIME: AtomicPtr<(u32, tokio::runtime::Runtime)> =
+        AtomicPtr::new(std::ptr::null_mut());
+    let pid = std::process::id();
+    let current = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer in RUNTIME comes from `Box::leak` below and
+    // is never freed, so it is valid for the rest of the process.
+    if let Some((owner, rt)) = unsafe { current.as_ref() } {
+        if *owner == pid {
+            return rt;
+        }
+    }
+    // reqwest is built with rustls and no bundled provider: ring is
+    // installed here, once, before any client exists. Another part of
+    // the process may have installed one already; that one serves.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("prep-store")
+        .enable_all()
+        .build()
+        .expect("the object-store runtime starts");
+    let fresh: *mut (u32, tokio::runtime::Runtime) = Box::leak(Box::new((pid, rt)));
+    match RUNTIME.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` was just leaked: valid forever.
+        Ok(_) => unsafe { &(*fresh).1 },
+        Err(winner) => {
+            // Another thread of this process built one first; ours is
+            // dropped (it never ran anything) and theirs serves.
+            // SAFETY: `fresh` is ours alone (the exchange failed), from Box::leak.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above, a leaked pointer, never freed.
+            unsafe { &(*winner).1 }
+        }
+    }
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
