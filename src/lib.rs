@@ -30,6 +30,7 @@ pub mod shuffle;
 pub mod size;
 pub mod split;
 pub mod store;
+pub mod stream;
 pub mod tokenize;
 pub mod tokenize_then_shuffle;
 pub mod util;
@@ -52,3 +53,8 @@ struct ReadmeExamples;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/reading.md")]
 struct GuideReading;
+
+/// The streaming page's Rust example compiles too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/streaming.md")]
+struct GuideStreaming;

@@ -39,6 +39,7 @@ mod shuffle;
 mod shuffle_dist;
 mod split;
 mod stages_golden;
+mod stream;
 mod tokenize;
 mod tokenize_errors;
 mod tokenize_inputs;

@@ -1,0 +1,416 @@
+//! Training straight from object storage: a packed dataset read in blocks
+//! of rows through a bounded local cache, in the order of
+//! [`BlockOrder`], each rank reading its share, with a resume state that
+//! loads on any number of ranks.
+//!
+//! ```text
+//! Stream::open(url, config)      the manifest; the order's parameters
+//!   .reader(epoch, share)        one rank's (or DataLoader worker's) records
+//!     └─ fetch threads           blocks ahead of the consumer, each once per node
+//!          └─ BlockCache         cache_dir: whole, checked blocks under cache_limit
+//! ```
+//!
+//! # Blocks
+//!
+//! A block is `block` consecutive rows of the dataset (the order's block),
+//! with `block = max(1, block_bytes / row_bytes)`. It is fetched as one
+//! ranged GET per shard it touches (one, or two at a shard's end), widened
+//! to the whole chunks of the shard's `.sum` (FORMAT.md) and checked
+//! against them; a range that fails its check is fetched once more, then
+//! it is an error naming the object. Only packed datasets stream: their
+//! rows have one length, so a block's place in a shard is known without
+//! reading its index.
+//!
+//! # The cache it needs
+//!
+//! A reader holds at most the window it reads and the next, of each stream
+//! it reads: [`BlockOrder::cache_blocks`]. Ranks on one node that share a
+//! `cache_dir` need that each, and DataLoader workers of one rank share
+//! their rank's blocks. So a node needs
+//! `local_ranks × 2 × window × streams_read × (block × row_bytes + 16)`
+//! bytes, with `streams_read = streams / world` when the world size divides
+//! the streams and `streams` otherwise ([`Stream::cache_need`]); a smaller
+//! `cache_limit` is refused when the reader is made, with the number,
+//! instead of thrashing or waiting.
+
+mod cache;
+mod fetch;
+mod reader;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use cache::{BlockCache, CacheError, CachedBlock, TRAILER_BYTES};
+pub use reader::{Share, StreamReader, StreamRecord};
+
+use crate::format::{Files, FormatError, Manifest, ReadError};
+use crate::sampler::{BlockOrder, OrderError};
+
+/// Bytes of rows per block unless asked otherwise.
+pub const DEFAULT_BLOCK_BYTES: u64 = 16 << 20;
+/// Blocks per window unless asked otherwise.
+pub const DEFAULT_WINDOW: u64 = 4;
+/// Streams at a job's first start unless asked otherwise: divisible by
+/// every power of two up to 64 ranks, so such a world reads with locality.
+pub const DEFAULT_STREAMS: u64 = 64;
+/// Blocks fetched at once by one reader.
+pub const DEFAULT_IN_FLIGHT: usize = 4;
+
+/// Why streaming failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The dataset's files could not be read (names the file or URL).
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A file's bytes break the format.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The cache directory failed.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The order's parameters do not fit the dataset.
+    #[error("{location}: {source}")]
+    Order {
+        /// The dataset.
+        location: String,
+        /// Why.
+        #[source]
+        source: OrderError,
+    },
+    /// Only packed datasets stream.
+    #[error(
+        "{location}: a {kind} dataset; streaming reads packed datasets (fixed-length rows, \
+         from `prep pack`)"
+    )]
+    NotPacked {
+        /// The dataset.
+        location: String,
+        /// Its kind.
+        kind: String,
+    },
+    /// A fetched range failed its check twice.
+    #[error("{url}: corrupt: {what}")]
+    Corrupt {
+        /// The object.
+        url: String,
+        /// Which chunk, or what checksum.
+        what: String,
+    },
+    /// The cache limit is below what the readers sharing it need.
+    #[error(
+        "cache_limit {limit} bytes is below the {need} bytes this job needs in {dir}: \
+         {local_ranks} rank(s) x 2 windows x {window} blocks x {streams_read} stream(s) read \
+         x {block_bytes} bytes a block; raise cache_limit, or use fewer or smaller blocks"
+    )]
+    CacheTooSmall {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The limit given.
+        limit: u64,
+        /// The bytes needed.
+        need: u64,
+        /// Ranks sharing the directory.
+        local_ranks: u64,
+        /// Blocks per window.
+        window: u64,
+        /// Streams each rank reads.
+        streams_read: u64,
+        /// Bytes a block takes in the cache.
+        block_bytes: u64,
+    },
+    /// A resume state that belongs to another dataset or seed, or is not
+    /// a state.
+    #[error("resume state refused: {0}")]
+    State(String),
+}
+
+/// How a job streams a dataset.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// The cache directory (shared by the ranks of a node).
+    pub cache_dir: PathBuf,
+    /// Bytes the cache directory may hold.
+    pub cache_limit: u64,
+    /// The shuffle seed.
+    pub seed: u64,
+    /// Target bytes of rows per block.
+    pub block_bytes: u64,
+    /// Blocks per window.
+    pub window: u64,
+    /// Streams; `None`: [`DEFAULT_STREAMS`], at most one per block. Fixed
+    /// when the job first starts: a resume takes the state's.
+    pub streams: Option<u64>,
+    /// Blocks a reader fetches at once.
+    pub in_flight: usize,
+    /// Ranks sharing `cache_dir` (the ranks of one node).
+    pub local_ranks: u64,
+}
+
+impl StreamConfig {
+    /// The defaults, with the cache at `cache_dir` under `cache_limit` bytes.
+    pub fn new(cache_dir: impl Into<PathBuf>, cache_limit: u64) -> StreamConfig {
+        StreamConfig {
+            cache_dir: cache_dir.into(),
+            cache_limit,
+            seed: 0,
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            window: DEFAULT_WINDOW,
+            streams: None,
+            in_flight: DEFAULT_IN_FLIGHT,
+            local_ranks: 1,
+        }
+    }
+}
+
+/// Where a job stands, as a small plain value: what a checkpoint saves and
+/// a resumed job, on any number of ranks, starts from. The order's
+/// parameters are in it, so the resumed job reads the same order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamState {
+    /// Always `"prep-stream"`.
+    pub format: String,
+    /// 1.
+    pub version: u64,
+    /// The dataset's identity: the XXH3-64 of its `manifest.json`.
+    pub dataset: String,
+    /// The shuffle seed.
+    pub seed: u64,
+    /// The epoch.
+    pub epoch: u64,
+    /// Global positions of the epoch consumed by the whole job.
+    pub position: u64,
+    /// Streams of the order.
+    pub streams: u64,
+    /// Rows per block.
+    pub block: u64,
+    /// Blocks per window.
+    pub window: u64,
+}
+
+/// A packed dataset opened for streaming: its manifest, the order's
+/// parameters and the cache.
+#[derive(Debug)]
+pub struct Stream {
+    location: String,
+    identity: String,
+    manifest: Manifest,
+    source: std::sync::Arc<fetch::Source>,
+    cache: BlockCache,
+    config: StreamConfig,
+    row_bytes: u64,
+    block: u64,
+    streams: u64,
+}
+
+impl Stream {
+    /// Opens the dataset at `location` (an object-storage URL or a local
+    /// directory). With `state`, the order's parameters are the state's,
+    /// and a state of another dataset or seed is refused.
+    ///
+    /// # Errors
+    /// The manifest cannot be read; the dataset is not packed; the order
+    /// does not fit it; [`StreamError::State`].
+    pub fn open(
+        location: &str,
+        config: StreamConfig,
+        state: Option<&StreamState>,
+    ) -> Result<Stream, StreamError> {
+        let files = Files::new(std::path::Path::new(location)).map_err(ReadError::from)?;
+        let Some(bytes) = files.manifest_bytes("")? else {
+            return Err(files.no_manifest().into());
+        };
+        let manifest_path = files.path_of(crate::format::MANIFEST_FILE);
+        let manifest = Manifest::parse(&manifest_path, &bytes)?;
+        let identity = crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes));
+        let Some(seq_len) = manifest.seq_len.filter(|_| manifest.kind == "packed") else {
+            return Err(StreamError::NotPacked {
+                location: location.to_owned(),
+                kind: manifest.kind.clone(),
+            });
+        };
+        let row_bytes = seq_len * manifest.dtype.size() as u64;
+        let (block, streams, window) = match state {
+            Some(s) => {
+                check_state(s, &identity, config.seed)?;
+                (s.block, s.streams, s.window)
+            }
+            None => {
+                let block = (config.block_bytes / row_bytes).max(1);
+                let blocks = manifest.n_records.div_ceil(block).max(1);
+                let streams = config.streams.unwrap_or(DEFAULT_STREAMS.min(blocks));
+                (block, streams, config.window)
+            }
+        };
+        let config = StreamConfig { window, ..config };
+        let cache = BlockCache::open(&config.cache_dir, config.cache_limit)?;
+        let source = fetch::Source::new(files, &manifest, row_bytes);
+        let stream = Stream {
+            location: location.to_owned(),
+            identity,
+            manifest,
+            source: std::sync::Arc::new(source),
+            cache,
+            config,
+            row_bytes,
+            block,
+            streams,
+        };
+        stream.order(0)?;
+        Ok(stream)
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Records (rows) in an epoch.
+    pub fn len(&self) -> u64 {
+        self.manifest.n_records
+    }
+
+    /// True when the dataset has no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows per block.
+    pub fn block(&self) -> u64 {
+        self.block
+    }
+
+    /// The order of epoch `epoch`.
+    ///
+    /// # Errors
+    /// [`StreamError::Order`] when the parameters do not fit the dataset.
+    pub fn order(&self, epoch: u64) -> Result<BlockOrder, StreamError> {
+        BlockOrder::new(
+            self.manifest.n_records,
+            self.block,
+            self.config.window,
+            self.streams,
+            self.config.seed,
+            epoch,
+        )
+        .map_err(|source| StreamError::Order {
+            location: self.location.clone(),
+            source,
+        })
+    }
+
+    /// The state of a job at `position` of epoch `epoch`.
+    pub fn state(&self, epoch: u64, position: u64) -> StreamState {
+        StreamState {
+            format: STATE_FORMAT.to_owned(),
+            version: 1,
+            dataset: self.identity.clone(),
+            seed: self.config.seed,
+            epoch,
+            position,
+            streams: self.streams,
+            block: self.block,
+            window: self.config.window,
+        }
+    }
+
+    /// Bytes the cache directory needs for ranks of a world of `world`
+    /// (see the [module docs](self)).
+    pub fn cache_need(&self, world: u64) -> u64 {
+        self.cache_terms(world).0
+    }
+
+    fn cache_terms(&self, world: u64) -> (u64, u64, u64) {
+        let streams_read = if world > 0 && self.streams.is_multiple_of(world) {
+            self.streams / world
+        } else {
+            self.streams
+        };
+        let block_bytes = self.block * self.row_bytes + TRAILER_BYTES;
+        let need = self.config.local_ranks * 2 * self.config.window * streams_read * block_bytes;
+        (need, streams_read, block_bytes)
+    }
+
+    /// Refuses a cache limit below [`Stream::cache_need`] for `world` ranks.
+    ///
+    /// # Errors
+    /// [`StreamError::CacheTooSmall`], with the numbers.
+    pub fn check_cache(&self, world: u64) -> Result<(), StreamError> {
+        let (need, streams_read, block_bytes) = self.cache_terms(world);
+        if self.config.cache_limit < need {
+            return Err(StreamError::CacheTooSmall {
+                dir: self.config.cache_dir.clone(),
+                limit: self.config.cache_limit,
+                need,
+                local_ranks: self.config.local_ranks,
+                window: self.config.window,
+                streams_read,
+                block_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &BlockCache {
+        &self.cache
+    }
+
+    /// A reader of `share` of epoch `epoch` from global position `start`.
+    ///
+    /// # Errors
+    /// [`StreamError::CacheTooSmall`]; the order's error.
+    pub fn reader(
+        &self,
+        epoch: u64,
+        start: u64,
+        share: Share,
+    ) -> Result<StreamReader, StreamError> {
+        self.check_cache(share.world)?;
+        let order = self.order(epoch)?;
+        Ok(StreamReader::new(
+            order,
+            start,
+            share,
+            reader::Fetching {
+                source: std::sync::Arc::clone(&self.source),
+                cache: self.cache.clone(),
+                name: format!("{}-{}", &self.identity, self.block),
+                block: self.block,
+                rows: self.manifest.n_records,
+                row_bytes: self.row_bytes,
+                in_flight: self.config.in_flight.max(1),
+                window_blocks: self.config.window * self.cache_terms(share.world).1,
+            },
+        ))
+    }
+}
+
+const STATE_FORMAT: &str = "prep-stream";
+
+fn check_state(s: &StreamState, identity: &str, seed: u64) -> Result<(), StreamError> {
+    if s.format != STATE_FORMAT || s.version != 1 {
+        return Err(StreamError::State(format!(
+            "not a prep stream state of version 1 (format {:?}, version {})",
+            s.format, s.version
+        )));
+    }
+    if s.dataset != identity {
+        return Err(StreamError::State(format!(
+            "it was taken on dataset {} and this one is {identity}",
+            s.dataset
+        )));
+    }
+    if s.seed != seed {
+        return Err(StreamError::State(format!(
+            "it was taken with seed {} and this reader has seed {seed}",
+            s.seed
+        )));
+    }
+    if s.block == 0 || s.window == 0 || s.streams == 0 {
+        return Err(StreamError::State(
+            "block, window and streams must be at least 1".to_owned(),
+        ));
+    }
+    Ok(())
+}
