@@ -36,10 +36,12 @@ from test_reference import CORPUS, FIXTURES, PREP_BIN, REPO
 
 GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
 VALIDATE = FIXTURES / "validate"
-# What `prep validate` checks and neither reader does on open: checksums (it
-# reads every byte), every token against the vocabulary and the eos rule (it
-# reads every token), and files the manifest does not list.
-VALIDATE_ONLY = {"checksum", "token_out_of_range", "missing_eos", "unlisted_file"}
+# What `prep validate` checks and neither reader does on open: checksums and
+# chunk checksums (it reads every byte), the .sum files (the mapped readers do
+# not read them; the streaming reader checks them as it fetches), every token
+# against the vocabulary and the eos rule (it reads every token), and files
+# the manifest does not list.
+VALIDATE_ONLY = {"checksum", "chunk_checksum", "chunk_sums", "token_out_of_range", "missing_eos", "unlisted_file"}
 
 
 def run(*args: object, cwd: Path | None = None) -> str:
