@@ -9,6 +9,10 @@ PyTorch's PackedDataset and the attention helpers.
         row, pieces = ds[i], ds.segments(i)
         cu, max_len = prep.attention.cu_seqlens(pieces, len(row))
 
+`prep.StreamingDataset` reads a packed dataset straight from object storage
+through a bounded local cache (docs/streaming.md); it runs prep's Rust reader
+through the package's extension module.
+
 `prep.reader` is also the one file to copy for code that does not install
 the package (see its docstring); `prep.PackedDataset` needs torch, and raises
 ImportError when torch cannot be imported. The command is the same program
@@ -28,7 +32,8 @@ import importlib
 # Type checkers read this block; Python never runs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from . import attention, reader
+    from . import attention, reader, streaming
+    from .streaming import StreamingDataset
     from .reader import (
         FORMAT_VERSION,
         MAX_MANIFEST_BYTES,
@@ -54,13 +59,13 @@ _FROM_READER = (
     "SegmentError",
     "UnsupportedVersion",
 )
-_SUBMODULES = ("attention", "reader")
+_SUBMODULES = ("attention", "reader", "streaming")
 
 
 def _all() -> list[str]:
     from . import reader
 
-    names = [*_FROM_READER, "attention"]
+    names = [*_FROM_READER, "StreamingDataset", "attention", "streaming"]
     if "PackedDataset" in reader.__all__:
         names.append("PackedDataset")
     return names
@@ -84,6 +89,10 @@ def __getattr__(name: str) -> object:
         if name == "PackedDataset" and name not in reader.__all__:
             raise ImportError("prep.PackedDataset needs torch, which could not be imported")
         value = getattr(reader, name)
+    elif name == "StreamingDataset":
+        from .streaming import StreamingDataset
+
+        value = StreamingDataset
     elif name == "__all__":
         value = _all()
     elif name == "__version__":
@@ -95,4 +104,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "__all__", "__version__"})
+    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "StreamingDataset", "__all__", "__version__"})

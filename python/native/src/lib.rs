@@ -1,11 +1,14 @@
-//! `prep._native`, the compiled part of the pip package prep-llm: for now
-//! the `prep` command line, which the console script `prep`
-//! (python/prep/_cli.py) runs. pyproject.toml builds it with maturin.
+//! `prep._native`, the compiled part of the pip package prep-llm: the
+//! `prep` command line, which the console script `prep`
+//! (python/prep/_cli.py) runs, and the streaming reader (stream.rs) under
+//! `prep.StreamingDataset`. pyproject.toml builds it with maturin.
 
 use std::ffi::OsString;
 use std::panic::{self, AssertUnwindSafe};
 
 use pyo3::prelude::*;
+
+mod stream;
 
 // The command line is the binary's own source, compiled into this crate, so
 // `prep` from the wheel and `prep` from `cargo install` are one program. It
@@ -42,10 +45,12 @@ fn main(py: Python<'_>, argv: Vec<OsString>) -> u8 {
     })
 }
 
-/// prep's Rust code for the pip package prep-llm (the `prep` command line).
+/// prep's Rust code for the pip package prep-llm (the `prep` command line
+/// and the streaming reader).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    stream::register(m)?;
     Ok(())
 }

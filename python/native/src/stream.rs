@@ -1,0 +1,198 @@
+//! `prep._native.Stream`: prep::stream for Python. python/prep/streaming.py
+//! builds `prep.StreamingDataset` on it; nothing of the order, the fetching
+//! or the cache is written again in Python.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use prep::stream::{Share, StreamConfig, StreamError, StreamReader, StreamState};
+
+/// Refusals of arguments and states are ValueError; failures to read the
+/// dataset or the cache (naming the file or URL) are OSError.
+fn to_py(e: StreamError) -> PyErr {
+    match e {
+        StreamError::CacheTooSmall { .. }
+        | StreamError::State(_)
+        | StreamError::NotPacked { .. }
+        | StreamError::Order { .. } => PyValueError::new_err(e.to_string()),
+        _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+/// A packed dataset opened for streaming (prep::stream::Stream).
+#[pyclass(module = "prep._native", frozen)]
+pub struct Stream {
+    inner: prep::stream::Stream,
+}
+
+#[pymethods]
+impl Stream {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (location, cache_dir, cache_limit, seed, block_bytes, window, streams, in_flight, local_ranks, state=None))]
+    fn new(
+        py: Python<'_>,
+        location: String,
+        cache_dir: PathBuf,
+        cache_limit: u64,
+        seed: u64,
+        block_bytes: u64,
+        window: u64,
+        streams: Option<u64>,
+        in_flight: usize,
+        local_ranks: u64,
+        state: Option<String>,
+    ) -> PyResult<Stream> {
+        let state: Option<StreamState> = state
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| PyValueError::new_err(format!("resume state refused: {e}")))?;
+        let mut config = StreamConfig::new(cache_dir, cache_limit);
+        config.seed = seed;
+        config.block_bytes = block_bytes;
+        config.window = window;
+        config.streams = streams;
+        config.in_flight = in_flight;
+        config.local_ranks = local_ranks.max(1);
+        let inner = py
+            .detach(|| prep::stream::Stream::open(&location, config, state.as_ref()))
+            .map_err(to_py)?;
+        Ok(Stream { inner })
+    }
+
+    /// Rows in the dataset.
+    #[getter]
+    fn n_records(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// "uint16" or "uint32".
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.manifest().dtype.name()
+    }
+
+    /// Tokens per row.
+    #[getter]
+    fn seq_len(&self) -> u64 {
+        self.inner.manifest().seq_len.unwrap_or(0)
+    }
+
+    /// Bytes of cache the ranks of one node need in a world of `world`.
+    fn cache_need(&self, world: u64) -> u64 {
+        self.inner.cache_need(world)
+    }
+
+    /// Raises ValueError, with the numbers, when the limit is below the need.
+    fn check_cache(&self, world: u64) -> PyResult<()> {
+        self.inner.check_cache(world).map_err(to_py)
+    }
+
+    /// The state at `position` of `epoch`, as JSON.
+    fn state_json(&self, epoch: u64, position: u64) -> String {
+        serde_json::to_string(&self.inner.state(epoch, position)).expect("a state serialises")
+    }
+
+    /// The dataset indices rank `rank` of `world` reads from `start`, as
+    /// little-endian u64 bytes.
+    fn indices<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: u64,
+        start: u64,
+        rank: u64,
+        world: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if world == 0 || rank >= world {
+            return Err(PyValueError::new_err(format!("rank {rank} of world_size {world}")));
+        }
+        let order = self.inner.order(epoch).map_err(to_py)?;
+        let bytes: Vec<u8> = order
+            .positions(start, rank, world)
+            .flat_map(|g| order.get(g).to_le_bytes())
+            .collect();
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A reader of this share of `epoch` from global position `start`.
+    #[allow(clippy::too_many_arguments)]
+    fn reader(
+        &self,
+        epoch: u64,
+        start: u64,
+        rank: u64,
+        world: u64,
+        worker: u64,
+        workers: u64,
+        batch: u64,
+    ) -> PyResult<Reader> {
+        if world == 0 || rank >= world || workers == 0 || worker >= workers || batch == 0 {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} of {world}, worker {worker} of {workers}, batch {batch}"
+            )));
+        }
+        let share = Share {
+            rank,
+            world,
+            worker,
+            workers,
+            batch,
+        };
+        let reader = self.inner.reader(epoch, start, share).map_err(to_py)?;
+        Ok(Reader {
+            inner: Mutex::new(Some(reader)),
+        })
+    }
+}
+
+/// One share's rows: an iterator of (dataset index, row bytes).
+#[pyclass(module = "prep._native")]
+pub struct Reader {
+    /// Taken by `Drop`.
+    inner: Mutex<Option<StreamReader>>,
+}
+
+impl Drop for Reader {
+    /// Dropping a StreamReader waits for its fetches in flight; that wait
+    /// must not hold the GIL, which the process's other threads (a store
+    /// client in Python, a DataLoader's pin-memory thread) may need.
+    fn drop(&mut self) {
+        let reader = self.inner.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        Python::attach(|py| py.detach(move || drop(reader)));
+    }
+}
+
+#[pymethods]
+impl Reader {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyBytes>)>> {
+        let mut guard = self.inner.lock().expect("no panic while held");
+        let Some(reader) = guard.as_mut() else {
+            return Ok(None);
+        };
+        match py.detach(|| reader.next()) {
+            None => Ok(None),
+            Some(Err(e)) => Err(to_py(e)),
+            Some(Ok(row)) => Ok(Some((row.index, PyBytes::new(py, row.bytes())))),
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        let guard = self.inner.lock().expect("no panic while held");
+        guard.as_ref().map_or(0, |r| r.len() as usize)
+    }
+}
+
+/// Adds the classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Stream>()?;
+    m.add_class::<Reader>()?;
+    Ok(())
+}
