@@ -35,7 +35,7 @@ use cudarc::driver::{
 
 pub use super::Widen;
 use super::{check_widen, Backend, Batch, LoaderError};
-use crate::format::{Dataset, Dtype};
+use crate::format::{Dtype, Manifest};
 
 /// Copies batches into the memory of one GPU.
 pub struct CudaBackend {
@@ -367,16 +367,14 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn check(&self, dataset: &Dataset) -> Result<(), LoaderError> {
-        if dataset.dtype() != self.dtype {
+    fn check(&self, name: &str, manifest: &Manifest) -> Result<(), LoaderError> {
+        if manifest.dtype != self.dtype {
             return Err(LoaderError::Usage(format!(
-                "{}: tokens are {:?}, the backend was made for {:?}",
-                dataset.dir().display(),
-                dataset.dtype(),
-                self.dtype
+                "{name}: tokens are {:?}, the backend was made for {:?}",
+                manifest.dtype, self.dtype
             )));
         }
-        check_widen(self.dtype, self.widen, dataset.manifest().vocab_size)
+        check_widen(self.dtype, self.widen, manifest.vocab_size)
     }
 }
 

@@ -36,6 +36,14 @@
 //! passing a fence for its own work on it. Nothing is allocated per step:
 //! buffers are allocated once, when the loader starts, and serve every epoch.
 //!
+//! # Where rows come from
+//!
+//! [`Loader::new`] reads a mapped local [`Dataset`] in the order of a
+//! [`Sampler`] (a full permutation per epoch); [`Loader::from_stream`] reads
+//! a packed dataset in object storage through a [`Stream`] (its block order,
+//! fetched ahead into a bounded cache: see [`crate::stream`]). The ring, the
+//! backends and the batches are the same for both.
+//!
 //! The scheduling is written against [`Backend`]: [`HostBackend`] copies
 //! between host buffers and runs everywhere (and is what `prep bench-read
 //! --device cpu` measures); the CUDA backend (feature `cuda`) copies into
@@ -52,8 +60,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::format::{Dataset, Dtype, FormatError};
+use crate::format::{Dataset, Dtype, FormatError, Manifest};
 use crate::sampler::Sampler;
+use crate::stream::{Share, Stream, StreamError, StreamReader};
 
 /// Every way a loader can fail.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +70,9 @@ pub enum LoaderError {
     /// Reading the dataset failed.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// Streaming the dataset failed (a fetch, a check, the cache).
+    #[error(transparent)]
+    Stream(#[from] Box<StreamError>),
     /// The dataset or the configuration does not suit the loader (records
     /// of different lengths, a rank with no rows, ids that do not fit).
     #[error("{0}")]
@@ -185,8 +197,9 @@ pub trait Backend: Send + Sync + 'static {
     fn recycle(&self, _fence: Self::Fence) {}
 
     /// Refuses a dataset this backend cannot deliver faithfully (a dtype it
-    /// was not built for, ids its widening would change).
-    fn check(&self, _dataset: &Dataset) -> Result<(), LoaderError> {
+    /// was not built for, ids its widening would change); `name` names the
+    /// dataset in the error.
+    fn check(&self, _name: &str, _manifest: &Manifest) -> Result<(), LoaderError> {
         Ok(())
     }
 }
@@ -402,8 +415,10 @@ pub struct Loader<B: Backend> {
 }
 
 impl<B: Backend> Loader<B> {
-    /// Starts the producer: `depth` staging and target buffers of
-    /// `batch_rows` rows each are allocated now, once, for every epoch.
+    /// Starts the producer over a mapped dataset, read in the order of
+    /// `config.order` (a [`Sampler`] per epoch): `depth` staging and target
+    /// buffers of `batch_rows` rows each are allocated now, once, for every
+    /// epoch.
     ///
     /// The dataset's records must all be one length (a packed dataset, or
     /// any dataset of equal records), and the rank must read at least one
@@ -414,26 +429,46 @@ impl<B: Backend> Loader<B> {
         config: LoaderConfig,
     ) -> Result<Loader<B>, LoaderError> {
         let row_tokens = row_length(&dataset)?;
-        backend.check(&dataset)?;
-        let Order {
-            rank, world_size, ..
-        } = config.order;
-        if world_size == 0 || rank >= world_size {
-            return Err(LoaderError::Usage(format!(
-                "rank {rank} of a world of {world_size}: the rank must be below the world size"
-            )));
-        }
-        if config.order.sampler(dataset.len(), 0).is_empty() {
-            return Err(LoaderError::Usage(format!(
-                "{}: {} records for {world_size} ranks leave rank {rank} no row to read",
-                dataset.dir().display(),
-                dataset.len()
-            )));
-        }
+        let name = dataset.dir().display().to_string();
+        backend.check(&name, dataset.manifest())?;
+        check_order(&config.order)?;
+        let rows = config.order.sampler(dataset.len(), 0).len();
+        check_rows(&name, dataset.len(), rows, &config.order)?;
+        Loader::start(Rows::Mapped(dataset), row_tokens, backend, config)
+    }
+
+    /// Starts the producer over a packed dataset streamed from storage,
+    /// read in the stream's own order (its seed; `config.order.seed` is not
+    /// used): this rank's share of each epoch, as a [`StreamReader`] of
+    /// `Share::rank(rank, world_size)` reads it. A [`Position`] is the
+    /// rank's rows consumed, as for a mapped dataset: the stream's global
+    /// position is `position × world_size`. Buffers as [`Loader::new`].
+    pub fn from_stream(
+        stream: Arc<Stream>,
+        backend: Arc<B>,
+        config: LoaderConfig,
+    ) -> Result<Loader<B>, LoaderError> {
+        let manifest = stream.manifest();
+        let row_tokens = manifest.seq_len.ok_or_else(|| {
+            LoaderError::Usage(format!("{}: not a packed dataset", stream.location()))
+        })? as usize;
+        backend.check(stream.location(), manifest)?;
+        check_order(&config.order)?;
+        let rows = stream.len() / config.order.world_size;
+        check_rows(stream.location(), stream.len(), rows, &config.order)?;
+        Loader::start(Rows::Stream(stream), row_tokens, backend, config)
+    }
+
+    fn start(
+        rows: Rows,
+        row_tokens: usize,
+        backend: Arc<B>,
+        config: LoaderConfig,
+    ) -> Result<Loader<B>, LoaderError> {
         let depth = config.depth.max(1);
         let batch_rows = config.batch_rows.max(1);
         let row_bytes = row_tokens
-            .checked_mul(dataset.dtype().size())
+            .checked_mul(rows.dtype().size())
             .ok_or_else(|| LoaderError::Usage(format!("rows of {row_tokens} tokens")))?;
         let bytes = batch_rows.checked_mul(row_bytes).ok_or_else(|| {
             LoaderError::Usage(format!(
@@ -476,7 +511,7 @@ impl<B: Backend> Loader<B> {
             pool,
             indices: vec![0; batch_rows],
             row_bytes,
-            dataset,
+            rows,
             backend,
             staging,
             staged,
@@ -580,6 +615,76 @@ fn row_length(ds: &Dataset) -> Result<usize, LoaderError> {
     }
 }
 
+/// Refuses a rank outside its world.
+fn check_order(order: &Order) -> Result<(), LoaderError> {
+    let Order {
+        rank, world_size, ..
+    } = *order;
+    if world_size == 0 || rank >= world_size {
+        return Err(LoaderError::Usage(format!(
+            "rank {rank} of a world of {world_size}: the rank must be below the world size"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a rank that would read no row in an epoch.
+fn check_rows(name: &str, records: u64, rows: u64, order: &Order) -> Result<(), LoaderError> {
+    if rows == 0 {
+        return Err(LoaderError::Usage(format!(
+            "{name}: {records} records for {} ranks leave rank {} no row to read",
+            order.world_size, order.rank
+        )));
+    }
+    Ok(())
+}
+
+/// Where the loader's rows come from (see the [module docs](self)).
+enum Rows {
+    Mapped(Arc<Dataset>),
+    Stream(Arc<Stream>),
+}
+
+impl Rows {
+    fn dtype(&self) -> Dtype {
+        match self {
+            Rows::Mapped(ds) => ds.dtype(),
+            Rows::Stream(stream) => stream.manifest().dtype,
+        }
+    }
+
+    /// The rows of `epoch` for the rank of `order`, from its `position`.
+    fn epoch(&self, order: &Order, epoch: u64, position: u64) -> Result<EpochRows, LoaderError> {
+        Ok(match self {
+            Rows::Mapped(ds) => EpochRows::Mapped(order.sampler(ds.len(), epoch)),
+            Rows::Stream(stream) => {
+                let start = position.saturating_mul(order.world_size).min(stream.len());
+                let share = Share::rank(order.rank, order.world_size);
+                EpochRows::Stream(stream.reader(epoch, start, share).map_err(Box::new)?)
+            }
+        })
+    }
+}
+
+/// One epoch's rows for one rank.
+enum EpochRows {
+    /// Sampler positions, each a record of the mapped dataset.
+    Mapped(Sampler),
+    /// The stream's rows from the position the epoch starts at, in order.
+    Stream(StreamReader),
+}
+
+impl EpochRows {
+    /// The position after the epoch's last row, for an epoch entered at
+    /// `position`.
+    fn end(&self, position: u64) -> u64 {
+        match self {
+            EpochRows::Mapped(sampler) => sampler.len(),
+            EpochRows::Stream(reader) => position + reader.len(),
+        }
+    }
+}
+
 /// The producer thread's state.
 struct Producer<B: Backend> {
     /// Gather threads, when more than one.
@@ -587,7 +692,7 @@ struct Producer<B: Backend> {
     /// The current batch's record indices (allocated once).
     indices: Vec<u64>,
     row_bytes: usize,
-    dataset: Arc<Dataset>,
+    rows: Rows,
     backend: Arc<B>,
     staging: Vec<B::Staging>,
     /// Per staging buffer: complete once the last copy out of it has read it.
@@ -623,12 +728,12 @@ impl<B: Backend> Producer<B> {
         } = self.start;
         let mut k = 0usize;
         while !matches!(self.end_epoch, Some(end) if epoch >= end) {
-            let sampler = self.order.sampler(self.dataset.len(), epoch);
-            let end = sampler.len();
+            let mut source = self.rows.epoch(&self.order, epoch, position)?;
+            let end = source.end(position);
             while position < end {
                 let rows = (end - position).min(self.batch_rows as u64) as usize;
                 let s = k % self.staging.len();
-                let bytes = self.gather(&sampler, s, position, rows)?;
+                let bytes = self.gather(&mut source, s, position, rows)?;
                 let Some(mut held) = self.take_free()? else {
                     return Ok(()); // stopped
                 };
@@ -662,16 +767,34 @@ impl<B: Backend> Producer<B> {
         Ok(())
     }
 
-    /// Copies the rows at sampler positions `position..position + rows`
-    /// into staging buffer `s`, once the last copy out of it has read it;
+    /// Copies the rows at positions `position..position + rows` into
+    /// staging buffer `s`, once the last copy out of it has read it;
     /// returns the bytes written.
     fn gather(
         &mut self,
-        sampler: &Sampler,
+        source: &mut EpochRows,
         s: usize,
         position: u64,
         rows: usize,
     ) -> Result<usize, LoaderError> {
+        let bytes = rows * self.row_bytes;
+        let sampler = match source {
+            EpochRows::Mapped(sampler) => sampler,
+            EpochRows::Stream(reader) => {
+                // The stream's fetch threads read ahead; the copy out of
+                // its mapped blocks is one memcpy a row.
+                self.backend.wait(&self.staged[s])?;
+                let buffer = self.backend.staging_mut(&mut self.staging[s])?;
+                for slot in buffer[..bytes].chunks_mut(self.row_bytes) {
+                    let row = reader
+                        .next()
+                        .expect("the epoch's end counts the reader's rows")
+                        .map_err(Box::new)?;
+                    slot.copy_from_slice(row.bytes());
+                }
+                return Ok(bytes);
+            }
+        };
         for (k, slot) in self.indices[..rows].iter_mut().enumerate() {
             *slot = sampler
                 .get(position + k as u64)
@@ -680,8 +803,9 @@ impl<B: Backend> Producer<B> {
         // The staging reuse rule: whatever the backend tracks itself.
         self.backend.wait(&self.staged[s])?;
         let buffer = self.backend.staging_mut(&mut self.staging[s])?;
-        let bytes = rows * self.row_bytes;
-        let ds = &self.dataset;
+        let Rows::Mapped(ds) = &self.rows else {
+            unreachable!("a sampler's epoch reads a mapped dataset")
+        };
         let copy = |(slot, &index): (&mut [u8], &u64)| -> Result<(), LoaderError> {
             let record = ds.record(index)?.as_bytes();
             if record.len() != slot.len() {

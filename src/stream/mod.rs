@@ -260,6 +260,11 @@ impl Stream {
         Ok(stream)
     }
 
+    /// The dataset's address, as given to [`Stream::open`].
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
     /// The manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
