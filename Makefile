@@ -12,7 +12,7 @@ AZURITE    := $(TARGET_DIR)/azurite
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix fixtures fuzz fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -301,6 +301,17 @@ bench-interop: build $(VENV)/.installed
 # A tokenize -> shuffle -> pack pipeline as N tasks (and on local Ray) beside one process.
 bench-dist: build $(VENV_RAY)/.installed
 	$(VENV_RAY)/bin/python tools/bench_dist.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --ray
+
+# prep.StreamingDataset from a local S3 server (moto) beside local mmap and a
+# plain ranged-GET copy of the same bytes (tools/bench_stream.py), with the
+# package built in release and installed into the venv (after `make build`
+# only pyo3 and python/native compile). The test targets reinstall the dev
+# build (make package).
+bench-stream: build $(VENV)/.installed
+	rm -rf $(BENCH)/wheels
+	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
+	$(VPY) tools/bench_stream.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The streaming benchmark: prep.StreamingDataset reading a packed dataset
+from an S3 server, beside reading the same rows from local mmap and beside a
+plain ranged-GET copy of the same bytes from the same server, in one run.
+
+    make bench-stream
+    # or, with the package installed in the venv (release: make bench-stream
+    # builds and installs it):
+    target/venv/bin/python tools/bench_stream.py --prep target/release/prep [--scratch target/bench]
+
+The real corpus (../shared/corpora/debian-docs.jsonl.zst) tokenized with
+GPT-2 (made once, as tools/bench_pack.py does) is packed into rows of
+--seq-len 2048 tokens in 64 MiB shards, once, and uploaded to a moto S3
+server started here on 127.0.0.1. Then, in one process each:
+
+1. local: the rows in the stream's order for one rank of one, from
+   prep.Dataset (the mapped local copy): rows/s and MB/s;
+2. ranged-GET copy: every shard's bytes with ranged GETs of --block-bytes,
+   --in-flight at once (boto3, threads), into memory: what the server
+   delivers, the stream's ceiling;
+3. stream: prep.StreamingDataset over s3:// with an empty cache_dir under
+   --cache-limit: rows/s, MB/s, the time to the first row, and the cache
+   directory's peak size (sampled every 10 ms).
+
+The ratios stream/copy and stream/local close the report; the results also
+go to target/bench/stream.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import fcntl
+import json
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
+
+from bench_pack import CORPORA, REPO, sh, tokenized_corpus  # noqa: E402
+
+import prep  # noqa: E402  (the installed package: the extension module is in the wheel)
+from test_s3 import Server, store_env, upload_dir  # noqa: E402
+
+
+def peak_bytes(path: Path, stop: threading.Event, out: list[int]) -> None:
+    """The cache directory's largest size while the stream runs, counted under
+    its budget lock as the readers count it (a listing made while a block is
+    renamed into place could see it under both names)."""
+    peak = 0
+    lock = path / ".locks" / "budget.lock"
+    while not stop.is_set():
+        if lock.exists():
+            with open(lock, "a+b") as held:
+                fcntl.flock(held, fcntl.LOCK_EX)
+                total = 0
+                for root, _, files in os.walk(path):
+                    for f in files:
+                        try:
+                            total += os.stat(os.path.join(root, f)).st_size
+                        except FileNotFoundError:
+                            pass
+            peak = max(peak, total)
+        time.sleep(0.01)
+    out.append(peak)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prep", type=Path, default=REPO / "target" / "release" / "prep")
+    ap.add_argument("--scratch", type=Path, default=REPO / "target" / "bench")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--block-bytes", type=int, default=16 << 20)
+    ap.add_argument("--in-flight", type=int, default=4)
+    ap.add_argument("--cache-limit", default="1GiB")
+    args = ap.parse_args()
+    scratch = args.scratch
+    scratch.mkdir(parents=True, exist_ok=True)
+    docs = tokenized_corpus(args.prep, scratch, CORPORA / "debian-docs.jsonl.zst",
+                            REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst")
+    packed = scratch / f"stream-packed-{args.seq_len}"
+    if not (packed / "manifest.json").is_file() or "sum" not in json.loads(
+            (packed / "manifest.json").read_text())["shards"][0]:
+        shutil.rmtree(packed, ignore_errors=True)
+        sh(args.prep, "pack", docs, packed, "--seq-len", args.seq_len, "--shard-size", "64MiB", "--quiet")
+    size = sum(p.stat().st_size for p in packed.glob("*.bin"))
+
+    server = Server()
+    try:
+        client = server.client()
+        client.create_bucket(Bucket="bench")
+        upload_dir(client, "bench", packed, "packed")
+        os.environ.update({k: v for k, v in store_env(server.url).items() if k.startswith("AWS_")})
+        report = {"machine": platform.machine(), "cpus": os.cpu_count(), "dataset_bytes": size,
+                  "seq_len": args.seq_len, "block_bytes": args.block_bytes, "in_flight": args.in_flight}
+
+        ds = prep.Dataset(packed)
+        probe = prep.StreamingDataset("s3://bench/packed", cache_dir=scratch / "stream-probe",
+                                      cache_limit=args.cache_limit, seed=1, block_bytes=args.block_bytes)
+        order = probe.indices()
+        t = time.perf_counter()
+        for i in order.tolist():
+            ds[i].copy()
+        local = time.perf_counter() - t
+        report["local"] = {"rows_per_s": len(order) / local, "mb_per_s": size / local / 1e6}
+
+        bins = sorted(p.name for p in packed.glob("*.bin"))
+        ranges = [(b, at, min(at + args.block_bytes, (packed / b).stat().st_size))
+                  for b in bins for at in range(0, (packed / b).stat().st_size, args.block_bytes)]
+
+        def get(r):
+            name, start, end = r
+            return len(client.get_object(Bucket="bench", Key=f"packed/{name}",
+                                         Range=f"bytes={start}-{end - 1}")["Body"].read())
+
+        t = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(args.in_flight) as pool:
+            copied = sum(pool.map(get, ranges))
+        copy = time.perf_counter() - t
+        assert copied == size
+        report["ranged_get_copy"] = {"mb_per_s": size / copy / 1e6, "seconds": copy}
+
+        cache = scratch / "stream-cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        stop, peak = threading.Event(), []
+        sampler = threading.Thread(target=peak_bytes, args=(cache, stop, peak))
+        sampler.start()
+        t = time.perf_counter()
+        d = prep.StreamingDataset("s3://bench/packed", cache_dir=cache, cache_limit=args.cache_limit, seed=1,
+                                  block_bytes=args.block_bytes, in_flight=args.in_flight)
+        first, rows = None, 0
+        for _ in d:
+            if first is None:
+                first = time.perf_counter() - t
+            rows += 1
+        stream = time.perf_counter() - t
+        stop.set()
+        sampler.join()
+        report["stream"] = {"rows_per_s": rows / stream, "mb_per_s": size / stream / 1e6,
+                            "first_row_s": first, "peak_cache_bytes": peak[0],
+                            "cache_limit": prep.streaming.parse_size(args.cache_limit)}
+        report["stream_over_copy"] = report["ranged_get_copy"]["seconds"] / stream
+        report["stream_over_local"] = local / stream
+    finally:
+        server.stop()
+    print(json.dumps(report, indent=1))
+    (scratch / "stream.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
