@@ -20,10 +20,12 @@
 from __future__ import annotations
 
 import fcntl
+import gc
 import http.client
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +62,9 @@ class Proxy(http.server.ThreadingHTTPServer):
         self.gets: list[tuple[str, str, int]] = []
         self.lock = threading.Lock()
         self.delay = 0.0
+        # (status, S3 error code): answer every GET of a .bin with it, as a
+        # store that refuses the credentials or stops answering does.
+        self.fail: tuple[int, str] | None = None
         super().__init__(("127.0.0.1", 0), _Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -82,6 +87,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
+        fail = self.server.fail
+        if fail and self.command == "GET" and self.path.split("?")[0].endswith(".bin"):
+            status, code = fail
+            data = f"<Error><Code>{code}</Code><Message>{code}</Message></Error>".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         conn = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=60)
         conn.request(self.command, self.path, body=body, headers=dict(self.headers))
         resp = conn.getresponse()
@@ -141,7 +156,8 @@ def env(s3, monkeypatch):
         if k.startswith("AWS_"):
             monkeypatch.setenv(k, v)
     proxy.reset()
-    return proxy
+    yield proxy
+    proxy.fail = None
 
 
 URL = "s3://stream/packed"
@@ -338,8 +354,16 @@ def test_errors_name_the_url(dataset, s3, env, tmp_path):
     client.put_object(Bucket="bad", Key=f"packed/{shard}", Body=bytes(body))
     d = prep.StreamingDataset("s3://bad/packed", cache_dir=tmp_path / "c", cache_limit=1 << 30,
                               block_bytes=BLOCK, window=WINDOW, streams=STREAMS)
-    with pytest.raises(OSError, match=f"s3://bad/packed/{shard}.*corrupt"):
-        sum(1 for _ in d)
+    def read_all() -> str:
+        try:
+            sum(1 for _ in d)
+        except OSError as e:
+            return str(e)  # not the exception: its traceback would keep the reader alive
+        return "no error"
+
+    message = read_all()
+    assert re.search(f"s3://bad/packed/{shard}.*corrupt", message), message
+    gc.collect()
     assert not list((tmp_path / "c").glob("*.part"))
 
     with pytest.raises(OSError, match="s3://stream/nothing"):
@@ -354,3 +378,28 @@ def test_a_cache_limit_below_the_need_is_refused_with_the_number(dataset, env, t
     with pytest.raises(ValueError, match="not a size"):
         make(tmp_path / "c", cache_limit="lots")
     assert prep.streaming.parse_size("20GiB") == 20 << 30
+
+
+@pytest.mark.parametrize("status,code", [(403, "AccessDenied"), (503, "SlowDown")])
+def test_a_store_that_refuses_or_stops_answering_is_an_error_naming_the_object(dataset, env, tmp_path,
+                                                                               status, code):
+    """Refused credentials fail at once; a store that answers 503 is retried
+    (the store client's backoff) and then fails; both name the object."""
+    d = make(tmp_path / "c", cache_limit=1 << 30, indices=True)
+
+    def fail_after_first_row() -> str:
+        it = iter(d)
+        next(it)  # the first blocks came through
+        env.fail = (status, code)
+        try:
+            for _ in it:
+                pass
+        except OSError as e:
+            return str(e)  # not the exception: its traceback would keep the reader alive
+        return "no error"
+
+    message = fail_after_first_row()
+    assert re.search(r"s3://stream/packed/shard-\d+\.bin", message), message
+    # The reader is gone (its fetches in flight waited for): none left a part.
+    gc.collect()
+    assert not list((tmp_path / "c").glob("*.part"))
