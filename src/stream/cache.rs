@@ -167,16 +167,22 @@ impl BlockCache {
             file.write_all(&trailer).map_err(io(&part))?;
             drop(file);
             // Under the budget lock, so that a listing made under it never
-            // sees the block under both names, or under neither.
+            // sees the block under both names, or under neither; and mapped
+            // before the lock is let go, so that no eviction comes between.
+            // The bytes were checked as fetched and hashed for the trailer
+            // just now: not hashed a third time.
             let _budget = self.budget()?;
             std::fs::rename(&part, &path).map_err(io(&path))?;
-            Ok::<_, E>(())
+            let map = map(&path)?;
+            Ok::<_, E>(CachedBlock {
+                map,
+                len: len as usize,
+            })
         })();
-        if let Err(e) = stored {
+        if stored.is_err() {
             let _ = std::fs::remove_file(&part);
-            return Err(e);
         }
-        Ok(self.take(&path, len)?.expect("the block just stored"))
+        stored
     }
 
     /// The block at `path` when it is there, whole and of `len` bytes
@@ -188,10 +194,7 @@ impl BlockCache {
             Err(e) => return Err(io(path)(e)),
         };
         let _ = file.set_modified(SystemTime::now());
-        let map = MappedFile::open(path).map_err(|e| CacheError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        let map = map(path)?;
         let bytes = map.bytes();
         let whole = bytes.len() as u64 == len + TRAILER_BYTES && {
             let (data, trailer) = bytes.split_at(len as usize);
@@ -326,6 +329,14 @@ impl BlockCache {
         }
         Ok(used)
     }
+}
+
+/// The file at `path`, mapped.
+fn map(path: &Path) -> Result<MappedFile, CacheError> {
+    MappedFile::open(path).map_err(|e| CacheError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 fn open_lock(path: &Path) -> Result<File, CacheError> {
