@@ -234,6 +234,20 @@ impl StreamReader {
         n
     }
 
+    /// Whether the next call of `next` may wait for a fetch: false when
+    /// its record's block is mapped already (or there is no next record).
+    /// A caller that holds a lock others need (Python's GIL) lets it go
+    /// only when this is true.
+    pub fn may_wait(&self) -> bool {
+        match self.record_at(self.next) {
+            None => false,
+            Some((_, index)) => {
+                let b = index / self.block;
+                !self.mapped.iter().any(|(m, _)| *m == b)
+            }
+        }
+    }
+
     /// True when this reader has no record to read.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -108,7 +108,9 @@ impl Stream {
         world: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         if world == 0 || rank >= world {
-            return Err(PyValueError::new_err(format!("rank {rank} of world_size {world}")));
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} of world_size {world}"
+            )));
         }
         let order = self.inner.order(epoch).map_err(to_py)?;
         let bytes: Vec<u8> = order
@@ -161,7 +163,11 @@ impl Drop for Reader {
     /// must not hold the GIL, which the process's other threads (a store
     /// client in Python, a DataLoader's pin-memory thread) may need.
     fn drop(&mut self) {
-        let reader = self.inner.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        let reader = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         Python::attach(|py| py.detach(move || drop(reader)));
     }
 }
@@ -177,7 +183,14 @@ impl Reader {
         let Some(reader) = guard.as_mut() else {
             return Ok(None);
         };
-        match py.detach(|| reader.next()) {
+        // Most rows are in a block already mapped: those are read with the
+        // GIL held, a copy of one row, rather than paying its release.
+        let next = if reader.may_wait() {
+            py.detach(|| reader.next())
+        } else {
+            reader.next()
+        };
+        match next {
             None => Ok(None),
             Some(Err(e)) => Err(to_py(e)),
             Some(Ok(row)) => Ok(Some((row.index, PyBytes::new(py, row.bytes())))),
