@@ -9,9 +9,11 @@ plain ranged-GET copy of the same bytes from the same server, in one run.
     target/venv/bin/python tools/bench_stream.py --prep target/release/prep [--scratch target/bench]
 
 The real corpus (../shared/corpora/debian-docs.jsonl.zst) tokenized with
-GPT-2 (made once, as tools/bench_pack.py does) is packed into rows of
---seq-len 2048 tokens in 64 MiB shards, once, and uploaded to a moto S3
-server started here on 127.0.0.1. Then, in one process each:
+GPT-2 (made once, as tools/bench_pack.py does), --copies times over (8: about
+500 MB of tokens), is packed into rows of --seq-len 2048 tokens in 64 MiB
+shards, once, and uploaded to a moto S3 server started here on 127.0.0.1.
+The stream reads blocks of 4 MiB, 8 streams, windows of 2 blocks, through a
+cache limited to 160 MiB (a third of the dataset). Then, in one process each:
 
 1. local: the rows in the stream's order for one rank of one, from
    prep.Dataset (the mapped local copy): rows/s and MB/s;
@@ -20,7 +22,9 @@ server started here on 127.0.0.1. Then, in one process each:
    delivers, the stream's ceiling;
 3. stream: prep.StreamingDataset over s3:// with an empty cache_dir under
    --cache-limit: rows/s, MB/s, the time to the first row, and the cache
-   directory's peak size (sampled every 10 ms).
+   directory's peak size (sampled every 10 ms);
+4. the same stream over the local directory: the reader's own ceiling
+   (fetch, checks, cache, maps) without a network.
 
 The ratios stream/copy and stream/local close the report; the results also
 go to target/bench/stream.json.
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import fcntl
 import json
 import os
 import platform
@@ -43,30 +46,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
 
-from bench_pack import CORPORA, REPO, sh, tokenized_corpus  # noqa: E402
+from bench_pack import CORPORA, REPO, copies_of, sh, tokenized_corpus  # noqa: E402
 
 import prep  # noqa: E402  (the installed package: the extension module is in the wheel)
 from test_s3 import Server, store_env, upload_dir  # noqa: E402
+from test_stream import dir_bytes  # noqa: E402
 
 
 def peak_bytes(path: Path, stop: threading.Event, out: list[int]) -> None:
-    """The cache directory's largest size while the stream runs, counted under
-    its budget lock as the readers count it (a listing made while a block is
-    renamed into place could see it under both names)."""
+    """The cache directory's largest size while the stream runs, sampled
+    every 10 ms as the tests sample it (under its budget lock)."""
     peak = 0
-    lock = path / ".locks" / "budget.lock"
     while not stop.is_set():
-        if lock.exists():
-            with open(lock, "a+b") as held:
-                fcntl.flock(held, fcntl.LOCK_EX)
-                total = 0
-                for root, _, files in os.walk(path):
-                    for f in files:
-                        try:
-                            total += os.stat(os.path.join(root, f)).st_size
-                        except FileNotFoundError:
-                            pass
-            peak = max(peak, total)
+        peak = max(peak, dir_bytes(path))
         time.sleep(0.01)
     out.append(peak)
 
@@ -76,15 +68,21 @@ def main() -> None:
     ap.add_argument("--prep", type=Path, default=REPO / "target" / "release" / "prep")
     ap.add_argument("--scratch", type=Path, default=REPO / "target" / "bench")
     ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--block-bytes", type=int, default=16 << 20)
+    ap.add_argument("--copies", type=int, default=8,
+                    help="copies of the tokenized corpus in the dataset (8: about 500 MB)")
+    ap.add_argument("--block-bytes", type=int, default=4 << 20)
+    ap.add_argument("--window", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--in-flight", type=int, default=4)
-    ap.add_argument("--cache-limit", default="1GiB")
+    ap.add_argument("--cache-limit", default="160MiB")
     args = ap.parse_args()
     scratch = args.scratch
     scratch.mkdir(parents=True, exist_ok=True)
     docs = tokenized_corpus(args.prep, scratch, CORPORA / "debian-docs.jsonl.zst",
                             REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst")
-    packed = scratch / f"stream-packed-{args.seq_len}"
+    if args.copies > 1:
+        docs = copies_of(docs, scratch / f"stream-docs-x{args.copies}", args.copies)
+    packed = scratch / f"stream-packed-{args.seq_len}-x{args.copies}"
     if not (packed / "manifest.json").is_file() or "sum" not in json.loads(
             (packed / "manifest.json").read_text())["shards"][0]:
         shutil.rmtree(packed, ignore_errors=True)
@@ -98,11 +96,14 @@ def main() -> None:
         upload_dir(client, "bench", packed, "packed")
         os.environ.update({k: v for k, v in store_env(server.url).items() if k.startswith("AWS_")})
         report = {"machine": platform.machine(), "cpus": os.cpu_count(), "dataset_bytes": size,
-                  "seq_len": args.seq_len, "block_bytes": args.block_bytes, "in_flight": args.in_flight}
+                  "seq_len": args.seq_len, "block_bytes": args.block_bytes, "window": args.window,
+                  "streams": args.streams, "in_flight": args.in_flight}
+        params = dict(seed=1, block_bytes=args.block_bytes, window=args.window, streams=args.streams,
+                      in_flight=args.in_flight)
 
         ds = prep.Dataset(packed)
         probe = prep.StreamingDataset("s3://bench/packed", cache_dir=scratch / "stream-probe",
-                                      cache_limit=args.cache_limit, seed=1, block_bytes=args.block_bytes)
+                                      cache_limit=args.cache_limit, **params)
         order = probe.indices()
         t = time.perf_counter()
         for i in order.tolist():
@@ -132,8 +133,7 @@ def main() -> None:
         sampler = threading.Thread(target=peak_bytes, args=(cache, stop, peak))
         sampler.start()
         t = time.perf_counter()
-        d = prep.StreamingDataset("s3://bench/packed", cache_dir=cache, cache_limit=args.cache_limit, seed=1,
-                                  block_bytes=args.block_bytes, in_flight=args.in_flight)
+        d = prep.StreamingDataset("s3://bench/packed", cache_dir=cache, cache_limit=args.cache_limit, **params)
         first, rows = None, 0
         for _ in d:
             if first is None:
@@ -143,10 +143,21 @@ def main() -> None:
         stop.set()
         sampler.join()
         report["stream"] = {"rows_per_s": rows / stream, "mb_per_s": size / stream / 1e6,
-                            "first_row_s": first, "peak_cache_bytes": peak[0],
+                            "first_row_s": first, "peak_cache_bytes": peak[0], "cache_need": d.cache_need,
                             "cache_limit": prep.streaming.parse_size(args.cache_limit)}
         report["stream_over_copy"] = report["ranged_get_copy"]["seconds"] / stream
         report["stream_over_local"] = local / stream
+
+        # The reader's own ceiling: the same stream from the local directory
+        # (reads, checks, cache writes and maps, but no network).
+        cache = scratch / "stream-cache-local"
+        shutil.rmtree(cache, ignore_errors=True)
+        t = time.perf_counter()
+        d = prep.StreamingDataset(str(packed), cache_dir=cache, cache_limit=args.cache_limit, **params)
+        rows = sum(1 for _ in d)
+        from_dir = time.perf_counter() - t
+        report["stream_from_local_dir"] = {"rows_per_s": rows / from_dir, "mb_per_s": size / from_dir / 1e6}
+        shutil.rmtree(cache, ignore_errors=True)
     finally:
         server.stop()
     print(json.dumps(report, indent=1))

@@ -342,6 +342,18 @@ def test_kill_9_mid_download_leaves_nothing_a_reader_uses(dataset, env, tmp_path
     assert not list(cache.glob("*.part"))
 
 
+def error_of(rows) -> str:
+    """The message of the OSError reading `rows` to the end raises. Not the
+    exception: its traceback would keep the reader alive, with its fetches
+    in flight. The caller's own reference goes with `del`."""
+    try:
+        for _ in rows:
+            pass
+    except OSError as e:
+        return str(e)
+    return "no error"
+
+
 def test_errors_name_the_url(dataset, s3, env, tmp_path):
     server, proxy = s3
     client = server.client()
@@ -354,14 +366,7 @@ def test_errors_name_the_url(dataset, s3, env, tmp_path):
     client.put_object(Bucket="bad", Key=f"packed/{shard}", Body=bytes(body))
     d = prep.StreamingDataset("s3://bad/packed", cache_dir=tmp_path / "c", cache_limit=1 << 30,
                               block_bytes=BLOCK, window=WINDOW, streams=STREAMS)
-    def read_all() -> str:
-        try:
-            sum(1 for _ in d)
-        except OSError as e:
-            return str(e)  # not the exception: its traceback would keep the reader alive
-        return "no error"
-
-    message = read_all()
+    message = error_of(iter(d))
     assert re.search(f"s3://bad/packed/{shard}.*corrupt", message), message
     gc.collect()
     assert not list((tmp_path / "c").glob("*.part"))
@@ -387,19 +392,12 @@ def test_a_store_that_refuses_or_stops_answering_is_an_error_naming_the_object(d
     (the store client's backoff) and then fails; both name the object."""
     d = make(tmp_path / "c", cache_limit=1 << 30, indices=True)
 
-    def fail_after_first_row() -> str:
-        it = iter(d)
-        next(it)  # the first blocks came through
-        env.fail = (status, code)
-        try:
-            for _ in it:
-                pass
-        except OSError as e:
-            return str(e)  # not the exception: its traceback would keep the reader alive
-        return "no error"
-
-    message = fail_after_first_row()
+    it = iter(d)
+    next(it)  # the first blocks came through
+    env.fail = (status, code)
+    message = error_of(it)
     assert re.search(r"s3://stream/packed/shard-\d+\.bin", message), message
     # The reader is gone (its fetches in flight waited for): none left a part.
+    del it
     gc.collect()
     assert not list((tmp_path / "c").glob("*.part"))
