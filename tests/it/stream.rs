@@ -14,11 +14,12 @@ use prep::stream::{Share, Stream, StreamConfig, StreamError, StreamState};
 use prep::tokenize::NoProgress;
 
 /// A packed dataset of rows of 16 tokens in shards of 1 KiB (32 rows), so
-/// that blocks straddle shards.
+/// that blocks straddle shards: 353 of them, an odd count, so that two ranks
+/// leave one out.
 fn packed(t: &TestDir) -> PathBuf {
     let docs = t.path("docs");
     std::fs::create_dir_all(&docs).unwrap();
-    let records: Vec<Vec<u32>> = (0..300u32)
+    let records: Vec<Vec<u32>> = (0..303u32)
         .map(|i| (0..(1 + i % 37)).map(|j| 1 + (i * 13 + j) % 900).collect())
         .collect();
     write_dataset(&docs, Dtype::U16, 4 << 10, &records);
@@ -119,6 +120,11 @@ fn ranks_and_workers_read_every_row_once_under_the_cache_limit() {
     let distinct: BTreeSet<u64> = all.iter().copied().collect();
     assert_eq!(distinct.len(), all.len(), "no row twice");
     assert_eq!(all.len() as u64, n - n % 2, "all but n % world rows");
+    // Those left out are the order's last positions, as with the Sampler.
+    assert_eq!(n % 2, 1, "an odd row count: one row is left out");
+    let left_out: BTreeSet<u64> = (0..n).filter(|i| !distinct.contains(i)).collect();
+    let last: BTreeSet<u64> = (n - n % 2..n).map(|g| order.get(g)).collect();
+    assert_eq!(left_out, last);
 }
 
 #[test]
