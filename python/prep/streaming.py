@@ -101,8 +101,8 @@ class StreamingDataset(_Base):
     def __init__(self, url: str | os.PathLike, *, cache_dir: str | os.PathLike, cache_limit: int | str,
                  seed: int = 0, epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  batch_size: int = 1, local_world_size: int | None = None,
-                 block_bytes: int | str = 16 << 20, window: int = 4, streams: int | None = None,
-                 in_flight: int = 4, indices: bool = False):
+                 block_bytes: int | str | None = None, window: int | None = None, streams: int | None = None,
+                 in_flight: int | None = None, indices: bool = False):
         if torch is not None:
             super().__init__()
         default_rank, default_world = _default_rank()
@@ -120,9 +120,12 @@ class StreamingDataset(_Base):
         if local_world_size is None:
             local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         self.local_world_size = operator.index(local_world_size)
-        self._params = {"block_bytes": parse_size(block_bytes), "window": operator.index(window),
+        # None: prep::stream's defaults (16 MiB blocks, windows of 4, 64
+        # streams at most, 4 fetches in flight), kept there alone.
+        self._params = {"block_bytes": None if block_bytes is None else parse_size(block_bytes),
+                        "window": None if window is None else operator.index(window),
                         "streams": None if streams is None else operator.index(streams),
-                        "in_flight": operator.index(in_flight)}
+                        "in_flight": None if in_flight is None else operator.index(in_flight)}
         self.epoch = operator.index(epoch)
         self.with_indices = bool(indices)
         self._start = 0  # global position this pass starts from

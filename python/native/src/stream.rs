@@ -40,10 +40,10 @@ impl Stream {
         cache_dir: PathBuf,
         cache_limit: u64,
         seed: u64,
-        block_bytes: u64,
-        window: u64,
+        block_bytes: Option<u64>,
+        window: Option<u64>,
         streams: Option<u64>,
-        in_flight: usize,
+        in_flight: Option<usize>,
         local_ranks: u64,
         state: Option<String>,
     ) -> PyResult<Stream> {
@@ -52,11 +52,12 @@ impl Stream {
             .transpose()
             .map_err(|e| PyValueError::new_err(format!("resume state refused: {e}")))?;
         let mut config = StreamConfig::new(cache_dir, cache_limit);
+        // None: prep::stream's defaults, the one place they are written.
         config.seed = seed;
-        config.block_bytes = block_bytes;
-        config.window = window;
+        config.block_bytes = block_bytes.unwrap_or(config.block_bytes);
+        config.window = window.unwrap_or(config.window);
         config.streams = streams;
-        config.in_flight = in_flight;
+        config.in_flight = in_flight.unwrap_or(config.in_flight);
         config.local_ranks = local_ranks.max(1);
         let inner = py
             .detach(|| prep::stream::Stream::open(&location, config, state.as_ref()))
