@@ -80,13 +80,15 @@ def main() -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     docs = tokenized_corpus(args.prep, scratch, CORPORA / "debian-docs.jsonl.zst",
                             REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst")
-    if args.copies > 1:
-        docs = copies_of(docs, scratch / f"stream-docs-x{args.copies}", args.copies)
     packed = scratch / f"stream-packed-{args.seq_len}-x{args.copies}"
     if not (packed / "manifest.json").is_file() or "sum" not in json.loads(
             (packed / "manifest.json").read_text())["shards"][0]:
         shutil.rmtree(packed, ignore_errors=True)
-        sh(args.prep, "pack", docs, packed, "--seq-len", args.seq_len, "--shard-size", "64MiB", "--quiet")
+        # The copies are made only to be packed, and removed after.
+        source = copies_of(docs, scratch / f"stream-docs-x{args.copies}", args.copies) if args.copies > 1 else docs
+        sh(args.prep, "pack", source, packed, "--seq-len", args.seq_len, "--shard-size", "64MiB", "--quiet")
+        if source != docs:
+            shutil.rmtree(source)
     size = sum(p.stat().st_size for p in packed.glob("*.bin"))
 
     server = Server()

@@ -139,12 +139,14 @@ class StreamingDataset(_Base):
         # parent's store clients and their connections are the parent's.
         if self._stream is None or self._pid != os.getpid():
             self._pid = os.getpid()
-            state = None if self._state is None else json.dumps(self._state)
-            self._stream = _native().Stream(
-                self.url, self.cache_dir, self.cache_limit, self.seed, self._params["block_bytes"],
-                self._params["window"], self._params["streams"], self._params["in_flight"],
-                self.local_world_size, state)
+            self._stream = self._new_stream(self._state)
         return self._stream
+
+    def _new_stream(self, state: dict | None):
+        return _native().Stream(
+            self.url, self.cache_dir, self.cache_limit, self.seed, self._params["block_bytes"],
+            self._params["window"], self._params["streams"], self._params["in_flight"],
+            self.local_world_size, None if state is None else json.dumps(state))
 
     def __getstate__(self) -> dict:
         # DataLoader workers started by spawn get a copy without the native
@@ -221,10 +223,7 @@ class StreamingDataset(_Base):
 
         A state of another dataset or another seed is refused (ValueError).
         """
-        stream = _native().Stream(
-            self.url, self.cache_dir, self.cache_limit, self.seed, self._params["block_bytes"],
-            self._params["window"], self._params["streams"], self._params["in_flight"],
-            self.local_world_size, json.dumps(state))
+        stream = self._new_stream(state)
         stream.check_cache(self.world_size)
         self._stream, self._state, self._pid = stream, dict(state), os.getpid()
         self.epoch = operator.index(state["epoch"])

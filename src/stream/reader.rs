@@ -176,7 +176,7 @@ impl StreamReader {
         self.ahead = self.ahead.max(self.next);
         while let Some((_, record)) = self.record_at(self.ahead) {
             let b = record / self.block;
-            if !self.requested.contains(&b) && !self.mapped.iter().any(|(m, _)| *m == b) {
+            if !self.requested.contains(&b) && !self.is_mapped(b) {
                 if self.requested.len() as u64 >= self.window_blocks {
                     return;
                 }
@@ -234,6 +234,11 @@ impl StreamReader {
         n
     }
 
+    /// Whether block `b` is among this reader's mapped blocks.
+    fn is_mapped(&self, b: u64) -> bool {
+        self.mapped.iter().any(|(m, _)| *m == b)
+    }
+
     /// Whether the next call of `next` may wait for a fetch: false when
     /// its record's block is mapped already (or there is no next record).
     /// A caller that holds a lock others need (Python's GIL) lets it go
@@ -241,10 +246,7 @@ impl StreamReader {
     pub fn may_wait(&self) -> bool {
         match self.record_at(self.next) {
             None => false,
-            Some((_, index)) => {
-                let b = index / self.block;
-                !self.mapped.iter().any(|(m, _)| *m == b)
-            }
+            Some((_, index)) => !self.is_mapped(index / self.block),
         }
     }
 
