@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use prep::format::Dataset;
-use prep::loader::bench::{self, BenchConfig, Device};
-use prep::loader::Widen;
+use prep::loader::bench::{self, BenchConfig, Device, Step};
+use prep::loader::{Pinned, Widen};
 use prep::size::format_bytes;
 
 /// Measure the batch loader on a packed dataset: tokens/s delivered to the
@@ -45,10 +45,15 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 200)]
     steps: usize,
 
-    /// Simulated training step in milliseconds. [default: twice the
-    /// reference copy time of one batch, as measured in the same run]
-    #[arg(long, value_name = "X")]
+    /// Simulated training step in milliseconds.
+    #[arg(long, value_name = "MS", conflicts_with = "step_x")]
     step_ms: Option<f64>,
+
+    /// Simulated training step as a multiple of the reference copy time of
+    /// one batch, as measured in the same run: 2 asks whether the loader
+    /// keeps up with a consumer that spends twice the copy's time per batch.
+    #[arg(long, value_name = "X", default_value_t = 2.0)]
+    step_x: f64,
 
     /// Batches prepared ahead of the consumer.
     #[arg(long, value_name = "K", default_value_t = 4)]
@@ -66,6 +71,15 @@ pub(crate) struct Args {
     #[arg(long, default_value = "i64", value_parser = parse_widen)]
     widen: Widen,
 
+    /// cuda: the staging buffers' page-locked memory: plain (cached) or wc
+    /// (write-combined). The reference copy reads the same kind.
+    #[arg(long, default_value = "plain", value_parser = parse_pinned)]
+    pinned: Pinned,
+
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+
     /// Do not read the dataset once before timing: measure with whatever
     /// of it the page cache holds.
     #[arg(long)]
@@ -73,6 +87,11 @@ pub(crate) struct Args {
 }
 
 fn parse_device(s: &str) -> Result<Device, String> {
+    s.parse()
+        .map_err(|e: prep::loader::LoaderError| e.to_string())
+}
+
+fn parse_pinned(s: &str) -> Result<Pinned, String> {
     s.parse()
         .map_err(|e: prep::loader::LoaderError| e.to_string())
 }
@@ -93,10 +112,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let step = match args.step_ms {
-        None => None,
-        Some(ms) => Some(Duration::try_from_secs_f64(ms / 1e3).map_err(|_| {
+        Some(ms) => Step::Fixed(Duration::try_from_secs_f64(ms / 1e3).map_err(|_| {
             anyhow::anyhow!("--step-ms {ms}: expected a number of milliseconds, 0 or more")
         })?),
+        None if args.step_x.is_finite() && args.step_x >= 0.0 => Step::Copies(args.step_x),
+        None => anyhow::bail!("--step-x {}: expected a number, 0 or more", args.step_x),
     };
     let config = BenchConfig {
         batch_rows: args.batch,
@@ -106,8 +126,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         threads: args.threads,
         seed: args.seed,
         widen: args.widen,
+        pinned: args.pinned,
     };
     let report = bench::run(ds, args.device, &config)?;
-    println!("{report}");
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{report}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position, Widen,
+    Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Pinned, Position, Widen,
 };
 use crate::format::Dataset;
 use crate::size::format_bytes;
@@ -85,9 +85,8 @@ pub struct BenchConfig {
     pub batch_rows: usize,
     /// Batches to time in each measurement.
     pub steps: usize,
-    /// The simulated training step; `None`: twice the reference copy time
-    /// of one batch.
-    pub step: Option<Duration>,
+    /// The simulated training step.
+    pub step: Step,
     /// Batches prepared ahead of the consumer.
     pub depth: usize,
     /// Gather threads (0: one per core).
@@ -96,6 +95,26 @@ pub struct BenchConfig {
     pub seed: u64,
     /// How ids arrive on a GPU.
     pub widen: Widen,
+    /// The page-locked memory a GPU's staging buffers (and the reference
+    /// copy's source) are.
+    pub pinned: Pinned,
+}
+
+/// The length of the simulated training step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// A fixed time.
+    Fixed(Duration),
+    /// A multiple of the reference copy time of one batch, as measured in
+    /// the same run: 2 asks whether the loader keeps up with a consumer
+    /// that spends twice the copy's time on each batch.
+    Copies(f64),
+}
+
+impl Default for Step {
+    fn default() -> Step {
+        Step::Copies(2.0)
+    }
 }
 
 /// Sizes the reference copy is also timed at, beside the batch's: small
@@ -171,6 +190,45 @@ impl BenchReport {
     }
 }
 
+impl BenchReport {
+    /// The report as one JSON object (`prep bench-read --json`): the
+    /// figures the text shows, in seconds, bytes and bytes per second.
+    pub fn to_json(&self) -> serde_json::Value {
+        let secs = |d: Duration| d.as_secs_f64();
+        let copy = |c: &CopyTiming| {
+            serde_json::json!({
+                "bytes": c.bytes,
+                "copies": c.copies,
+                "seconds": secs(c.time),
+                "bytes_per_second": c.bandwidth(),
+            })
+        };
+        let waits = &self.waits;
+        serde_json::json!({
+            "dir": self.dir.display().to_string(),
+            "place": self.place,
+            "rows": self.rows,
+            "row_tokens": self.row_tokens,
+            "batch_rows": self.batch_rows,
+            "batch_bytes": self.batch_bytes,
+            "depth": self.depth,
+            "delivered": self.delivered,
+            "delivery_seconds": secs(self.delivery),
+            "loader_bytes_per_second": self.loader_bandwidth(),
+            "loader_tokens_per_second": (self.delivered * self.batch_rows * self.row_tokens) as f64
+                / secs(self.delivery).max(1e-12),
+            "batch_copy": copy(&self.batch_copy),
+            "references": self.references.iter().map(copy).collect::<Vec<_>>(),
+            "step_seconds": secs(self.step),
+            "steps_timed": waits.len(),
+            "steps_waiting": self.steps_waiting(),
+            "waited_threshold_seconds": secs(WAITED),
+            "wait_mean_seconds": secs(waits.iter().sum::<Duration>()) / waits.len().max(1) as f64,
+            "wait_max_seconds": waits.last().map_or(0.0, |d| secs(*d)),
+        })
+    }
+}
+
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gb = |bw: f64| bw / 1e9;
@@ -242,11 +300,16 @@ fn cuda(
     ordinal: usize,
     config: &BenchConfig,
 ) -> Result<BenchReport, LoaderError> {
-    let backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?;
+    let backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?
+        .with_pinned(config.pinned);
+    let pinned = match config.pinned {
+        Pinned::Plain => "plain",
+        Pinned::WriteCombined => "write-combined",
+    };
     bench(
         ds,
         Arc::new(backend),
-        &format!("GPU cuda:{ordinal}"),
+        &format!("GPU cuda:{ordinal} ({pinned} pinned staging)"),
         config,
     )
 }
@@ -330,7 +393,10 @@ pub fn bench<B: Backend + Reference>(
     let delivery = started.elapsed();
 
     // 2. Steps of a simulated length: how long each waits for its batch.
-    let step = config.step.unwrap_or(2 * batch_copy.per_copy());
+    let step = match config.step {
+        Step::Fixed(d) => d,
+        Step::Copies(x) => batch_copy.per_copy().mul_f64(x.max(0.0)),
+    };
     let mut waits = Vec::with_capacity(steps);
     for k in 0..depth + steps {
         let t = Instant::now();

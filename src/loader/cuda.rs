@@ -7,11 +7,10 @@
 //! the library is there before touching it (cudarc panics when it is not)
 //! and returns an error instead.
 //!
-//! Staging buffers come from `cuMemHostAlloc` with the write-combined flag
-//! (cudarc's default for pinned memory). Write-combined memory is fast to
-//! write and to copy over PCIe but very slow for the CPU to read; the
-//! loader only ever writes each staging buffer once per batch (the row
-//! gather) and never reads it back, which is the access it suits.
+//! Staging buffers come from `cuMemHostAlloc`: plain page-locked memory by
+//! default, or write-combined ([`Pinned`]). Measured on an H200 (PCIe 5),
+//! the DMA reads both at the same speed, but the gather threads write
+//! write-combined memory several times slower (docs/performance.md).
 //!
 //! The backend does its own synchronisation with events it owns, and never
 //! relies on cudarc's event tracking (which a consumer may turn off on the
@@ -33,13 +32,22 @@ use cudarc::driver::{
     DriverError, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
-pub use super::Widen;
 use super::{check_widen, Backend, Batch, LoaderError};
+pub use super::{Pinned, Widen};
 use crate::format::{Dtype, Manifest};
+
+/// The `cuMemHostAlloc` flags of each kind of staging memory.
+fn pinned_flags(pinned: Pinned) -> u32 {
+    match pinned {
+        Pinned::Plain => 0,
+        Pinned::WriteCombined => cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED,
+    }
+}
 
 /// Copies batches into the memory of one GPU.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
+    pinned: Pinned,
     stream: Arc<CudaStream>,
     dtype: Dtype,
     widen: Widen,
@@ -161,12 +169,30 @@ impl CudaBackend {
         };
         Ok(CudaBackend {
             ctx,
+            pinned: Pinned::default(),
             stream,
             dtype,
             widen,
             kernel,
             events: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Staging buffers (and the reference copy's source) of `pinned`
+    /// memory, for buffers allocated from now on.
+    pub fn with_pinned(mut self, pinned: Pinned) -> CudaBackend {
+        self.pinned = pinned;
+        self
+    }
+
+    /// Allocates `bytes` of page-locked host memory of the backend's kind.
+    ///
+    /// # Safety
+    /// The memory is uninitialised: write it before reading it.
+    unsafe fn alloc_host(&self, bytes: usize) -> Result<PinnedHostSlice<u8>, LoaderError> {
+        self.ctx
+            .alloc_pinned_with_flags::<u8>(bytes, pinned_flags(self.pinned))
+            .map_err(driver_error("allocating pinned memory"))
     }
 
     /// The context, for the consumer's own streams.
@@ -191,7 +217,7 @@ impl CudaBackend {
     }
 
     /// The time the GPU takes for `n` back-to-back copies of `bytes` bytes
-    /// from pinned host memory to device memory on a stream of their own,
+    /// from pinned host memory (of the staging buffers' kind) to device memory on a stream of their own,
     /// timed with events on the device (not by the host issuing them): the
     /// ceiling the loader's copies are measured against. Each copy is one
     /// driver call (`cuMemcpyHtoDAsync`), queued while the previous runs.
@@ -201,8 +227,7 @@ impl CudaBackend {
             .new_stream()
             .map_err(driver_error("creating a stream"))?;
         // SAFETY: the memory is written right below, before any read.
-        let mut host = unsafe { self.ctx.alloc_pinned::<u8>(bytes.max(1)) }
-            .map_err(driver_error("allocating pinned memory"))?;
+        let mut host = unsafe { self.alloc_host(bytes.max(1)) }?;
         host.as_mut_slice()
             .map_err(driver_error("writing pinned memory"))?
             .fill(1);
@@ -256,8 +281,7 @@ impl Backend for CudaBackend {
         // SAFETY: the memory is uninitialised until zeroed right below; a
         // partial last batch copies stale bytes past its rows, which the
         // consumer does not look at, but never uninitialised ones.
-        let mut host = unsafe { self.ctx.alloc_pinned::<u8>(bytes) }
-            .map_err(driver_error("allocating pinned memory"))?;
+        let mut host = unsafe { self.alloc_host(bytes) }?;
         host.as_mut_slice()
             .map_err(driver_error("writing pinned memory"))?
             .fill(0);
@@ -479,10 +503,7 @@ impl DeviceView {
     /// `stream` must be a live stream (or 0, the legacy default stream) of
     /// the loader's context, and the batch this view came from must not
     /// have been released yet (its event may be recorded again after).
-    pub unsafe fn order_stream(
-        &self,
-        stream: cudarc::driver::sys::CUstream,
-    ) -> Result<(), LoaderError> {
+    pub unsafe fn order_stream(&self, stream: CUstream) -> Result<(), LoaderError> {
         cudarc::driver::result::stream::wait_event(
             stream,
             self.ready,
@@ -508,6 +529,30 @@ impl Batch<CudaBackend> {
             ready: self.ready().cu_event(),
         }
     }
+}
+
+/// A stream handle from outside cudarc: a framework's stream (PyTorch's
+/// `torch.cuda.Stream.cuda_stream`), or 0 for the legacy default stream.
+pub use cudarc::driver::sys::CUstream;
+
+/// Records `event` on `stream`: the fence a consumer releases a batch with
+/// when its work runs on a stream that cudarc does not own.
+///
+/// # Safety
+/// `stream` must be a live stream (or 0) of the context `event` was made in.
+pub unsafe fn record_on(event: &CudaEvent, stream: CUstream) -> Result<(), LoaderError> {
+    cudarc::driver::result::event::record(event.cu_event(), stream)
+        .map_err(driver_error("recording an event"))
+}
+
+/// Waits on the host until the work queued on `stream` is complete.
+///
+/// # Safety
+/// `stream` must be a live stream (or 0) of a context that is current or
+/// primary on this device.
+pub unsafe fn synchronize(stream: CUstream) -> Result<(), LoaderError> {
+    cudarc::driver::result::stream::synchronize(stream)
+        .map_err(driver_error("waiting for a stream"))
 }
 
 /// The widening kernel for `dtype` into `widen` as PTX text (loaded by the

@@ -85,6 +85,33 @@ pub enum LoaderError {
     Stopped,
 }
 
+/// The kind of page-locked host memory a GPU backend stages batches in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pinned {
+    /// Cached page-locked memory (`cuMemHostAlloc` with no flags): the
+    /// gather writes it at memory speed.
+    #[default]
+    Plain,
+    /// Write-combined (`CU_MEMHOSTALLOC_WRITECOMBINED`): uncached, the CPU
+    /// writes it through write-combining buffers and reads it very slowly.
+    WriteCombined,
+}
+
+impl FromStr for Pinned {
+    type Err = LoaderError;
+
+    /// `plain` or `wc`.
+    fn from_str(s: &str) -> Result<Pinned, LoaderError> {
+        match s {
+            "plain" => Ok(Pinned::Plain),
+            "wc" => Ok(Pinned::WriteCombined),
+            _ => Err(LoaderError::Usage(format!(
+                "pinned memory {s:?}: expected plain or wc"
+            ))),
+        }
+    }
+}
+
 /// The ids as the consumer receives them on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Widen {
@@ -706,6 +733,9 @@ struct Producer<B: Backend> {
     end_epoch: Option<u64>,
 }
 
+/// The least a gather task copies (see [`Producer::gather`]).
+const GATHER_TASK: usize = 256 << 10;
+
 /// How often a waiting producer looks at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -819,7 +849,15 @@ impl<B: Backend> Producer<B> {
             Ok(())
         };
         let indices = &self.indices[..rows];
+        // Each gather task copies at least GATHER_TASK bytes: a small batch
+        // is gathered by the producer alone, as waking the pool costs more
+        // than the copy.
+        let task_rows = GATHER_TASK.div_ceil(self.row_bytes).max(1);
         match &self.pool {
+            Some(_) if rows <= task_rows => buffer[..bytes]
+                .chunks_mut(self.row_bytes)
+                .zip(indices)
+                .try_for_each(copy)?,
             None => buffer[..bytes]
                 .chunks_mut(self.row_bytes)
                 .zip(indices)
@@ -829,6 +867,7 @@ impl<B: Backend> Producer<B> {
                 buffer[..bytes]
                     .par_chunks_mut(self.row_bytes)
                     .zip(indices.par_iter())
+                    .with_min_len(task_rows)
                     .try_for_each(copy)
             })?,
         }

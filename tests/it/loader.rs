@@ -720,3 +720,47 @@ fn dropping_the_loader_frees_no_target_before_the_consumers_fence() {
         );
     }
 }
+
+/// `prep bench-read --json` on host memory: the counts follow the flags and
+/// the simulated step is the asked multiple of the copy measured in the run;
+/// bad step and staging flags are usage errors.
+#[test]
+fn bench_read_reports_json_with_the_step_a_multiple_of_the_measured_copy() {
+    let t = TestDir::new();
+    rows_dataset(&t, 400);
+    let out = ok(t.prep().args([
+        "bench-read",
+        ".",
+        "--batch",
+        "8",
+        "--steps",
+        "20",
+        "--step-x",
+        "3",
+        "--threads",
+        "2",
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["rows"], 400);
+    assert_eq!(r["row_tokens"], ROW);
+    assert_eq!(r["batch_bytes"], 8 * ROW * 2);
+    assert_eq!(r["delivered"], 20);
+    assert_eq!(r["steps_timed"], 20);
+    let copy = &r["batch_copy"];
+    assert_eq!(copy["bytes"], 8 * ROW * 2);
+    let per_copy = copy["seconds"].as_f64().unwrap() / copy["copies"].as_f64().unwrap();
+    let step = r["step_seconds"].as_f64().unwrap();
+    assert!(
+        (step - 3.0 * per_copy).abs() < 1e-8,
+        "step {step} s, copy {per_copy} s"
+    );
+    for bad in [
+        &["--step-x=-1"][..],
+        &["--step-x", "2", "--step-ms", "1"],
+        &["--pinned", "cached"],
+    ] {
+        let err = fails(t.prep().args(["bench-read", "."]).args(bad), 2);
+        assert!(err.contains("step") || err.contains("pinned"), "{err}");
+    }
+}
