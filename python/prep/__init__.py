@@ -10,8 +10,10 @@ PyTorch's PackedDataset and the attention helpers.
         cu, max_len = prep.attention.cu_seqlens(pieces, len(row))
 
 `prep.StreamingDataset` reads a packed dataset straight from object storage
-through a bounded local cache (docs/streaming.md); it runs prep's Rust reader
-through the package's extension module.
+through a bounded local cache (docs/streaming.md), and `prep.DeviceLoader`
+delivers a packed dataset's batches into GPU memory as torch tensors
+(docs/reading.md); both run prep's Rust code through the package's
+extension module.
 
 `prep.reader` is also the one file to copy for code that does not install
 the package (see its docstring); `prep.PackedDataset` needs torch, and raises
@@ -32,7 +34,8 @@ import importlib
 # Type checkers read this block; Python never runs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from . import attention, reader, streaming
+    from . import attention, device, reader, streaming
+    from .device import DeviceLoader
     from .streaming import StreamingDataset
     from .reader import (
         FORMAT_VERSION,
@@ -59,13 +62,13 @@ _FROM_READER = (
     "SegmentError",
     "UnsupportedVersion",
 )
-_SUBMODULES = ("attention", "reader", "streaming")
+_SUBMODULES = ("attention", "device", "reader", "streaming")
 
 
 def _all() -> list[str]:
     from . import reader
 
-    names = [*_FROM_READER, "StreamingDataset", "attention", "streaming"]
+    names = [*_FROM_READER, "DeviceLoader", "StreamingDataset", "attention", "device", "streaming"]
     if "PackedDataset" in reader.__all__:
         names.append("PackedDataset")
     return names
@@ -93,6 +96,10 @@ def __getattr__(name: str) -> object:
         from .streaming import StreamingDataset
 
         value = StreamingDataset
+    elif name == "DeviceLoader":
+        from .device import DeviceLoader
+
+        value = DeviceLoader
     elif name == "__all__":
         value = _all()
     elif name == "__version__":
@@ -104,4 +111,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "StreamingDataset", "__all__", "__version__"})
+    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "DeviceLoader", "StreamingDataset", "__all__", "__version__"})

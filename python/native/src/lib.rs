@@ -1,13 +1,15 @@
 //! `prep._native`, the compiled part of the pip package prep-llm: the
 //! `prep` command line, which the console script `prep`
-//! (python/prep/_cli.py) runs, and the streaming reader (stream.rs) under
-//! `prep.StreamingDataset`. pyproject.toml builds it with maturin.
+//! (python/prep/_cli.py) runs; the streaming reader (stream.rs) under
+//! `prep.StreamingDataset`; the GPU loader (device.rs) under
+//! `prep.DeviceLoader`. pyproject.toml builds it with maturin.
 
 use std::ffi::OsString;
 use std::panic::{self, AssertUnwindSafe};
 
 use pyo3::prelude::*;
 
+mod device;
 mod stream;
 
 // The command line is the binary's own source, compiled into this crate, so
@@ -52,5 +54,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     stream::register(m)?;
+    device::register(m)?;
     Ok(())
 }
