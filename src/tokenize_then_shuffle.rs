@@ -132,10 +132,11 @@ pub fn run(
     shuffle_config.memory = composed.memory;
     shuffle_config.writing.shard_size = config.writing.shard_size;
     shuffle_config.threads = config.threads;
-    // The shuffle stamps its own time of writing on it.
-    shuffle_config.record_as = Some(plan.identity.provenance(plan.options.clone(), documents));
+    // The output is this command's; the shuffle stamps its own time of
+    // writing on the provenance.
+    let recorded = plan.identity.provenance(plan.options.clone(), documents);
     progress.note(&format!("shuffling with seed {seed}"));
-    let shuffled = shuffle::run_in(&shuffle_config, output, progress)?;
+    let shuffled = shuffle::run_in(&shuffle_config, &recorded, output, progress)?;
     // (Gone already when the output is in object storage: its staging
     // folder goes with the commit.)
     match std::fs::remove_dir_all(&stage) {

@@ -81,10 +81,6 @@ pub struct ShuffleConfig {
     pub writing: Writing,
     /// Worker threads for sorting; 0 means one per core. The output does not depend on it.
     pub threads: usize,
-    /// Record the output as made by another command (the fused
-    /// `tokenize --shuffle-seed`): this provenance replaces shuffle's own,
-    /// and its fingerprint decides whether an existing output is this run's.
-    pub record_as: Option<Provenance>,
 }
 
 impl ShuffleConfig {
@@ -97,7 +93,6 @@ impl ShuffleConfig {
             memory: 4 << 30,
             writing: Writing::default(),
             threads: 0,
-            record_as: None,
         }
     }
 }
@@ -270,18 +265,22 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     crate::run::refuse_overlap(&config.output, &config.inputs, "the input")?;
     let inputs = open_inputs(&config.inputs)?;
     let output = Output::lock(&config.output)?;
-    shuffle_into(config, inputs, output, progress)
+    shuffle_into(config, None, inputs, output, progress)
 }
 
 /// [`run`] into an output directory the caller has locked (a pipeline that
-/// holds it from its first stage on).
+/// holds it from its first stage on), recording the output as that
+/// pipeline's: `recorded` (the fused `tokenize --shuffle-seed`'s
+/// provenance) replaces shuffle's own, and its fingerprint decides whether
+/// an existing output is this run's.
 pub(crate) fn run_in(
     config: &ShuffleConfig,
+    recorded: &Provenance,
     output: Output,
     progress: &dyn Progress,
 ) -> Result<ShuffleReport, ShuffleError> {
     let inputs = open_inputs(&config.inputs)?;
-    shuffle_into(config, inputs, output, progress)
+    shuffle_into(config, Some(recorded), inputs, output, progress)
 }
 
 /// What a shuffle decides before it writes: the options and fingerprint the
@@ -302,13 +301,18 @@ struct Plan {
 }
 
 /// Sizes the inputs and makes the run's options and fingerprint.
-fn plan(config: &ShuffleConfig, datasets: &[Dataset], dtype: Dtype, inputs: &[InputInfo]) -> Plan {
+fn plan(
+    config: &ShuffleConfig,
+    recorded: Option<&Provenance>,
+    datasets: &[Dataset],
+    dtype: Dtype,
+    inputs: &[InputInfo],
+) -> Plan {
     let options = json!({ "seed": config.seed, "shard_size": config.writing.shard_size });
-    let fingerprint = crate::run::job_fingerprint("shuffle", &options, inputs);
-    let fingerprint = config
-        .record_as
-        .as_ref()
-        .map_or(fingerprint, |p| p.fingerprint.clone());
+    let fingerprint = match recorded {
+        Some(p) => p.fingerprint.clone(),
+        None => crate::run::job_fingerprint("shuffle", &options, inputs),
+    };
     let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
     let token_bytes: u64 = datasets
         .iter()
@@ -329,6 +333,7 @@ fn plan(config: &ShuffleConfig, datasets: &[Dataset], dtype: Dtype, inputs: &[In
 /// through bucket files, and commits the manifest.
 fn shuffle_into(
     config: &ShuffleConfig,
+    recorded: Option<&Provenance>,
     inputs: Inputs,
     mut output: Output,
     progress: &dyn Progress,
@@ -340,7 +345,7 @@ fn shuffle_into(
         info: inputs,
         _local,
     } = inputs;
-    let plan = plan(config, &datasets, base.dtype, &inputs);
+    let plan = plan(config, recorded, &datasets, base.dtype, &inputs);
     let dir = &output.dir().to_path_buf();
     let tmp = dir.join(TMP_DIR);
     let journal = match output
@@ -408,7 +413,13 @@ fn shuffle_into(
     }
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), datasets[0].dir())?;
-    let provenance = provenance(config, inputs, plan.options, plan.n_docs, plan.fingerprint);
+    let provenance = provenance(
+        recorded,
+        inputs,
+        plan.options,
+        plan.n_docs,
+        plan.fingerprint,
+    );
     let manifest = base.derived(shards, provenance);
     output.commit(&manifest)?;
     progress.finish();
@@ -510,15 +521,15 @@ fn buckets_to_sort(tmp: &Path) -> Result<Vec<String>, ShuffleError> {
 }
 
 /// The provenance of the shuffled dataset: shuffle's own, or the one
-/// `record_as` gives, made now.
+/// `recorded` gives, made now.
 fn provenance(
-    config: &ShuffleConfig,
+    recorded: Option<&Provenance>,
     inputs: Vec<InputInfo>,
     options: serde_json::Value,
     n_docs: u64,
     fingerprint: String,
 ) -> Provenance {
-    match &config.record_as {
+    match recorded {
         Some(p) => Provenance {
             created: crate::util::now_rfc3339(),
             ..p.clone()
