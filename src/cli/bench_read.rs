@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use prep::format::Dataset;
-use prep::loader::bench::{self, BenchConfig, Device, Step};
+use prep::loader::bench::{self, BenchConfig, Device, Gather, Step};
 use prep::loader::{Pinned, Widen};
 use prep::size::format_bytes;
 
@@ -76,6 +76,12 @@ pub(crate) struct Args {
     #[arg(long, default_value = "plain", value_parser = parse_pinned)]
     pinned: Pinned,
 
+    /// cuda: who gathers a batch's rows: host (the loader's threads, into
+    /// staging buffers) or device (the GPU, from the dataset page-locked in
+    /// place: it must fit in memory).
+    #[arg(long, default_value = "host", value_parser = parse_gather)]
+    gather: Gather,
+
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -87,6 +93,11 @@ pub(crate) struct Args {
 }
 
 fn parse_device(s: &str) -> Result<Device, String> {
+    s.parse()
+        .map_err(|e: prep::loader::LoaderError| e.to_string())
+}
+
+fn parse_gather(s: &str) -> Result<Gather, String> {
     s.parse()
         .map_err(|e: prep::loader::LoaderError| e.to_string())
 }
@@ -127,6 +138,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         widen: args.widen,
         pinned: args.pinned,
+        gather: args.gather,
     };
     let report = bench::run(ds, args.device, &config)?;
     if args.json {

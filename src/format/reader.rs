@@ -300,6 +300,12 @@ impl Dataset {
         self.starts[s]
     }
 
+    /// Shard `s`'s token bytes, its whole mapped `.bin` (empty for an empty
+    /// shard): a mapping starts on a page boundary and covers whole pages.
+    pub fn shard_bin(&self, s: usize) -> &[u8] {
+        self.shards[s].bin.bytes()
+    }
+
     /// The `n_records + 1` token offsets of shard `s`, as its `.idx` holds them.
     pub fn shard_offsets(&self, s: usize) -> &[u64] {
         self.shards[s].offsets()

@@ -98,6 +98,34 @@ pub struct BenchConfig {
     /// The page-locked memory a GPU's staging buffers (and the reference
     /// copy's source) are.
     pub pinned: Pinned,
+    /// Who gathers a batch's rows on a GPU.
+    pub gather: Gather,
+}
+
+/// Who gathers a batch's rows when they go to a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gather {
+    /// The loader's threads, into staging buffers the GPU copies from.
+    #[default]
+    Host,
+    /// The GPU, from the dataset registered in place
+    /// (`CudaBackend::gather_on_device`).
+    Device,
+}
+
+impl FromStr for Gather {
+    type Err = LoaderError;
+
+    /// `host` or `device`.
+    fn from_str(s: &str) -> Result<Gather, LoaderError> {
+        match s {
+            "host" => Ok(Gather::Host),
+            "device" => Ok(Gather::Device),
+            _ => Err(LoaderError::Usage(format!(
+                "gather {s:?}: expected host or device"
+            ))),
+        }
+    }
 }
 
 /// The length of the simulated training step.
@@ -300,18 +328,20 @@ fn cuda(
     ordinal: usize,
     config: &BenchConfig,
 ) -> Result<BenchReport, LoaderError> {
-    let backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?
+    let mut backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?
         .with_pinned(config.pinned);
     let pinned = match config.pinned {
         Pinned::Plain => "plain",
         Pinned::WriteCombined => "write-combined",
     };
-    bench(
-        ds,
-        Arc::new(backend),
-        &format!("GPU cuda:{ordinal} ({pinned} pinned staging)"),
-        config,
-    )
+    let place = match config.gather {
+        Gather::Host => format!("GPU cuda:{ordinal} ({pinned} pinned staging)"),
+        Gather::Device => {
+            backend = backend.gather_on_device(ds.clone())?;
+            format!("GPU cuda:{ordinal} (rows gathered on the device)")
+        }
+    };
+    bench(ds, Arc::new(backend), &place, config)
 }
 
 #[cfg(not(feature = "cuda"))]

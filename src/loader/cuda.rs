@@ -8,9 +8,16 @@
 //! and returns an error instead.
 //!
 //! Staging buffers come from `cuMemHostAlloc`: plain page-locked memory by
-//! default, or write-combined ([`Pinned`]). Measured on an H200 (PCIe 5),
-//! the DMA reads both at the same speed, but the gather threads write
-//! write-combined memory several times slower (docs/performance.md).
+//! default, or write-combined ([`Pinned`]); on an H200 the two measured the
+//! same (docs/performance.md).
+//!
+//! Or the GPU gathers the rows itself ([`CudaBackend::gather_on_device`]):
+//! the dataset's mapped shards are registered with the driver in place,
+//! the producer writes each row's address into the staging buffer, and a
+//! kernel copies the rows from host memory into the batch, widening as it
+//! goes. Host memory is then read once per byte instead of three times (the
+//! gather's read and write, the copy's read), which is what bounds the
+//! host gather on a machine whose memory is slower than its PCIe link.
 //!
 //! The backend does its own synchronisation with events it owns, and never
 //! relies on cudarc's event tracking (which a consumer may turn off on the
@@ -34,7 +41,7 @@ use cudarc::driver::{
 
 use super::{check_widen, Backend, Batch, LoaderError};
 pub use super::{Pinned, Widen};
-use crate::format::{Dtype, Manifest};
+use crate::format::{Dataset, Dtype, Manifest};
 
 /// The `cuMemHostAlloc` flags of each kind of staging memory.
 fn pinned_flags(pinned: Pinned) -> u32 {
@@ -52,6 +59,7 @@ pub struct CudaBackend {
     dtype: Dtype,
     widen: Widen,
     kernel: Option<CudaFunction>,
+    gather: Option<DeviceGather>,
     /// Copy events the consumer is done with, recorded again by the next
     /// copies: after the first `depth` steps no event is created.
     events: std::sync::Mutex<Vec<CudaEvent>>,
@@ -62,10 +70,11 @@ pub struct Staging {
     host: PinnedHostSlice<u8>,
 }
 
-/// A batch's device memory: the staged bytes, and the widened ids when
-/// widening is on.
+/// A batch's device memory: the tokens as stored (copied from staging, or
+/// gathered there on the device when widening is off), and the widened
+/// ids when widening is on.
 pub struct Target {
-    raw: CudaSlice<u8>,
+    raw: Option<CudaSlice<u8>>,
     wide: Option<CudaSlice<u8>>,
 }
 
@@ -73,8 +82,24 @@ impl Target {
     /// The ids as the consumer reads them: the widened buffer (int32 or
     /// int64 per token) when widening is on, else the raw tokens.
     pub fn ids(&self) -> &CudaSlice<u8> {
-        self.wide.as_ref().unwrap_or(&self.raw)
+        self.wide
+            .as_ref()
+            .or(self.raw.as_ref())
+            .expect("a target holds its ids")
     }
+}
+
+/// Rows gathered by the GPU from the mapped dataset itself
+/// ([`CudaBackend::gather_on_device`]): the shards' mappings registered
+/// with the driver (page-locked in place, read-only), and the kernel that
+/// copies each row of a batch, given its address, into device memory.
+struct DeviceGather {
+    dataset: Arc<Dataset>,
+    /// The registered ranges' first bytes, unregistered when the backend drops.
+    registered: Vec<usize>,
+    kernel: CudaFunction,
+    /// Tokens per row.
+    row_tokens: u64,
 }
 
 fn driver_error(what: &str) -> impl Fn(DriverError) -> LoaderError + '_ {
@@ -174,6 +199,7 @@ impl CudaBackend {
             dtype,
             widen,
             kernel,
+            gather: None,
             events: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -183,6 +209,99 @@ impl CudaBackend {
     pub fn with_pinned(mut self, pinned: Pinned) -> CudaBackend {
         self.pinned = pinned;
         self
+    }
+
+    /// Has the GPU gather each batch's rows itself, from `dataset`'s mapped
+    /// shards, instead of the producer's threads copying them into staging
+    /// buffers: the host's memory is read once per byte (by the GPU, over
+    /// the bus) rather than three times (the gather's read and write, then
+    /// the copy's read). The shards are registered with the driver, which
+    /// page-locks them in place for the backend's life: the whole dataset
+    /// must fit in the machine's memory beside everything else.
+    ///
+    /// An error when the GPU or driver cannot read registered read-only
+    /// memory at its host address, when registering fails (too little
+    /// memory to lock, say), or for rows under 8 bytes.
+    pub fn gather_on_device(mut self, dataset: Arc<Dataset>) -> Result<CudaBackend, LoaderError> {
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let name = dataset.dir().display().to_string();
+        if dataset.dtype() != self.dtype {
+            return Err(LoaderError::Usage(format!(
+                "{name}: tokens are {:?}, the backend was made for {:?}",
+                dataset.dtype(),
+                self.dtype
+            )));
+        }
+        let row_tokens = super::row_length(&dataset)? as u64;
+        if row_tokens * (self.dtype.size() as u64) < (super::ADDRESS as u64) {
+            return Err(LoaderError::Usage(format!(
+                "{name}: rows of {row_tokens} tokens are too short to gather on the device"
+            )));
+        }
+        for (attribute, what) in [
+            (
+                A::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+                "register read-only host memory",
+            ),
+            (
+                A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+                "read registered host memory at its host address",
+            ),
+        ] {
+            let supported = self
+                .ctx
+                .attribute(attribute)
+                .map_err(driver_error("reading a device attribute"))?;
+            if supported != 1 {
+                return Err(LoaderError::Backend(format!(
+                    "this GPU or driver cannot {what}: gather rows on the host instead"
+                )));
+            }
+        }
+        let (name_k, ptx) = gather_ptx(self.dtype, self.widen);
+        let kernel = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .and_then(|m| m.load_function(&name_k))
+            .map_err(driver_error("loading the gather kernel"))?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver_error("binding the context"))?;
+        let mut gather = DeviceGather {
+            dataset: dataset.clone(),
+            registered: Vec::new(),
+            kernel,
+            row_tokens,
+        };
+        for s in 0..dataset.n_shards() {
+            let bin = dataset.shard_bin(s);
+            if bin.is_empty() {
+                continue;
+            }
+            let len = bin.len().div_ceil(REGISTER_ALIGN) * REGISTER_ALIGN;
+            let flags = cudarc::driver::sys::CU_MEMHOSTREGISTER_DEVICEMAP
+                | cudarc::driver::sys::CU_MEMHOSTREGISTER_READ_ONLY;
+            // SAFETY: `bin` is a read-only mapping of the shard, which
+            // starts on a page boundary and covers whole pages, so the
+            // rounded length stays inside it; it lives as long as
+            // `dataset`, which the backend holds until it unregisters it
+            // (drop). Read-only: the driver and the GPU never write it.
+            let result = unsafe {
+                cudarc::driver::sys::cuMemHostRegister_v2(bin.as_ptr() as *mut _, len, flags)
+            };
+            if let Err(e) = result.result() {
+                // `gather` drops here, unregistering what was registered.
+                self.gather = Some(gather);
+                return Err(LoaderError::Backend(format!(
+                    "CUDA: registering {} ({} bytes) for the GPU to gather from: {e} (gathering on the device page-locks the whole dataset in place)",
+                    dataset.dir().display(),
+                    bin.len()
+                )));
+            }
+            gather.registered.push(bin.as_ptr() as usize);
+        }
+        self.gather = Some(gather);
+        Ok(self)
     }
 
     /// Allocates `bytes` of page-locked host memory of the backend's kind.
@@ -258,6 +377,31 @@ impl CudaBackend {
     }
 }
 
+impl Drop for CudaBackend {
+    /// Unregisters the dataset a device gather read, once no kernel that
+    /// reads it can still run.
+    fn drop(&mut self) {
+        let Some(gather) = &self.gather else {
+            return;
+        };
+        if gather.registered.is_empty() || self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        let _ = self.ctx.synchronize();
+        for &at in &gather.registered {
+            // SAFETY: `at` was registered by `gather_on_device`, the context
+            // is idle (synchronised above), and the mapping is still alive
+            // (`gather.dataset` drops after this).
+            let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(at as *mut _) };
+        }
+    }
+}
+
+/// The length a registered range is rounded up to a multiple of: the
+/// smallest page size; a mapping covers whole pages of the machine's size,
+/// a multiple of it, so the rounded range stays inside the mapping.
+const REGISTER_ALIGN: usize = 4096;
+
 /// Queues a copy of `src` (pinned host memory) to device address `dst`.
 fn copy_htod(
     dst: cudarc::driver::sys::CUdeviceptr,
@@ -289,10 +433,16 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_target(&self, bytes: usize) -> Result<Target, LoaderError> {
-        let raw = self
-            .stream
-            .alloc_zeros::<u8>(bytes)
-            .map_err(driver_error("allocating device memory"))?;
+        // Gathering on the device writes the ids straight where the
+        // consumer reads them: the raw buffer is needed only unwidened.
+        let raw = match (&self.gather, self.widen) {
+            (Some(_), Widen::I32 | Widen::I64) => None,
+            _ => Some(
+                self.stream
+                    .alloc_zeros::<u8>(bytes)
+                    .map_err(driver_error("allocating device memory"))?,
+            ),
+        };
         let wide = match self.widen {
             Widen::None => None,
             w => Some(
@@ -322,7 +472,7 @@ impl Backend for CudaBackend {
         &self,
         staging: &mut Staging,
         target: &mut Target,
-        _bytes: usize,
+        bytes: usize,
         after: Option<CudaEvent>,
         staged: &mut CudaEvent,
     ) -> Result<CudaEvent, LoaderError> {
@@ -333,10 +483,21 @@ impl Backend for CudaBackend {
                 .wait(&done)
                 .map_err(driver_error("ordering after the consumer"))?;
         }
+        if let Some(gather) = &self.gather {
+            self.gather_rows(gather, staging, target, bytes / super::ADDRESS)?;
+            staged
+                .record(&self.stream)
+                .map_err(driver_error("recording the staging event"))?;
+            return self.ready_event();
+        }
+        let raw = target
+            .raw
+            .as_mut()
+            .expect("a staged target holds its raw buffer");
         // The whole buffer, always: a partial last batch copies stale bytes
         // past its rows, which the consumer does not read.
         self.stream
-            .memcpy_htod(&staging.host, &mut target.raw)
+            .memcpy_htod(&staging.host, raw)
             .map_err(driver_error("copying a batch to the device"))?;
         // The staging buffer is free again once this point is reached: the
         // ring waits on it before the next gather into the buffer.
@@ -344,27 +505,21 @@ impl Backend for CudaBackend {
             .record(&self.stream)
             .map_err(driver_error("recording the staging event"))?;
         if let (Some(kernel), Some(wide)) = (&self.kernel, target.wide.as_mut()) {
-            let n = (target.raw.len() / self.dtype.size()) as u64;
+            let n = (raw.len() / self.dtype.size()) as u64;
             let config = widen_launch(n)?;
             let mut launch = self.stream.launch_builder(kernel);
-            launch.arg(&target.raw).arg(wide).arg(&n);
+            launch.arg(&*raw).arg(wide).arg(&n);
             // SAFETY: the kernel reads `n` tokens of the dtype it was built
             // for from `raw` (exactly its length) and writes `n` ids of the
             // widened size into `wide` (allocated for that many), and does
             // nothing for threads at or past `n`; the grid covers `n`.
             unsafe { launch.launch(config) }.map_err(driver_error("widening the ids"))?;
         }
-        // A spent event can be recorded again: a stream that waited on it
-        // waited on the work recorded then, not on what is recorded now.
-        let spent = self.events.lock().ok().and_then(|mut e| e.pop());
-        let event = match spent {
-            Some(event) => event,
-            None => self.new_event()?,
-        };
-        event
-            .record(&self.stream)
-            .map_err(driver_error("recording the copy's event"))?;
-        Ok(event)
+        self.ready_event()
+    }
+
+    fn gathers(&self) -> Option<&Dataset> {
+        self.gather.as_ref().map(|g| &*g.dataset)
     }
 
     fn wait(&self, fence: &CudaEvent) -> Result<(), LoaderError> {
@@ -399,6 +554,58 @@ impl Backend for CudaBackend {
             )));
         }
         check_widen(self.dtype, self.widen, manifest.vocab_size)
+    }
+}
+
+impl CudaBackend {
+    /// Queues the gather of `rows` rows, whose addresses are the first
+    /// `rows` entries of `staging`, into `target`'s ids.
+    fn gather_rows(
+        &self,
+        gather: &DeviceGather,
+        staging: &Staging,
+        target: &mut Target,
+        rows: usize,
+    ) -> Result<(), LoaderError> {
+        let addresses = staging
+            .host
+            .as_ptr()
+            .map_err(driver_error("reading a staging buffer"))? as u64;
+        let ids = match target.wide.as_mut() {
+            Some(wide) => wide,
+            None => target
+                .raw
+                .as_mut()
+                .expect("an unwidened target holds its raw buffer"),
+        };
+        let config = gather_launch(rows)?;
+        let mut launch = self.stream.launch_builder(&gather.kernel);
+        launch.arg(&addresses).arg(ids).arg(&gather.row_tokens);
+        // SAFETY: block b reads the address at `addresses + 8b` (pinned
+        // staging memory, mapped for the device: the host pointer is its
+        // device address under unified addressing; the producer wrote one
+        // per row, `rows` of them), then `row_tokens` tokens from there (a
+        // row of the registered dataset, which the producer checked is that
+        // long), and writes them, converted as the kernel was built to, at
+        // row b of `ids` (allocated for a whole batch: at least `rows`
+        // rows). The grid is exactly `rows` blocks.
+        unsafe { launch.launch(config) }.map_err(driver_error("gathering rows on the device"))?;
+        Ok(())
+    }
+
+    /// The batch's ready event, recorded now on the loader's stream.
+    fn ready_event(&self) -> Result<CudaEvent, LoaderError> {
+        // A spent event can be recorded again: a stream that waited on it
+        // waited on the work recorded then, not on what is recorded now.
+        let spent = self.events.lock().ok().and_then(|mut e| e.pop());
+        let event = match spent {
+            Some(event) => event,
+            None => self.new_event()?,
+        };
+        event
+            .record(&self.stream)
+            .map_err(driver_error("recording the copy's event"))?;
+        Ok(event)
     }
 }
 
@@ -555,6 +762,176 @@ pub unsafe fn synchronize(stream: CUstream) -> Result<(), LoaderError> {
         .map_err(driver_error("waiting for a stream"))
 }
 
+/// Threads per block of the gather kernel: a block copies one row, its
+/// threads a token each, stride by stride.
+const GATHER_BLOCK: u32 = 256;
+
+/// The launch of the gather kernel over `rows` rows: one block per row.
+pub fn gather_launch(rows: usize) -> Result<LaunchConfig, LoaderError> {
+    let grid = u32::try_from(rows)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| {
+            LoaderError::Usage(format!(
+                "a batch of {rows} rows is more than one gather launch covers"
+            ))
+        })?;
+    Ok(LaunchConfig {
+        grid_dim: (grid.max(1), 1, 1),
+        block_dim: (GATHER_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
+/// The gather kernel for `dtype` into `widen` as PTX text. Block `b`
+/// copies row `b`: it reads the row's address (the `b`-th u64 at `addrs`),
+/// then its threads read the row from there in 16-byte loads (the bus
+/// carries whole 16-byte reads far faster than 2-byte ones) and write each
+/// token to row `b` of `dst`, widened or as stored. A row need not start on
+/// 16 bytes (rows of 2,049 uint16 tokens do not): the tokens before the
+/// first 16-byte boundary and after the last whole 16 bytes are copied one
+/// each by the first threads.
+fn gather_ptx(dtype: Dtype, widen: Widen) -> (String, String) {
+    // Bytes per stored token as a shift; tokens per 16 bytes as a shift.
+    let (load, shift_in, per_shift) = match dtype {
+        Dtype::U16 => ("u16", 1, 3),
+        Dtype::U32 => ("u32", 2, 2),
+    };
+    let (shift_out, name_out) = match (widen, dtype) {
+        (Widen::I64, _) => (3, "i64"),
+        (Widen::I32, _) => (2, "i32"),
+        (Widen::None, Dtype::U16) => (1, "u16"),
+        (Widen::None, Dtype::U32) => (2, "u32"),
+    };
+    let out_bytes = 1u32 << shift_out;
+    // Stores the token in %v (zero-extended to 32 bits) at [addr+offset].
+    let store = |addr: &str, offset: u32| -> String {
+        let at = if offset == 0 {
+            format!("[{addr}]")
+        } else {
+            format!("[{addr}+{offset}]")
+        };
+        match shift_out {
+            3 => format!("cvt.u64.u32 %a20, %v;\n    st.global.u64 {at}, %a20;"),
+            2 => format!("st.global.u32 {at}, %v;"),
+            _ => format!("cvt.u16.u32 %h, %v;\n    st.global.u16 {at}, %h;"),
+        }
+    };
+    // Copies token %a14 of the row alone.
+    let scalar = {
+        let widen_in = match dtype {
+            Dtype::U16 => "ld.global.u16 %h, [%a18];\n    cvt.u32.u16 %v, %h;",
+            Dtype::U32 => "ld.global.u32 %v, [%a18];",
+        };
+        format!(
+            "shl.b64 %a18, %a14, {shift_in};\n    add.u64 %a18, %a6, %a18;\n    {widen_in}\n    \
+             shl.b64 %a19, %a14, {shift_out};\n    add.u64 %a19, %a7, %a19;\n    {}",
+            store("%a19", 0)
+        )
+    };
+    // Writes the tokens of the 16 bytes in %x0..%x3 from [%a17] on.
+    let mut body = String::new();
+    for k in 0..4u32 {
+        match dtype {
+            Dtype::U16 => {
+                body += &format!(
+                    "and.b32 %v, %x{k}, 65535;\n    {}\n    ",
+                    store("%a17", 2 * k * out_bytes)
+                );
+                body += &format!(
+                    "shr.u32 %v, %x{k}, 16;\n    {}\n    ",
+                    store("%a17", (2 * k + 1) * out_bytes)
+                );
+            }
+            Dtype::U32 => {
+                body += &format!(
+                    "mov.b32 %v, %x{k};\n    {}\n    ",
+                    store("%a17", k * out_bytes)
+                );
+            }
+        }
+    }
+    let name = format!("prep_gather_{load}_{name_out}");
+    let ptx = format!(
+        r#".version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry {name}(
+    .param .u64 addrs,
+    .param .u64 dst,
+    .param .u64 row
+)
+{{
+    .reg .pred %p;
+    .reg .b16 %h;
+    .reg .b32 %x<4>, %v, %r<4>;
+    .reg .b64 %a<24>;
+
+    ld.param.u64 %a1, [addrs];
+    ld.param.u64 %a2, [dst];
+    ld.param.u64 %a3, [row];
+    cvta.to.global.u64 %a1, %a1;
+    cvta.to.global.u64 %a2, %a2;
+    // The row's address, and where it goes.
+    mov.u32 %r1, %ctaid.x;
+    cvt.u64.u32 %a4, %r1;
+    shl.b64 %a5, %a4, 3;
+    add.u64 %a5, %a1, %a5;
+    ld.global.u64 %a6, [%a5];
+    cvta.to.global.u64 %a6, %a6;
+    mul.lo.u64 %a7, %a4, %a3;
+    shl.b64 %a7, %a7, {shift_out};
+    add.u64 %a7, %a2, %a7;
+    mov.u32 %r2, %tid.x;
+    cvt.u64.u32 %a8, %r2;
+    mov.u32 %r3, %ntid.x;
+    cvt.u64.u32 %a9, %r3;
+    // a10: the first 16-byte boundary; a11: tokens before it; a12: whole
+    // 16 bytes after it; a13: the first token after those.
+    add.u64 %a10, %a6, 15;
+    and.b64 %a10, %a10, -16;
+    sub.u64 %a11, %a10, %a6;
+    shr.u64 %a11, %a11, {shift_in};
+    min.u64 %a11, %a11, %a3;
+    sub.u64 %a12, %a3, %a11;
+    shl.b64 %a12, %a12, {shift_in};
+    shr.u64 %a12, %a12, 4;
+    shl.b64 %a13, %a12, {per_shift};
+    add.u64 %a13, %a13, %a11;
+    // The head: token t, for t below a11.
+    setp.lt.u64 %p, %a8, %a11;
+    @!%p bra TAIL;
+    mov.u64 %a14, %a8;
+    {scalar}
+TAIL:
+    // The tail: token a13 + t, while below the row's length.
+    add.u64 %a14, %a13, %a8;
+    setp.lt.u64 %p, %a14, %a3;
+    @!%p bra BODY;
+    {scalar}
+BODY:
+    mov.u64 %a15, %a8;
+LOOP:
+    setp.ge.u64 %p, %a15, %a12;
+    @%p bra DONE;
+    shl.b64 %a16, %a15, 4;
+    add.u64 %a16, %a10, %a16;
+    ld.global.v4.u32 {{%x0, %x1, %x2, %x3}}, [%a16];
+    shl.b64 %a17, %a15, {per_shift};
+    add.u64 %a17, %a17, %a11;
+    shl.b64 %a17, %a17, {shift_out};
+    add.u64 %a17, %a7, %a17;
+    {body}add.u64 %a15, %a15, %a9;
+    bra LOOP;
+DONE:
+    ret;
+}}
+"#
+    );
+    (name, ptx)
+}
+
 /// The widening kernel for `dtype` into `widen` as PTX text (loaded by the
 /// driver, which compiles it for the GPU at hand; no NVRTC needed): thread
 /// `i` reads token `i` and writes it zero-extended.
@@ -633,6 +1010,23 @@ mod tests {
             assert!(ptx.contains(&format!(".entry {name}(")), "{ptx}");
             assert!(ptx.contains(load) && ptx.contains(store), "{ptx}");
         }
+    }
+
+    #[test]
+    fn gather_kernels_load_the_stored_type_and_store_the_asked_one() {
+        for (dtype, widen, load, store) in [
+            (Dtype::U16, Widen::I64, "ld.global.u16", "st.global.u64"),
+            (Dtype::U32, Widen::I64, "ld.global.u32", "st.global.u64"),
+            (Dtype::U16, Widen::I32, "ld.global.u16", "st.global.u32"),
+            (Dtype::U32, Widen::I32, "ld.global.u32", "st.global.u32"),
+            (Dtype::U16, Widen::None, "ld.global.u16", "st.global.u16"),
+            (Dtype::U32, Widen::None, "ld.global.u32", "st.global.u32"),
+        ] {
+            let (name, ptx) = gather_ptx(dtype, widen);
+            assert!(ptx.contains(&format!(".entry {name}(")), "{ptx}");
+            assert!(ptx.contains(load) && ptx.contains(store), "{ptx}");
+        }
+        assert!(gather_launch(0).is_ok() && gather_launch(1 << 31).is_err());
     }
 
     #[test]

@@ -223,6 +223,15 @@ pub trait Backend: Send + Sync + 'static {
     /// one each step. Fences the backend keeps no pool of are dropped.
     fn recycle(&self, _fence: Self::Fence) {}
 
+    /// The mapped dataset this backend gathers rows from itself, if it does:
+    /// the producer then writes each row's address in that dataset's mapped
+    /// shards into the staging buffer (8 bytes, little-endian, row after
+    /// row) instead of the row, and [`Backend::copy`] reads the rows from
+    /// there. `None` (the default): the producer gathers the rows.
+    fn gathers(&self) -> Option<&Dataset> {
+        None
+    }
+
     /// Refuses a dataset this backend cannot deliver faithfully (a dtype it
     /// was not built for, ids its widening would change); `name` names the
     /// dataset in the error.
@@ -458,6 +467,14 @@ impl<B: Backend> Loader<B> {
         let row_tokens = row_length(&dataset)?;
         let name = dataset.dir().display().to_string();
         backend.check(&name, dataset.manifest())?;
+        if backend
+            .gathers()
+            .is_some_and(|g| !std::ptr::eq(g, &*dataset))
+        {
+            return Err(LoaderError::Usage(format!(
+                "{name}: the backend gathers rows from another dataset"
+            )));
+        }
         check_order(&config.order)?;
         let rows = config.order.sampler(dataset.len(), 0).len();
         check_rows(&name, dataset.len(), rows, &config.order)?;
@@ -480,6 +497,12 @@ impl<B: Backend> Loader<B> {
             LoaderError::Usage(format!("{}: not a packed dataset", stream.location()))
         })? as usize;
         backend.check(stream.location(), manifest)?;
+        if backend.gathers().is_some() {
+            return Err(LoaderError::Usage(format!(
+                "{}: a streamed dataset is gathered on the host; a backend that gathers rows itself reads a mapped one",
+                stream.location()
+            )));
+        }
         check_order(&config.order)?;
         let rows = stream.len() / config.order.world_size;
         check_rows(stream.location(), stream.len(), rows, &config.order)?;
@@ -733,6 +756,10 @@ struct Producer<B: Backend> {
     end_epoch: Option<u64>,
 }
 
+/// Bytes of a row's address in a staging buffer, for a backend that
+/// gathers rows itself ([`Backend::gathers`]).
+pub const ADDRESS: usize = 8;
+
 /// The least a gather task copies (see [`Producer::gather`]).
 const GATHER_TASK: usize = 256 << 10;
 
@@ -836,6 +863,22 @@ impl<B: Backend> Producer<B> {
         let Rows::Mapped(ds) = &self.rows else {
             unreachable!("a sampler's epoch reads a mapped dataset")
         };
+        if self.backend.gathers().is_some() {
+            // The backend copies the rows itself: each row's address.
+            let row_bytes = self.row_bytes;
+            let addresses = buffer[..rows * ADDRESS].chunks_exact_mut(ADDRESS);
+            for (slot, &index) in addresses.zip(&self.indices[..rows]) {
+                let record = ds.record_bytes(index)?;
+                if record.len() != row_bytes {
+                    return Err(LoaderError::Usage(format!(
+                        "record {index} is {} bytes, not the {row_bytes} of a row",
+                        record.len()
+                    )));
+                }
+                slot.copy_from_slice(&(record.as_ptr() as u64).to_le_bytes());
+            }
+            return Ok(rows * ADDRESS);
+        }
         let copy = |(slot, &index): (&mut [u8], &u64)| -> Result<(), LoaderError> {
             let record = ds.record(index)?.as_bytes();
             if record.len() != slot.len() {

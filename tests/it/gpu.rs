@@ -83,9 +83,14 @@ fn the_skip_rule_fails_when_the_driver_is_present_but_broken() {
 
 /// `n` rows of 64 tokens with ids below `top`, spread over its whole range.
 fn dataset(t: &TestDir, dtype: Dtype, n: usize, top: u64) -> Arc<Dataset> {
+    dataset_of_rows(t, dtype, n, top, ROW)
+}
+
+/// `n` rows of `row` tokens with ids below `top`.
+fn dataset_of_rows(t: &TestDir, dtype: Dtype, n: usize, top: u64, row: usize) -> Arc<Dataset> {
     let rows: Vec<Vec<u32>> = (0..n)
         .map(|i| {
-            (0..ROW)
+            (0..row)
                 .map(|j| ((i as u64 * 2_654_435_761 + j as u64 * 40_503) % top) as u32)
                 .collect()
         })
@@ -112,6 +117,15 @@ fn config(epochs: u64) -> LoaderConfig {
 
 #[test]
 fn batches_reach_the_device_widened_and_in_order_across_epochs() {
+    // Rows of 67 tokens start off 16-byte boundaries: the device gather's
+    // head and tail are copied token by token.
+    for (gather_on_device, row) in [(false, ROW), (true, ROW), (true, 67)] {
+        every_case_in_order(gather_on_device, row);
+    }
+}
+
+/// Every dtype and widening, rows gathered by the host or by the device.
+fn every_case_in_order(gather_on_device: bool, row: usize) {
     for (dtype, widen, top) in [
         (Dtype::U16, Widen::I64, 1 << 16),
         (Dtype::U16, Widen::I32, 1 << 16),
@@ -124,7 +138,13 @@ fn batches_reach_the_device_widened_and_in_order_across_epochs() {
             return;
         };
         let t = TestDir::new();
-        let ds = dataset(&t, dtype, 300, top);
+        let ds = dataset_of_rows(&t, dtype, 300, top, row);
+        let backend = if gather_on_device {
+            let b = Arc::try_unwrap(backend).ok().expect("the only reference");
+            Arc::new(b.gather_on_device(ds.clone()).unwrap())
+        } else {
+            backend
+        };
         let order = config(2).order;
         let mut loader = Loader::new(ds.clone(), backend.clone(), config(2)).unwrap();
         let consumer = backend.context().new_stream().unwrap();
@@ -139,7 +159,7 @@ fn batches_reach_the_device_widened_and_in_order_across_epochs() {
                 let index = sampler.get(batch.position() + r as u64).unwrap();
                 let expected = ds.record(index).unwrap().to_vec();
                 for (j, &id) in expected.iter().enumerate() {
-                    let at = (r * ROW + j) * width;
+                    let at = (r * row + j) * width;
                     let mut word = [0u8; 8];
                     word[..width].copy_from_slice(&bytes[at..at + width]);
                     let got = match width {
@@ -151,7 +171,7 @@ fn batches_reach_the_device_widened_and_in_order_across_epochs() {
                     assert_eq!(
                         got,
                         i64::from(id),
-                        "{dtype:?} {widen:?}: ids keep their value"
+                        "{dtype:?} {widen:?}, rows of {row} (gathered on the device: {gather_on_device}): ids keep their value"
                     );
                 }
             }
@@ -224,4 +244,20 @@ fn dropping_the_loader_while_a_batch_is_held_is_safe() {
     let id = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     assert_eq!(id, u64::from(ds.record(index).unwrap().to_vec()[0]));
     backend.context().check_err().unwrap();
+}
+
+#[test]
+fn a_loader_refuses_a_backend_that_gathers_from_another_dataset() {
+    let Some(backend) = backend(Dtype::U16, Widen::I64) else {
+        return;
+    };
+    let (t1, t2) = (TestDir::new(), TestDir::new());
+    let (one, other) = (
+        dataset(&t1, Dtype::U16, 40, 1 << 16),
+        dataset(&t2, Dtype::U16, 40, 1 << 16),
+    );
+    let b = Arc::try_unwrap(backend).ok().expect("the only reference");
+    let gathering = Arc::new(b.gather_on_device(one).unwrap());
+    let err = Loader::new(other, gathering, config(1)).err().unwrap();
+    assert!(err.to_string().contains("another dataset"), "{err}");
 }
