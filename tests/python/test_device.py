@@ -2,9 +2,9 @@
 
 On a machine with a GPU (torch.cuda available), against the mapped reader
 (prep.Dataset in prep.Sampler's order) as the reference:
-- every batch of two epochs, for int64, int32 and the stored dtype, equals
-  the host rows, on the device, with no copy (the tensor's address is the
-  loader's buffer);
+- every batch of two epochs, for int64, int32 and the stored dtype, rows
+  gathered by the host or by the GPU, equals the host rows, on the device,
+  with no copy (the tensor's address is the loader's buffer);
 - a tensor kept past later batches stays valid and holds its buffer until it
   is freed; holding every buffer while asking for the next is refused;
 - work on a non-default stream sees each batch complete;
@@ -69,11 +69,13 @@ def test_without_a_gpu_construction_says_why(packed):
 
 
 @needs_gpu
+@pytest.mark.parametrize("gather", ["host", "device"])
 @pytest.mark.parametrize("dtype", ["int64", "int32", None])
-def test_batches_equal_the_host_rows_for_two_epochs(packed, dtype):
+def test_batches_equal_the_host_rows_for_two_epochs(packed, dtype, gather):
     ds = prep.Dataset(packed)
     want_dtype = {"int64": torch.int64, "int32": torch.int32, None: torch.uint16}[dtype]
-    loader = prep.DeviceLoader(packed, batch_size=7, seed=5, epochs=2, dtype=dtype, depth=3, threads=2)
+    loader = prep.DeviceLoader(packed, batch_size=7, seed=5, epochs=2, dtype=dtype, depth=3, threads=2,
+                               gather=gather)
     assert loader.seq_len == SEQ_LEN
     want = list(expected_batches(ds, 7, 5, range(2)))
     seen = 0

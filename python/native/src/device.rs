@@ -54,7 +54,7 @@ pub struct CudaLoader {
 impl CudaLoader {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, device, batch_rows, depth, seed, rank, world_size, epoch, position, end_epoch, threads, widen))]
+    #[pyo3(signature = (path, device, batch_rows, depth, seed, rank, world_size, epoch, position, end_epoch, threads, widen, gather_on_device=false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -69,6 +69,7 @@ impl CudaLoader {
         end_epoch: Option<u64>,
         threads: usize,
         widen: &str,
+        gather_on_device: bool,
     ) -> PyResult<CudaLoader> {
         let widen: Widen = widen.parse().map_err(to_py)?;
         if batch_rows == 0 || depth == 0 {
@@ -79,7 +80,11 @@ impl CudaLoader {
         let loader = py
             .detach(|| {
                 let dataset = Arc::new(Dataset::open(&path).map_err(LoaderError::from)?);
-                let backend = Arc::new(CudaBackend::new(device, dataset.dtype(), widen)?);
+                let mut backend = CudaBackend::new(device, dataset.dtype(), widen)?;
+                if gather_on_device {
+                    backend = backend.gather_on_device(dataset.clone())?;
+                }
+                let backend = Arc::new(backend);
                 let config = LoaderConfig {
                     batch_rows,
                     depth,
