@@ -73,6 +73,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--pinned", default="plain", help="cuda: the staging memory, plain or wc (write-combined)")
+    ap.add_argument("--gather", default="host", help="cuda: who gathers rows, host or device")
     ap.add_argument("--json", type=Path, help="where to write every report")
     args = ap.parse_args()
     packed = dataset(args.prep, args.scratch, args.gb)
@@ -83,7 +84,7 @@ def main() -> None:
         for x in (2, 1):
             out = sh(args.prep, "bench-read", packed, "--device", args.device, "--batch", rows, "--steps", steps,
                      "--step-x", x, "--depth", args.depth, "--threads", args.threads, "--json",
-                     *(["--pinned", args.pinned] if args.device != "cpu" else []))
+                     *(["--pinned", args.pinned, "--gather", args.gather] if args.device != "cpu" else []))
             report = json.loads(out)
             report["step_x"] = x
             reports.append(report)

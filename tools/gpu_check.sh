@@ -58,9 +58,11 @@ sed -n '2p' <(nvidia-smi --query-gpu=name,driver_version --format=csv) >>"$SUMMA
 step device-tests 120 "$IT" gpu:: --test-threads 1 --nocapture
 if grep -q "skipped: no CUDA" "$LOG"; then echo "device-tests: SOME SKIPPED" >>"$SUMMARY"; fi
 
-# 2. The sweeps: plain pinned staging (the default), write-combined, and to
-#    host memory (the gather alone, no copy to the device).
+# 2. The sweeps: plain pinned staging (the default), rows gathered by the
+#    GPU, write-combined staging, and to host memory (the gather alone, no
+#    copy to the device).
 step sweep-plain 300 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --json "$OUT/bench_gpu_plain.json"
+step sweep-device 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --gather device --json "$OUT/bench_gpu_device.json"
 step sweep-wc 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --pinned wc --json "$OUT/bench_gpu_wc.json"
 step sweep-cpu 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --device cpu --json "$OUT/bench_cpu.json"
 
@@ -75,6 +77,8 @@ step memcheck-tests 180 $SAN --tool memcheck "$IT" gpu:: --test-threads 1
 step racecheck-tests 180 $SAN --tool racecheck "$IT" gpu:: --test-threads 1
 step memcheck-bench 180 $SAN --tool memcheck "$PREP" bench-read "$WORK/data/packed-2048" \
     --device cuda:0 --batch 256 --steps 64
+step memcheck-bench-device 180 $SAN --tool memcheck "$PREP" bench-read "$WORK/data/packed-2048" \
+    --device cuda:0 --batch 256 --steps 64 --gather device
 
 echo "=== summary" >>"$LOG"
 cat "$SUMMARY" >>"$LOG"
