@@ -222,7 +222,11 @@ mod tests {
             false,
         );
         std::fs::write(dir.path().join("dataset_info.json"), b"{}").unwrap();
-        std::fs::write(dir.path().join("state.json"), b"{}").unwrap();
+        std::fs::write(
+            dir.path().join("state.json"),
+            br#"{"_data_files": [{"filename": "data-00000-of-00002.arrow"}, {"filename": "data-00001-of-00002.arrow"}]}"#,
+        )
+        .unwrap();
         let files = expand(&[dir.path().to_str().unwrap().to_owned()]).unwrap();
         assert!(
             files.iter().all(|f| f.kind == InputKind::Arrow),

@@ -82,6 +82,35 @@ pub enum InputError {
         /// The underlying error.
         cause: std::io::Error,
     },
+    /// A directory is a `datasets` DatasetDict folder (`save_to_disk` of
+    /// several splits): reading it whole would mix the splits.
+    #[error("{}: a Hugging Face datasets folder of the splits {}: name the split to read (--input {})", dir.display(), splits.join(", "), dir.join(splits.first().map_or("SPLIT", |s| s.as_str())).display())]
+    DatasetDict {
+        /// The folder.
+        dir: PathBuf,
+        /// Its splits, as its `dataset_dict.json` lists them.
+        splits: Vec<String>,
+    },
+    /// A folder's `.arrow` files are several versions or splits of a
+    /// `datasets` dataset (a cache folder where `.map` wrote `cache-*.arrow`
+    /// beside the original, or one split file per split): reading them
+    /// together would read the same documents twice, or mix splits.
+    #[error("{}: the .arrow files here are {} versions or splits of a Hugging Face dataset: {}; name the one to read (--input FILE, or a glob of one version's files)", dir.display(), versions.len(), versions.join("; "))]
+    DatasetVersions {
+        /// The folder.
+        dir: PathBuf,
+        /// Each version: its name and its files.
+        versions: Vec<String>,
+    },
+    /// A `datasets` folder's `state.json` cannot be read, or names a data
+    /// file the folder lacks.
+    #[error("{}: {what}", path.display())]
+    DatasetState {
+        /// The `state.json` (or the file it names).
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
     /// A file named explicitly (or matched by a glob) has an extension that
     /// says neither JSONL nor Parquet.
     #[error("{}: unknown file extension; accepted are {ACCEPTED_EXTENSIONS}", path.display())]
@@ -704,14 +733,156 @@ fn walk_dir(
             skipped.push(normalize(&path));
         }
     }
-    if here.iter().any(|f| f.kind == InputKind::Arrow) {
-        here.retain(|f| {
-            let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            !DATASETS_METADATA.contains(&name)
-        });
-    }
+    datasets_folder(dir, &mut here)?;
     files.extend(here);
     Ok(())
+}
+
+/// The file name of an input, or "" when it is not UTF-8.
+fn file_name(f: &InputFile) -> &str {
+    f.path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// Applies the rules of a Hugging Face `datasets` folder to the files
+/// found directly in `dir`:
+/// - a DatasetDict folder (`dataset_dict.json`) is refused, naming its
+///   splits: each split is a folder of its own, and reading them together
+///   would mix train and test;
+/// - a `save_to_disk` folder (`state.json`) gives exactly the `.arrow`
+///   files its state lists, which must come in name order (the order
+///   `datasets` writes them and prep reads inputs in);
+/// - otherwise `.arrow` files of more than one version or split (a cache
+///   folder: `json-train.arrow`, `json-test.arrow`, the `cache-*.arrow`
+///   each `.map` writes) are refused, naming each version's files;
+/// - the folder's JSON metadata is never read as documents.
+fn datasets_folder(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputError> {
+    let has = |name: &str| here.iter().any(|f| file_name(f) == name);
+    if has("dataset_dict.json") {
+        let path = dir.join("dataset_dict.json");
+        let splits = read_json(&path)?
+            .get("splits")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| InputError::DatasetState {
+                path: path.clone(),
+                what: "no \"splits\" list".into(),
+            })?;
+        return Err(InputError::DatasetDict {
+            dir: normalize(dir),
+            splits,
+        });
+    }
+    if !here.iter().any(|f| f.kind == InputKind::Arrow) {
+        return Ok(());
+    }
+    here.retain(|f| !DATASETS_METADATA.contains(&file_name(f)));
+    if dir.join("state.json").is_file() {
+        return state_files(dir, here);
+    }
+    let mut versions: Vec<(String, Vec<String>)> = Vec::new();
+    for f in here.iter().filter(|f| f.kind == InputKind::Arrow) {
+        let name = file_name(f).to_string();
+        let key = arrow_version(&name);
+        match versions.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, names)) => names.push(name),
+            None => versions.push((key, vec![name])),
+        }
+    }
+    if versions.len() > 1 {
+        versions.sort();
+        return Err(InputError::DatasetVersions {
+            dir: normalize(dir),
+            versions: versions
+                .into_iter()
+                .map(|(key, mut names)| {
+                    names.sort();
+                    format!("{key} ({})", names.join(", "))
+                })
+                .collect(),
+        });
+    }
+    Ok(())
+}
+
+/// Keeps, of the `.arrow` files in a `save_to_disk` folder, exactly those
+/// its `state.json` lists.
+fn state_files(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputError> {
+    let path = dir.join("state.json");
+    let listed: Vec<String> = read_json(&path)?
+        .get("_data_files")
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.get("filename").and_then(|n| n.as_str()).map(String::from))
+                .collect()
+        })
+        .filter(|l: &Vec<String>| !l.is_empty())
+        .ok_or_else(|| InputError::DatasetState {
+            path: path.clone(),
+            what: "no \"_data_files\" list of file names".into(),
+        })?;
+    if listed
+        .windows(2)
+        .any(|w| w[0].as_bytes() >= w[1].as_bytes())
+    {
+        return Err(InputError::DatasetState {
+            path,
+            what: format!(
+                "lists its data files out of name order ({}); prep reads inputs in name order",
+                listed.join(", ")
+            ),
+        });
+    }
+    if let Some(missing) = listed
+        .iter()
+        .find(|n| !here.iter().any(|f| file_name(f) == n.as_str()))
+    {
+        return Err(InputError::DatasetState {
+            path: dir.join(missing),
+            what: format!("listed in {} but not here", path.display()),
+        });
+    }
+    here.retain(|f| f.kind != InputKind::Arrow || listed.iter().any(|n| n == file_name(f)));
+    Ok(())
+}
+
+/// The version or split an `.arrow` file of a `datasets` folder belongs
+/// to: its name without the shard suffix that `datasets` adds
+/// (`-00000-of-00004`, `_00000_of_00004`) and without `.arrow`.
+fn arrow_version(name: &str) -> String {
+    let stem = name.strip_suffix(".arrow").unwrap_or(name);
+    let bytes = stem.as_bytes();
+    // "-NNNNN-of-NNNNN" or "_NNNNN_of_NNNNN": 15 bytes.
+    if bytes.len() > 15 {
+        let (head, tail) = stem.split_at(stem.len() - 15);
+        let t = tail.as_bytes();
+        let sep = t[0];
+        let digits = |r: std::ops::Range<usize>| t[r].iter().all(u8::is_ascii_digit);
+        if (sep == b'-' || sep == b'_')
+            && digits(1..6)
+            && t[6] == sep
+            && &t[7..9] == b"of"
+            && t[9] == sep
+            && digits(10..15)
+        {
+            return head.to_string();
+        }
+    }
+    stem.to_string()
+}
+
+/// A small JSON metadata file of a `datasets` folder.
+fn read_json(path: &Path) -> Result<serde_json::Value, InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| stat_error(path, source))?;
+    serde_json::from_str(&text).map_err(|e| InputError::DatasetState {
+        path: path.to_owned(),
+        what: format!("not valid JSON: {e}"),
+    })
 }
 
 fn stat_error(path: &Path, source: std::io::Error) -> InputError {
@@ -997,6 +1168,24 @@ mod tests {
             "a.jsonlx",
         ] {
             assert_eq!(kind(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn arrow_versions_are_names_without_the_shard_suffix() {
+        for (name, version) in [
+            ("data-00000-of-00003.arrow", "data"),
+            ("json-train.arrow", "json-train"),
+            ("json-train-00001-of-00002.arrow", "json-train"),
+            ("cache-8f1e2d3c4b5a6978.arrow", "cache-8f1e2d3c4b5a6978"),
+            (
+                "cache-8f1e2d3c4b5a6978_00002_of_00004.arrow",
+                "cache-8f1e2d3c4b5a6978",
+            ),
+            ("x-0000a-of-00001.arrow", "x-0000a-of-00001"),
+            ("-00000-of-00001.arrow", "-00000-of-00001"),
+        ] {
+            assert_eq!(arrow_version(name), version, "{name}");
         }
     }
 
