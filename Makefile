@@ -9,6 +9,7 @@ VPY        := $(VENV)/bin/python
 RELEASE    := $(TARGET_DIR)/release/prep
 DEBUG      := $(TARGET_DIR)/debug/prep
 AZURITE    := $(TARGET_DIR)/azurite
+S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
@@ -194,11 +195,12 @@ test-ray: $(VENV_RAY)/.installed
 # already built dependencies with, so nothing is compiled twice.
 # PREP_WHEEL: test_package.py installs it into a fresh venv of its own;
 # PREP_REQUIRE_TORCH: the torch tests fail rather than skip without torch.
-test-python: $(VENV)/.installed $(AZURITE)/.installed
+test-python: $(VENV)/.installed $(AZURITE)/.installed $(S3RVER)/.installed
 	$(CARGO) build --tests
 	$(MAKE) package
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
 	PREP_AZURITE=$(abspath $(AZURITE))/node_modules/.bin/azurite-blob \
+	PREP_S3RVER=$(abspath $(S3RVER))/node_modules/.bin/s3rver \
 		$(VPY) -m pytest -q $(PYTEST_PARALLEL) tests/python $(addprefix --deselect ,$(PY_SLOW))
 
 # tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
@@ -216,16 +218,27 @@ test-slurm: $(VENV)/.installed
 # npm comes from Debian's packages where it is missing and this machine may
 # install them; where it cannot be had this says why, and those tests skip.
 # (AZURITE itself is set at the top: a prerequisite is expanded where it is read.)
-$(AZURITE)/.installed:
-	@if ! command -v npm >/dev/null; then \
+NPM_BOOTSTRAP = if ! command -v npm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 		fi; \
 	fi
+$(AZURITE)/.installed:
+	@$(NPM_BOOTSTRAP)
 	@if command -v npm >/dev/null; then \
 		npm install --prefix $(AZURITE) --no-audit --no-fund --loglevel=error azurite@3.35.0 && touch $@; \
 	else \
 		echo "npm is not installed and cannot be: tests/python/test_azure.py will skip"; \
+	fi
+
+# s3rver (npm), an S3 server that ignores conditional writes, for
+# tests/python/test_s3rver.py: prep must refuse to lock such a store.
+$(S3RVER)/.installed:
+	@$(NPM_BOOTSTRAP)
+	@if command -v npm >/dev/null; then \
+		npm install --prefix $(S3RVER) --no-audit --no-fund --loglevel=error s3rver@3.7.1 && touch $@; \
+	else \
+		echo "npm is not installed and cannot be: tests/python/test_s3rver.py will skip"; \
 	fi
 
 # prep against a real S3 server (moto's server mode, started by the test on a

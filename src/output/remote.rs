@@ -38,6 +38,11 @@ use crate::store::{Object, StoreError, Tag};
 /// The variable that sets the lease of an object-storage lock, in seconds
 /// (tests use a short one to take over a killed run's lock quickly).
 pub const LEASE_VAR: &str = "PREP_LOCK_LEASE_SECS";
+/// The variable by which a user who guarantees a single writer themselves
+/// lets prep write to a store that does not honour conditional writes (set
+/// to 1). Without it such a store is refused: its lock would lock nothing.
+pub const SINGLE_WRITER_VAR: &str = "PREP_STORE_SINGLE_WRITER";
+
 /// The lease of an object-storage lock unless [`LEASE_VAR`] says otherwise.
 const LEASE_SECS: u64 = 60;
 /// The variable that names the folder under which runs writing to object
@@ -264,6 +269,7 @@ impl Lease {
                 }
             }
         };
+        let tag = verify_conditional_writes(root, &object, body.as_bytes(), tag)?;
         Ok(Lease::start(object, tag, lease))
     }
 
@@ -319,6 +325,35 @@ impl Lease {
             let _ = object.delete();
         }
     }
+}
+
+/// Proves, once per run, that the store honours the condition the lock
+/// rests on: the lock object now exists (this run just wrote it), so a
+/// second conditional create of it must fail. A store that accepts it
+/// (some S3-compatible stores ignore `If-None-Match`) would let two runs
+/// both take the lock: it is refused, unless [`SINGLE_WRITER_VAR`] says the
+/// user guarantees one writer. Returns the lock's current version (the
+/// probe's, where the store let it through).
+fn verify_conditional_writes(
+    root: &Object,
+    object: &Object,
+    body: &[u8],
+    tag: Tag,
+) -> Result<Tag, OutputError> {
+    let Some(overwritten) = object.put_if(body, None)? else {
+        return Ok(tag); // refused, as it must be
+    };
+    if std::env::var(SINGLE_WRITER_VAR).is_ok_and(|v| v == "1") {
+        return Ok(overwritten);
+    }
+    let _ = object.delete();
+    Err(OutputError::Refused {
+        dir: root.url().into(),
+        why: format!(
+            "the store accepted a conditional write (PUT If-None-Match: *) of {}, which exists, so its lock cannot keep two runs from writing here at once; if you guarantee a single writer yourself, set {SINGLE_WRITER_VAR}=1",
+            object.url()
+        ),
+    })
 }
 
 fn lease_secs() -> u64 {
