@@ -16,7 +16,10 @@
 //!    private working folders), never an input, a foreign file or a folder
 //!    the caller keeps.
 //! 4. **Resume.** A run under way keeps a journal ([`JOURNAL_FILE`]) with an
-//!    entry per completed shard, saved as soon as the shard is in place. A run
+//!    entry per completed shard, saved as soon as the shard is in place: a
+//!    line appended per shard (JSON Lines: the run's fingerprint and state
+//!    first, then one line per shard; a torn last line is ignored), so a
+//!    run of many shards writes its journal once, not once per shard. A run
 //!    with the same fingerprint keeps the longest prefix of journaled shards
 //!    that are still intact ([`shard_intact`]) and removes the rest.
 //! 5. **Commit last.** [`Output::commit`] writes the manifest atomically and
@@ -159,6 +162,80 @@ impl<S, C> Journal<S, C> {
     }
 }
 
+/// The first line of a journal file: the run, without its shards.
+#[derive(Serialize, Deserialize)]
+struct JournalHead<F, S> {
+    fingerprint: F,
+    state: S,
+}
+
+impl<S: Serialize, C: Serialize> Journal<S, C> {
+    /// The journal as its file holds it: the head line, then a line per
+    /// completed shard.
+    fn to_lines(&self) -> Vec<u8> {
+        let mut text = serde_json::to_vec(&JournalHead {
+            fingerprint: self.fingerprint.as_str(),
+            state: &self.state,
+        })
+        .expect("a journal always serializes");
+        text.push(b'\n');
+        for done in &self.shards {
+            text.extend(shard_line(done));
+        }
+        text
+    }
+}
+
+/// A completed shard's line of the journal file.
+fn shard_line<C: Serialize>(done: &Done<C>) -> Vec<u8> {
+    let mut line = serde_json::to_vec(done).expect("a journal always serializes");
+    line.push(b'\n');
+    line
+}
+
+impl<S: DeserializeOwned, C: DeserializeOwned> Journal<S, C> {
+    /// Reads a journal file: JSON Lines (a head, then a line per shard; a
+    /// last line cut short by a crash mid-append is left out, as if that
+    /// shard had not been journaled), or the one JSON object that prep
+    /// wrote before journals were appended to. `None` for anything else.
+    pub fn parse(bytes: &[u8]) -> Option<Journal<S, C>> {
+        if let Ok(whole) = serde_json::from_slice::<Journal<S, C>>(bytes) {
+            return Some(whole);
+        }
+        let mut lines = bytes.split(|&b| b == b'\n').peekable();
+        let head: JournalHead<String, S> = serde_json::from_slice(lines.next()?).ok()?;
+        let mut shards = Vec::new();
+        while let Some(line) = lines.next() {
+            let last = lines.peek().is_none();
+            if line.is_empty() && last {
+                break;
+            }
+            match serde_json::from_slice::<Done<C>>(line) {
+                Ok(done) => shards.push(done),
+                Err(_) if last => break, // torn by a crash mid-append
+                Err(_) => return None,
+            }
+        }
+        Some(Journal {
+            fingerprint: head.fingerprint,
+            state: head.state,
+            shards,
+        })
+    }
+}
+
+/// What the journal file holds, as this run last wrote it.
+struct Journaled {
+    /// The run's fingerprint in its head.
+    fingerprint: String,
+    /// Shards it lists.
+    shards: usize,
+    /// The state in its head, serialized.
+    state: Vec<u8>,
+    /// Its whole content (for a store, which has no append).
+    text: Vec<u8>,
+}
+
 /// What a run finds in its (locked) output directory.
 pub enum Start<S, C> {
     /// Nothing to keep: write from the beginning (the journal is saved).
@@ -191,6 +268,8 @@ pub struct Output {
     owned: bool,
     /// A shard is journaled or in place: a failed run leaves it for a resume.
     progressed: bool,
+    /// The journal file as this run last wrote it, to append to.
+    journaled: Option<Journaled>,
 }
 
 impl Output {
@@ -220,6 +299,7 @@ impl Output {
             created,
             owned: false,
             progressed: false,
+            journaled: None,
         })
     }
 
@@ -275,8 +355,8 @@ impl Output {
             return self.complete_found(identity, &bytes);
         }
         if let Some(bytes) = self.storage().read(JOURNAL_FILE)? {
-            return match serde_json::from_slice::<Journal<S, C>>(&bytes) {
-                Ok(journal) if journal.fingerprint == identity => self.resume(journal),
+            return match Journal::<S, C>::parse(&bytes) {
+                Some(journal) if journal.fingerprint == identity => self.resume(journal),
                 _ => Err(refused(
                     &self.shown(),
                     "holds an interrupted run with other inputs or options (pass --overwrite to start over)",
@@ -369,7 +449,9 @@ impl Output {
         C: Serialize + DeserializeOwned,
     {
         // Saved at once: a run stopped before its first shard is recognised
-        // as this run's and resumed, not refused as foreign.
+        // as this run's and resumed, not refused as foreign. Written whole:
+        // whatever journal file there was is gone or another run's.
+        self.journaled = None;
         let journal = Journal::new(identity);
         self.save(&journal)?;
         self.owned = true;
@@ -380,17 +462,51 @@ impl Output {
     /// For an output in object storage, the journaled shards not yet there
     /// are uploaded first (each checked against its recorded size and
     /// XXH3-64, then removed from the staging folder).
+    ///
+    /// The shards past those the file lists are appended, one line each;
+    /// the file is written whole only when the run's state changed or its
+    /// shards were cut back (a resume).
     pub fn save<S: Serialize, C: Serialize>(
         &mut self,
         journal: &Journal<S, C>,
     ) -> Result<(), OutputError> {
-        let json = serde_json::to_vec_pretty(journal).expect("a journal always serializes");
-        for done in &journal.shards {
+        let state = serde_json::to_vec(&journal.state).expect("a journal always serializes");
+        let appendable = self
+            .journaled
+            .as_ref()
+            .filter(|j| {
+                j.fingerprint == journal.fingerprint
+                    && j.state == state
+                    && j.shards <= journal.shards.len()
+            })
+            .map(|j| j.shards);
+        let new = &journal.shards[appendable.unwrap_or(0)..];
+        for done in new {
             for (name, bytes, sum) in shard_files(&done.shard) {
                 self.storage().publish(name, sum.map(|sum| (bytes, sum)))?;
             }
         }
-        self.put(JOURNAL_FILE, &json)?;
+        match (appendable, self.journaled.take()) {
+            (Some(_), Some(mut file)) => {
+                let lines: Vec<u8> = new.iter().flat_map(shard_line).collect();
+                if !lines.is_empty() {
+                    file.text.extend_from_slice(&lines);
+                    self.storage().append(JOURNAL_FILE, &lines, &file.text)?;
+                }
+                file.shards = journal.shards.len();
+                self.journaled = Some(file);
+            }
+            _ => {
+                let text = journal.to_lines();
+                self.put(JOURNAL_FILE, &text)?;
+                self.journaled = Some(Journaled {
+                    fingerprint: journal.fingerprint.clone(),
+                    shards: journal.shards.len(),
+                    state,
+                    text,
+                });
+            }
+        }
         self.progressed |= !journal.shards.is_empty();
         Ok(())
     }
@@ -454,6 +570,7 @@ impl Output {
     /// redone, not resumed: nothing of it is worth keeping).
     pub fn discard(&mut self) -> Result<(), OutputError> {
         self.progressed = false;
+        self.journaled = None;
         self.remove_ours(|_| true)
     }
 
@@ -715,6 +832,104 @@ mod tests {
         assert!(err.contains("mine.txt"), "{err}");
         drop(out);
         assert!(tmp.path().join("mine.txt").exists());
+    }
+
+    /// A shard entry as a stage journals it (its files need not exist: a
+    /// local output publishes nothing).
+    fn shard(i: usize) -> ShardInfo {
+        ShardInfo {
+            bin: format!("shard-{i:05}.bin"),
+            idx: format!("shard-{i:05}.idx"),
+            n_records: 1000,
+            n_tokens: 250_000,
+            bin_bytes: 500_000,
+            idx_bytes: 8040,
+            bin_xxh3: format!("{:016x}", i * 7919),
+            idx_xxh3: format!("{:016x}", i * 104_729),
+            seg: None,
+            seg_bytes: None,
+            seg_xxh3: None,
+            sum: Some(format!("shard-{i:05}.sum")),
+            sum_bytes: Some(16),
+            sum_xxh3: Some(format!("{:016x}", i * 31)),
+        }
+    }
+
+    fn done(i: usize) -> Done<u64> {
+        Done {
+            shard: shard(i),
+            at: i as u64 * 1000,
+        }
+    }
+
+    #[test]
+    fn the_journal_is_appended_a_line_per_shard_and_read_back_whole() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let mut out = Output::lock(tmp.path()).unwrap();
+        let Start::Fresh(mut journal) = out.start::<Vec<u32>, u64>("f", false).unwrap() else {
+            panic!("a fresh start");
+        };
+        let path = tmp.path().join(JOURNAL_FILE);
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        // 20,000 shards, saved one by one as a stage does: each save adds
+        // its shard's line to the same file.
+        const SHARDS: usize = 20_000;
+        let mut rewritten_whole = 0u64; // what saving the whole journal each time would write
+        for i in 0..SHARDS {
+            journal.shards.push(done(i));
+            let before = std::fs::metadata(&path).unwrap().len();
+            out.save(&journal).unwrap();
+            let after = std::fs::metadata(&path).unwrap();
+            assert_eq!(after.ino(), inode, "shard {i}: appended, not replaced");
+            assert_eq!(after.len() - before, shard_line(&done(i)).len() as u64);
+            rewritten_whole += after.len();
+        }
+        let written = std::fs::metadata(&path).unwrap().len();
+        eprintln!(
+            "{SHARDS} shards: the journal's writes {written} bytes in all, where rewriting it whole at each shard would write {rewritten_whole}"
+        );
+        let read: Journal<Vec<u32>, u64> = Journal::parse(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(read, journal);
+        // A changed state rewrites the file once; appends go on after it.
+        journal.state = vec![1, 2, 3];
+        out.save(&journal).unwrap();
+        journal.shards.push(done(SHARDS));
+        out.save(&journal).unwrap();
+        let read: Journal<Vec<u32>, u64> = Journal::parse(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(read, journal);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_a_shard_not_journaled_and_the_old_format_still_reads() {
+        let journal = Journal {
+            fingerprint: "f".to_string(),
+            state: (),
+            shards: (0..3).map(done).collect(),
+        };
+        let text = journal.to_lines();
+        let parse = |b: &[u8]| Journal::<(), u64>::parse(b);
+        assert_eq!(parse(&text).unwrap(), journal);
+        // Cut anywhere inside the last line: the first two shards. (Cut
+        // only before its newline, the line is whole: three. A resume
+        // writes the journal whole before anything is appended to it.)
+        let last = text[..text.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap()
+            + 1;
+        for cut in last..text.len() - 1 {
+            let read = parse(&text[..cut]).unwrap();
+            assert_eq!(read.shards, journal.shards[..2], "cut at {cut}");
+        }
+        assert_eq!(parse(&text[..text.len() - 1]).unwrap(), journal);
+        // A damaged line before the last is not a journal.
+        let mut damaged = text.clone();
+        damaged[last - 5] = b'#';
+        assert!(parse(&damaged).is_none());
+        // What prep wrote before: one JSON object.
+        let old = serde_json::to_vec_pretty(&journal).unwrap();
+        assert_eq!(parse(&old).unwrap(), journal);
     }
 
     #[test]

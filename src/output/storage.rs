@@ -29,6 +29,12 @@ pub(super) trait Storage: Send + Sync {
     /// Writes the small file `name` atomically.
     fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError>;
 
+    /// Adds `bytes` at the end of the small file `name` (the journal),
+    /// durably, whose whole content is then `whole`. A crash may leave part
+    /// of `bytes` at the end; readers of such files tolerate a torn last
+    /// line.
+    fn append(&self, name: &str, bytes: &[u8], whole: &[u8]) -> Result<(), OutputError>;
+
     /// Removes the file `name` (no error when there is none).
     fn remove(&self, name: &str) -> Result<(), OutputError>;
 
@@ -89,6 +95,20 @@ impl Storage for Disk {
 
     fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
         Ok(atomic_write(&self.dir.join(name), bytes)?)
+    }
+
+    /// Appends and syncs the data: one write of the new bytes, not of the
+    /// file.
+    fn append(&self, name: &str, bytes: &[u8], _whole: &[u8]) -> Result<(), OutputError> {
+        let path = self.dir.join(name);
+        let io = |e| FormatError::io(&path, e);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        file.write_all(bytes).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        Ok(())
     }
 
     fn remove(&self, name: &str) -> Result<(), OutputError> {

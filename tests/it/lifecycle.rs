@@ -146,9 +146,7 @@ fn pack_journals_every_shard_as_it_completes() {
     // Complete shards have their .seg in place; every one but the shard
     // being journaled at the kill must be in the journal.
     let complete = names(&out).iter().filter(|n| n.ends_with(".seg")).count();
-    let journal: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join(".prep-journal.json")).unwrap()).unwrap();
-    let journaled = journal["shards"].as_array().unwrap().len();
+    let journaled = journaled_shards(&std::fs::read(out.join(".prep-journal.json")).unwrap());
     assert!(
         complete <= journaled + 1,
         "{complete} complete shards on disk, {journaled} journaled"

@@ -204,7 +204,8 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     while time.monotonic() < deadline and proc.poll() is None:
         journal = keys(s3, "killed/ds").get(".prep-journal.json")
         if journal:
-            shards = json.loads(get(s3, "killed/ds/.prep-journal.json"))["shards"]
+            # JSON Lines: the run's head, then a line per journaled shard.
+            shards = get(s3, "killed/ds/.prep-journal.json").splitlines()[1:]
             if len(shards) >= 3:
                 break
         time.sleep(0.05)

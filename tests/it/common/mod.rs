@@ -322,16 +322,26 @@ pub fn peak_from_summary(cmd: &mut Command) -> u64 {
     (value * scale) as u64
 }
 
+/// The shards a journal file lists: its lines after the first that are
+/// whole (a line being appended may be cut short).
+pub fn journaled_shards(journal: &[u8]) -> usize {
+    journal
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .filter(|line| {
+            serde_json::from_slice::<serde_json::Value>(line)
+                .is_ok_and(|v| v.get("shard").is_some())
+        })
+        .count()
+}
+
 /// Starts a run, waits until its journal lists `shards` completed shards, and kills it.
 pub fn kill_after_shards(mut cmd: std::process::Command, dir: &Path, shards: usize) {
     let mut child = cmd.spawn().unwrap();
     let journal = dir.join(".prep-journal.json");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let done = std::fs::read(&journal)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .map_or(0, |j| j["shards"].as_array().map_or(0, Vec::len));
+        let done = std::fs::read(&journal).map_or(0, |b| journaled_shards(&b));
         if done >= shards {
             break;
         }
