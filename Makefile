@@ -214,32 +214,32 @@ test-slurm: $(VENV)/.installed
 	$(CARGO) build --tests
 	PREP_BIN=$(abspath $(DEBUG)) tools/slurm/testcluster.sh run -- $(VPY) -m pytest -q -rs tests/python/test_slurm_real.py
 
-# Azurite, Microsoft's Azure Blob emulator (npm), for tests/python/test_azure.py.
-# npm comes from Debian's packages where it is missing and this machine may
-# install them; where it cannot be had this says why, and those tests skip.
-# (AZURITE itself is set at the top: a prerequisite is expanded where it is read.)
-NPM_BOOTSTRAP = if ! command -v npm >/dev/null; then \
+# npm_tool PREFIX PACKAGE@VERSION TEST: npm installs the package into PREFIX
+# (npm itself from Debian's packages first, where it is missing and this
+# machine may install them); where npm cannot be had it says so, and TEST
+# skips.
+define npm_tool
+	@if ! command -v npm >/dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
 		fi; \
 	fi
-$(AZURITE)/.installed:
-	@$(NPM_BOOTSTRAP)
 	@if command -v npm >/dev/null; then \
-		npm install --prefix $(AZURITE) --no-audit --no-fund --loglevel=error azurite@3.35.0 && touch $@; \
+		npm install --prefix $(1) --no-audit --no-fund --loglevel=error $(2) && touch $(1)/.installed; \
 	else \
-		echo "npm is not installed and cannot be: tests/python/test_azure.py will skip"; \
+		echo "npm is not installed and cannot be: $(3) will skip"; \
 	fi
+endef
+
+# Azurite, Microsoft's Azure Blob emulator (npm), for tests/python/test_azure.py.
+# (AZURITE itself is set at the top: a prerequisite is expanded where it is read.)
+$(AZURITE)/.installed:
+	$(call npm_tool,$(AZURITE),azurite@3.35.0,tests/python/test_azure.py)
 
 # s3rver (npm), an S3 server that ignores conditional writes, for
 # tests/python/test_s3rver.py: prep must refuse to lock such a store.
 $(S3RVER)/.installed:
-	@$(NPM_BOOTSTRAP)
-	@if command -v npm >/dev/null; then \
-		npm install --prefix $(S3RVER) --no-audit --no-fund --loglevel=error s3rver@3.7.1 && touch $@; \
-	else \
-		echo "npm is not installed and cannot be: tests/python/test_s3rver.py will skip"; \
-	fi
+	$(call npm_tool,$(S3RVER),s3rver@3.7.1,tests/python/test_s3rver.py)
 
 # prep against a real S3 server (moto's server mode, started by the test on a
 # free 127.0.0.1 port): inputs from s3://, fetch, the store's failures. The
