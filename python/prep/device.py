@@ -10,7 +10,9 @@ A background thread gathers each batch's rows (in prep.Sampler's order:
 this rank's share of a seeded permutation, a new one each epoch) into a
 pinned staging buffer and copies it to the device on its own stream, up to
 `depth` batches ahead; ids are widened to int64 (or int32) on the device.
-The tensor is the loader's memory, handed over without a copy
+With `gather="device"` the GPU reads the rows from the dataset's files
+itself (page-locked in place), which is faster where host memory is the
+limit. The tensor is the loader's memory, handed over without a copy
 (`__cuda_array_interface__`), and the loader keeps the stream rules itself:
 
 - torch's current stream (when the batch is taken) waits on the device
