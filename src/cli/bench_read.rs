@@ -34,7 +34,7 @@ pub(crate) struct Args {
 
     /// Where batches go: cpu (host memory), or cuda:N (GPU N; needs a prep
     /// built with --features cuda).
-    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    #[arg(long, default_value = "cpu", value_parser = parse::<Device>)]
     device: Device,
 
     /// Rows per batch.
@@ -68,18 +68,18 @@ pub(crate) struct Args {
     seed: u64,
 
     /// cuda: widen ids on the device to i64, i32, or leave them (none).
-    #[arg(long, default_value = "i64", value_parser = parse_widen)]
+    #[arg(long, default_value = "i64", value_parser = parse::<Widen>)]
     widen: Widen,
 
     /// cuda: the staging buffers' page-locked memory: plain (cached) or wc
     /// (write-combined). The reference copy reads the same kind.
-    #[arg(long, default_value = "plain", value_parser = parse_pinned)]
+    #[arg(long, default_value = "plain", value_parser = parse::<Pinned>)]
     pinned: Pinned,
 
     /// cuda: who gathers a batch's rows: host (the loader's threads, into
     /// staging buffers) or device (the GPU, from the dataset page-locked in
     /// place: it must fit in memory).
-    #[arg(long, default_value = "host", value_parser = parse_gather)]
+    #[arg(long, default_value = "host", value_parser = parse::<Gather>)]
     gather: Gather,
 
     /// Print the report as one JSON object.
@@ -92,22 +92,8 @@ pub(crate) struct Args {
     cold: bool,
 }
 
-fn parse_device(s: &str) -> Result<Device, String> {
-    s.parse()
-        .map_err(|e: prep::loader::LoaderError| e.to_string())
-}
-
-fn parse_gather(s: &str) -> Result<Gather, String> {
-    s.parse()
-        .map_err(|e: prep::loader::LoaderError| e.to_string())
-}
-
-fn parse_pinned(s: &str) -> Result<Pinned, String> {
-    s.parse()
-        .map_err(|e: prep::loader::LoaderError| e.to_string())
-}
-
-fn parse_widen(s: &str) -> Result<Widen, String> {
+/// A loader option from its text (device, widening, staging, gather).
+fn parse<T: std::str::FromStr<Err = prep::loader::LoaderError>>(s: &str) -> Result<T, String> {
     s.parse()
         .map_err(|e: prep::loader::LoaderError| e.to_string())
 }

@@ -216,9 +216,7 @@ impl BenchReport {
     pub fn steps_waiting(&self) -> usize {
         self.waits.iter().filter(|w| **w > WAITED).count()
     }
-}
 
-impl BenchReport {
     /// The report as one JSON object (`prep bench-read --json`): the
     /// figures the text shows, in seconds, bytes and bytes per second.
     pub fn to_json(&self) -> serde_json::Value {

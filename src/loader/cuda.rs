@@ -301,6 +301,9 @@ impl CudaBackend {
             gather.registered.push(bin.as_ptr() as usize);
         }
         self.gather = Some(gather);
+        // The gather kernel widens as it writes: the widening kernel of a
+        // staged copy is not needed.
+        self.kernel = None;
         Ok(self)
     }
 

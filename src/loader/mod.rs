@@ -863,52 +863,44 @@ impl<B: Backend> Producer<B> {
         let Rows::Mapped(ds) = &self.rows else {
             unreachable!("a sampler's epoch reads a mapped dataset")
         };
+        // A row: the record at `index`, which must be a row's length.
+        let row_bytes = self.row_bytes;
+        let row = |index: u64| -> Result<&[u8], LoaderError> {
+            let record = ds.record_bytes(index)?;
+            if record.len() != row_bytes {
+                return Err(LoaderError::Usage(format!(
+                    "record {index} is {} bytes, not the {row_bytes} of a row",
+                    record.len()
+                )));
+            }
+            Ok(record)
+        };
+        let indices = &self.indices[..rows];
         if self.backend.gathers().is_some() {
             // The backend copies the rows itself: each row's address.
-            let row_bytes = self.row_bytes;
             let addresses = buffer[..rows * ADDRESS].chunks_exact_mut(ADDRESS);
-            for (slot, &index) in addresses.zip(&self.indices[..rows]) {
-                let record = ds.record_bytes(index)?;
-                if record.len() != row_bytes {
-                    return Err(LoaderError::Usage(format!(
-                        "record {index} is {} bytes, not the {row_bytes} of a row",
-                        record.len()
-                    )));
-                }
-                slot.copy_from_slice(&(record.as_ptr() as u64).to_le_bytes());
+            for (slot, &index) in addresses.zip(indices) {
+                slot.copy_from_slice(&(row(index)?.as_ptr() as u64).to_le_bytes());
             }
             return Ok(rows * ADDRESS);
         }
         let copy = |(slot, &index): (&mut [u8], &u64)| -> Result<(), LoaderError> {
-            let record = ds.record(index)?.as_bytes();
-            if record.len() != slot.len() {
-                return Err(LoaderError::Usage(format!(
-                    "record {index} is {} bytes, not the {} of a row",
-                    record.len(),
-                    slot.len()
-                )));
-            }
-            slot.copy_from_slice(record);
+            slot.copy_from_slice(row(index)?);
             Ok(())
         };
-        let indices = &self.indices[..rows];
         // Each gather task copies at least GATHER_TASK bytes: a small batch
         // is gathered by the producer alone, as waking the pool costs more
         // than the copy.
-        let task_rows = GATHER_TASK.div_ceil(self.row_bytes).max(1);
-        match &self.pool {
-            Some(_) if rows <= task_rows => buffer[..bytes]
-                .chunks_mut(self.row_bytes)
-                .zip(indices)
-                .try_for_each(copy)?,
+        let task_rows = GATHER_TASK.div_ceil(row_bytes).max(1);
+        match self.pool.as_ref().filter(|_| rows > task_rows) {
             None => buffer[..bytes]
-                .chunks_mut(self.row_bytes)
+                .chunks_mut(row_bytes)
                 .zip(indices)
                 .try_for_each(copy)?,
             Some(pool) => pool.install(|| {
                 use rayon::prelude::*;
                 buffer[..bytes]
-                    .par_chunks_mut(self.row_bytes)
+                    .par_chunks_mut(row_bytes)
                     .zip(indices.par_iter())
                     .with_min_len(task_rows)
                     .try_for_each(copy)
