@@ -1,0 +1,252 @@
+//! prep-chat against Python transformers (the reference, `tests/reference.py`):
+//! every template of the shared chat corpus on many kinds of conversation and
+//! on the corpus's real conversations, and small templates for single
+//! constructs. Rendered text must be byte-identical, generation spans equal,
+//! and a template that raises (or fails) in one must raise (or fail) in the
+//! other. All cases go to one Python process.
+//!
+//! Skips, saying why, where the reference Python (`PREP_REFERENCE_PYTHON`,
+//! else `<target>/venv/bin/python`), transformers or `../shared` is missing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use common::constructs::{CONSTRUCTS, DOCUMENTS, MESSAGES, REFUSED, VARS};
+use common::conversations::{real_conversations, special_tokens, CONVERSATIONS, KWARGS, TOOLS};
+use common::{describe, rust_outcome, start_python, Case, Outcome};
+use prep_chat::Template;
+
+/// Every case with both outcomes, computed once for the tests of this file.
+struct Run {
+    cases: Vec<Case>,
+    rust: Vec<Outcome>,
+    python: Vec<Outcome>,
+}
+
+fn run() -> Option<&'static Run> {
+    static RUN: OnceLock<Option<Run>> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let mut templates = Vec::new();
+        let mut cases = Vec::new();
+        if let Some(corpus) = common::corpus() {
+            corpus_cases(&corpus, &mut templates, &mut cases);
+        }
+        construct_cases(&mut templates, &mut cases);
+        // Python renders in its own process while prep renders here.
+        let reference = start_python(&templates, &cases)?;
+        let compiled: BTreeMap<&str, Result<Template, String>> = templates
+            .iter()
+            .map(|(name, src)| (name.as_str(), Template::new(src).map_err(|e| e.to_string())))
+            .collect();
+        let rust = cases
+            .iter()
+            .map(|c| rust_outcome(&compiled[c.template.as_str()], c))
+            .collect();
+        let python = reference.outcomes()?;
+        Some(Run {
+            cases,
+            rust,
+            python,
+        })
+    })
+    .as_ref()
+}
+
+/// The corpus templates, each with the synthetic conversations (with and
+/// without the generation prompt, under each set of keyword arguments) and
+/// the real ones.
+fn corpus_cases(
+    corpus: &std::path::Path,
+    templates: &mut Vec<(String, String)>,
+    cases: &mut Vec<Case>,
+) {
+    let mut files: Vec<_> = std::fs::read_dir(corpus.join("templates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jinja"))
+        .collect();
+    files.sort();
+    let real = real_conversations(corpus);
+    for file in files {
+        let name = file.file_stem().unwrap().to_str().unwrap().to_owned();
+        templates.push((name.clone(), std::fs::read_to_string(&file).unwrap()));
+        let tokens = special_tokens(corpus, &name);
+        let vars = |kwargs: &str| {
+            let inner = kwargs
+                .trim()
+                .trim_start_matches('{')
+                .trim_end_matches('}')
+                .trim();
+            match (tokens.is_empty(), inner.is_empty()) {
+                (_, true) => format!("{{{tokens}}}"),
+                (true, false) => format!("{{{inner}}}"),
+                (false, false) => format!("{{{tokens}, {inner}}}"),
+            }
+        };
+        for (label, messages, with_tools) in CONVERSATIONS {
+            for add_generation_prompt in [false, true] {
+                for (kw_label, kwargs) in KWARGS {
+                    cases.push(Case {
+                        template: name.clone(),
+                        label: format!("{label}, agp={add_generation_prompt}, {kw_label}"),
+                        messages: messages.to_string(),
+                        tools: with_tools.then(|| TOOLS.to_owned()),
+                        documents: None,
+                        add_generation_prompt,
+                        vars: vars(kwargs),
+                    });
+                }
+            }
+        }
+        // Tools offered to a conversation that uses none.
+        cases.push(Case {
+            template: name.clone(),
+            label: "tools-unused".into(),
+            messages: CONVERSATIONS[2].1.to_owned(),
+            tools: Some(TOOLS.to_owned()),
+            documents: None,
+            add_generation_prompt: true,
+            vars: vars("{}"),
+        });
+        for (i, (label, messages, tools)) in real.iter().enumerate() {
+            cases.push(Case {
+                template: name.clone(),
+                label: label.clone(),
+                messages: messages.clone(),
+                tools: tools.clone(),
+                documents: None,
+                add_generation_prompt: i % 4 == 0,
+                vars: vars("{}"),
+            });
+        }
+    }
+}
+
+fn construct_cases(templates: &mut Vec<(String, String)>, cases: &mut Vec<Case>) {
+    for (name, source) in CONSTRUCTS.iter().chain(REFUSED) {
+        let key = format!("construct:{name}");
+        templates.push((key.clone(), source.to_string()));
+        cases.push(Case {
+            template: key,
+            label: (*name).to_owned(),
+            messages: MESSAGES.to_owned(),
+            tools: Some(TOOLS.to_owned()),
+            documents: (*name == "documents").then(|| DOCUMENTS.to_owned()),
+            add_generation_prompt: false,
+            vars: VARS.to_owned(),
+        });
+    }
+}
+
+/// Whether to print what each construct gave and why cases failed in both
+/// (`PREP_CHAT_SHOW=1`, with `--nocapture`).
+fn show() -> bool {
+    std::env::var_os("PREP_CHAT_SHOW").is_some()
+}
+
+/// Per template: cases, equal, raised in both, failed in both.
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    equal: usize,
+    raised: usize,
+    failed: usize,
+}
+
+#[test]
+fn corpus_templates_render_as_transformers() {
+    let Some(run) = run() else { return };
+    let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
+    let mut bad = Vec::new();
+    for ((case, rust), python) in run.cases.iter().zip(&run.rust).zip(&run.python) {
+        if case.template.starts_with("construct:") {
+            continue;
+        }
+        let t = tallies.entry(&case.template).or_default();
+        t.cases += 1;
+        if rust.agrees(python) {
+            t.equal += 1;
+            match python {
+                Outcome::Raised(_) => t.raised += 1,
+                Outcome::Error(pe) => {
+                    t.failed += 1;
+                    if show() {
+                        eprintln!(
+                            "{} [{}] failed in both:\n  python: {pe}\n  prep: {rust:?}",
+                            case.template, case.label
+                        );
+                    }
+                }
+                Outcome::Text(..) => {}
+            }
+        } else {
+            bad.push(describe(case, rust, python));
+        }
+    }
+    if tallies.is_empty() {
+        return;
+    }
+    eprintln!(
+        "{:<22} {:>6} {:>6} {:>7} {:>7}",
+        "template", "cases", "equal", "raised", "failed"
+    );
+    for (name, t) in &tallies {
+        eprintln!(
+            "{name:<22} {:>6} {:>6} {:>7} {:>7}",
+            t.cases, t.equal, t.raised, t.failed
+        );
+    }
+    assert_eq!(tallies.len(), 15, "the corpus has 15 templates");
+    assert!(
+        bad.is_empty(),
+        "{} cases differ:\n{}",
+        bad.len(),
+        bad.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn constructs_render_as_transformers() {
+    let Some(run) = run() else { return };
+    let mut bad = Vec::new();
+    for ((case, rust), python) in run.cases.iter().zip(&run.rust).zip(&run.python) {
+        if !case.template.starts_with("construct:") || REFUSED.iter().any(|r| r.0 == case.label) {
+            continue;
+        }
+        if show() {
+            eprintln!("{}: {python:?}", case.label);
+        }
+        if !rust.agrees(python) {
+            bad.push(describe(case, rust, python));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} constructs differ:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// What prep does not reproduce it refuses: transformers renders these,
+/// prep fails.
+#[test]
+fn unreproduced_constructs_fail_loudly() {
+    let Some(run) = run() else { return };
+    for ((case, rust), python) in run.cases.iter().zip(&run.rust).zip(&run.python) {
+        if REFUSED.iter().any(|r| r.0 == case.label) {
+            assert!(
+                matches!(python, Outcome::Text(..)),
+                "{}: {python:?}",
+                case.label
+            );
+            assert!(
+                matches!(rust, Outcome::Error(_)),
+                "{}: {rust:?}",
+                case.label
+            );
+        }
+    }
+}
