@@ -9,8 +9,8 @@ repository) beside itself as prep_reader.py instead:
 `from prep_reader import Dataset, Sampler`. It imports nothing of prep.
 
 It reads the on-disk format of prep (src/format/FORMAT.md in the prep
-repository), version 1, and draws records in the order of prep's training
-sampler, bit for bit:
+repository), versions 1 and 2, and draws records in the order of prep's
+training sampler, bit for bit:
 
     from prep import Dataset, Sampler
 
@@ -19,6 +19,14 @@ sampler, bit for bit:
     pieces = ds.segments(0)                      # packed datasets: the row's documents
     for i in Sampler(len(ds), seed=1, epoch=0, rank=rank, world_size=world):
         train_on(ds[i])
+
+A dataset of `prep tokenize --chat` (version 2) also carries a loss mask: one
+byte per token, 1 where the token is a target (an assistant reply), 0 where
+its label is left out of the loss:
+
+    ds = Dataset("data/chat")
+    if ds.has_loss_mask:
+        ids, mask = ds[0], ds.loss_mask(0)       # same length; mask is uint8, 0 or 1
 
 With torch installed, `PackedDataset` wraps a packed dataset as a
 `torch.utils.data.IterableDataset` that splits the sampler's order among
@@ -69,8 +77,12 @@ __all__ = [
     "UnsupportedVersion",
 ]  # and PackedDataset, where torch imports
 
-FORMAT_VERSION = 1
-"""The manifest, .idx and .seg version this file reads; newer ones are refused."""
+FORMAT_VERSION = 2
+"""The newest manifest version this file reads; newer ones are refused.
+Version 1 is a dataset without loss masks, version 2 one whose every shard
+has a .mask file."""
+
+_HEADER_VERSION = 1  # of .idx and .seg headers, in datasets of both versions
 
 SEGMENT_DTYPE = np.dtype([("doc", "<u8"), ("doc_offset", "<u8"), ("start", "<u4"), ("length", "<u4")])
 """One piece of a packed row, as a .seg file stores it (24 bytes)."""
@@ -201,6 +213,17 @@ def _read_manifest(root: Path) -> dict:
             _relative(s.get(key), path, f"shard {i}: {key!r}")
         for key in ("n_records", "n_tokens"):
             _count(s.get(key), path, f"shard {i}: {key!r}")
+        if version >= 2:
+            # Version 2 exists so that no reader trains on every token of a
+            # masked dataset: a shard without its mask is a broken dataset,
+            # not one to read as version 1.
+            if "mask" not in s:
+                raise FormatError(path, f"format version {version}, but shard {i} lists no "
+                                        f'"mask": every shard of a version 2 dataset has a loss mask')
+            _relative(s["mask"], path, f"shard {i}: 'mask'")
+            if "mask_bytes" in s and _count(s["mask_bytes"], path, f"shard {i}: 'mask_bytes'") != s["n_tokens"]:
+                raise FormatError(path, f"shard {i}: \"mask_bytes\" is {s['mask_bytes']}, but a mask "
+                                        f"has one byte per token and the shard holds {s['n_tokens']}")
     for key in ("n_records", "n_tokens"):
         total = sum(s[key] for s in shards)
         if _count(m.get(key), path, f'"{key}"') != total:
@@ -261,8 +284,8 @@ class _Shard:
             raise FormatError(idx_path, f"not a prep index (magic bytes {magic!r})")
         if version == 0:
             raise FormatError(idx_path, "version 0 in the header; versions start at 1")
-        if version > FORMAT_VERSION:
-            raise UnsupportedVersion(idx_path, version)
+        if version > _HEADER_VERSION:
+            raise UnsupportedVersion(idx_path, version, _HEADER_VERSION)
         if token_size != dtype.itemsize:
             raise FormatError(idx_path, f"token size {token_size}, but the manifest's dtype is "
                                         f"{manifest['dtype']} ({dtype.itemsize} bytes)")
@@ -297,6 +320,15 @@ class _Shard:
         self.n_records = n_records
         self.row_index = self.entries = self.seg_path = None
         self.rows = None  # packed: the tokens as a (rows, seq_len) view
+        self.mask = self.mask_rows = None  # version 2: the loss mask, as tokens and rows are
+
+        if manifest["version"] >= 2:
+            mask_path = root / entry["mask"]
+            mask_size = _listed_size(mask_path)
+            if mask_size != n_tokens:
+                raise FormatError(mask_path, f"{mask_size} bytes, but a loss mask has one byte per "
+                                             f"token and the shard holds {n_tokens} tokens")
+            self.mask = _map(mask_path, mask_size)
 
         seq_len = manifest.get("seq_len") if manifest["kind"] == "packed" else None
         self.seq_len = seq_len
@@ -311,6 +343,8 @@ class _Shard:
                 raise FormatError(idx_path, f"row {r} has {offsets[r + 1] - offsets[r]} tokens, "
                                             f"but the manifest's seq_len is {seq_len}")
             self.rows = self.tokens.reshape(n_records, seq_len)
+            if self.mask is not None:
+                self.mask_rows = self.mask.reshape(n_records, seq_len)
 
     def _open_segments(self, path: Path, n_rows: int, seq_len: int | None) -> None:
         size = _listed_size(path)
@@ -320,8 +354,8 @@ class _Shard:
             raise FormatError(path, f"not a prep segment index (magic bytes {magic!r})")
         if version == 0:
             raise FormatError(path, "version 0 in the header; versions start at 1")
-        if version > FORMAT_VERSION:
-            raise UnsupportedVersion(path, version)
+        if version > _HEADER_VERSION:
+            raise UnsupportedVersion(path, version, _HEADER_VERSION)
         at = _HEADER_LEN + 8 * (rows + 1)
         expected = at + SEGMENT_DTYPE.itemsize * n_segments
         if size != expected:
@@ -357,9 +391,16 @@ class Dataset:
     range raises IndexError. For a packed dataset every record is a row of
     `ds.seq_len` tokens and `ds.segments(i)` lists its document pieces.
 
+    A dataset of format version 2 (`prep tokenize --chat`) has a loss mask:
+    `ds.loss_mask(i)` is record i's, one uint8 per token (1: the token is a
+    target, 0: not), a view into the mapped .mask file like `ds[i]`. Each
+    .mask file is checked at open to hold exactly one byte per token of its
+    shard.
+
     Attributes: `path`; `manifest` (the parsed manifest.json, a dict);
     `kind` ("documents" or "packed"); `dtype` (numpy <u2 or <u4); `seq_len`
-    (tokens per row of a packed dataset, None for documents).
+    (tokens per row of a packed dataset, None for documents);
+    `has_loss_mask` (True for a version 2 dataset).
 
     A Dataset pickles as its path (it is reopened, and rechecked, on the
     other side), so it can go to DataLoader worker processes under any start
@@ -373,6 +414,7 @@ class Dataset:
         self.kind: str = m["kind"]
         self.dtype: np.dtype = _DTYPES[m["dtype"]]
         self.seq_len: int | None = m["seq_len"] if self.kind == "packed" else None
+        self.has_loss_mask: bool = m["version"] >= 2
         shards = [_Shard(self.path, i, e, m) for i, e in enumerate(m["shards"])]
         # Empty shards hold no record: leave them out of the lookup, so the
         # shard of record i is the last one starting at or before i.
@@ -442,6 +484,25 @@ class Dataset:
             o = shard.offsets
             for j in range(shard.n_records):
                 yield shard.tokens[o[j]:o[j + 1]]
+
+    def loss_mask(self, i: int) -> np.ndarray:
+        """Record `i`'s loss mask: a read-only uint8 array as long as `ds[i]`.
+
+        Byte k is 1 when token k of the record is a target (its label counts
+        in the loss), 0 when it is not. A view into the mapped .mask file, no
+        copy. Negative indices count from the end; an index out of range
+        raises IndexError. Raises ValueError for a dataset without masks
+        (format version 1: `has_loss_mask` is False).
+        """
+        if not self.has_loss_mask:
+            raise ValueError(f"{self.path}: no loss masks; a dataset has them when `prep tokenize "
+                             f"--chat` wrote it (manifest version 2), this one is version "
+                             f"{self.manifest['version']}")
+        shard, j = self._locate(i)
+        if shard.mask_rows is not None:
+            return shard.mask_rows[j]
+        o = shard.offsets
+        return shard.mask[o[j]:o[j + 1]]
 
     def segments(self, i: int) -> np.ndarray:
         """The document pieces of row `i` of a packed dataset, in row order.
