@@ -130,6 +130,9 @@ pub struct RecordView {
     pub text: Option<String>,
     /// A packed row's document pieces (null for a documents dataset).
     pub segments: Option<Vec<crate::format::Segment>>,
+    /// Its loss mask, a 0 or 1 per id (absent for a dataset without masks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_mask: Option<Vec<u8>>,
 }
 
 /// Everything `prep inspect` reports; its JSON form is described by
@@ -361,11 +364,13 @@ fn record_view(
         "packed" => Some(ds.segments(index)?),
         _ => None,
     };
+    let loss_mask = ds.loss_mask(index)?;
     Ok(RecordView {
         index,
         ids,
         text,
         segments,
+        loss_mask,
     })
 }
 

@@ -37,8 +37,8 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use crate::fetch::Local;
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest,
-    Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
+    checksum_hex, ChatCounts, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
+    Manifest, Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
 };
 use crate::output::{Output, OutputError, Start};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -409,7 +409,12 @@ fn rewrite_shard(
     documents: &mut DocumentCounts,
 ) -> Result<ShardInfo, MergeError> {
     let empty_text = xxh3_128(b"");
-    let mut writer = ShardWriter::create(out, stem, part.ds.manifest().dtype)?;
+    let manifest = part.ds.manifest();
+    let mut writer = if manifest.has_loss_mask() {
+        ShardWriter::create_masked(out, stem, manifest.dtype)?
+    } else {
+        ShardWriter::create(out, stem, manifest.dtype)?
+    };
     for (r, &dropped) in drop.iter().enumerate() {
         let index = first_record + r as u64;
         if dropped {
@@ -419,7 +424,11 @@ fn rewrite_shard(
             documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
             continue;
         }
-        writer.push_raw(part.ds.record_bytes(index)?)?;
+        let bytes = part.ds.record_bytes(index)?;
+        match part.ds.loss_mask(index)? {
+            Some(mask) => writer.push_raw_masked(bytes, mask)?,
+            None => writer.push_raw(bytes)?,
+        }
     }
     Ok(writer.finish()?)
 }
@@ -449,6 +458,11 @@ fn place_shard(
             .sum
             .as_ref()
             .map(|sum| place(sum, "sum"))
+            .transpose()?,
+        mask: shard
+            .mask
+            .as_ref()
+            .map(|mask| place(mask, "mask"))
             .transpose()?,
         ..shard.clone()
     })
@@ -490,6 +504,10 @@ fn merged_manifest(
             documents,
             fingerprint: job,
             merged,
+            chat: parts
+                .iter()
+                .filter_map(|p| p.ds.manifest().provenance.chat)
+                .reduce(add_chat),
             ..base.provenance.clone()
         },
     );
@@ -665,6 +683,19 @@ fn add_counts(sum: &mut DocumentCounts, c: &DocumentCounts) {
     sum.skipped += c.skipped;
     sum.deduplicated += c.deduplicated;
     sum.empty += c.empty;
+}
+
+/// Two parts' chat counts added.
+fn add_chat(a: ChatCounts, b: ChatCounts) -> ChatCounts {
+    ChatCounts {
+        trainable_tokens: a.trainable_tokens + b.trainable_tokens,
+        no_trainable_token: a.no_trainable_token + b.no_trainable_token,
+        malformed: a.malformed + b.malformed,
+        refused: a.refused + b.refused,
+        unverifiable: a.unverifiable + b.unverifiable,
+        too_long: a.too_long + b.too_long,
+        truncated: a.truncated + b.truncated,
+    }
 }
 
 /// Two parts' packing counts added (mode, seed, window and separator are equal).

@@ -429,7 +429,7 @@ fn check_sources(config: &MixConfig) -> Result<(), MixError> {
 fn open_sources(config: &MixConfig, local: &[Local]) -> Result<Vec<Dataset>, MixError> {
     let datasets = local
         .iter()
-        .map(|l| Dataset::open(l.dir()))
+        .map(|l| Dataset::open_unmasked(l.dir(), "prep mix"))
         .collect::<Result<Vec<_>, _>>()?;
     let first = &config.sources[0].dir;
     let base = datasets[0].manifest();

@@ -66,7 +66,7 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// A partitioned tokenize part's record hashes, for `prep merge --dedup`.
 pub const HASHES_FILE: &str = "hashes.bin";
 /// The extensions of the files of a shard prep writes.
-pub const SHARD_EXTENSIONS: [&str; 4] = [".bin", ".idx", ".seg", ".sum"];
+pub const SHARD_EXTENSIONS: [&str; 5] = [".bin", ".idx", ".seg", ".sum", ".mask"];
 /// prep's private working folders inside an output directory: the
 /// shuffle's bucket files and the tokenize-then-shuffle pipeline's stage.
 pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
@@ -852,6 +852,9 @@ mod tests {
             sum: Some(format!("shard-{i:05}.sum")),
             sum_bytes: Some(16),
             sum_xxh3: Some(format!("{:016x}", i * 31)),
+            mask: None,
+            mask_bytes: None,
+            mask_xxh3: None,
         }
     }
 

@@ -210,7 +210,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     check_shares(config)?;
     crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
     let local = crate::fetch::Local::of(&config.input)?;
-    let input = Dataset::open(local.dir())?;
+    let input = Dataset::open_unmasked(local.dir(), "prep split")?;
     let base = input.manifest().clone();
     if base.kind != "documents" {
         return Err(SplitError::NotDocuments {

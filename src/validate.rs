@@ -185,6 +185,8 @@ pub enum ProblemKind {
     ChunkSums,
     /// A chunk of a `.bin` does not have the XXH3-64 its `.sum` lists.
     ChunkChecksum,
+    /// A shard's loss mask (`.mask`) is not one byte per token, each 0 or 1.
+    LossMask,
 }
 
 /// One problem, with where it is.
@@ -706,6 +708,7 @@ fn check_shard(
         cap,
     };
     check_listed_bin_bytes(&c, &mut problems);
+    check_mask_file(source, &c, &mut problems, &mut checked)?;
     let sums = check_sum_file(source, &c, &mut problems, &mut checked)?;
     let Some(files) = open_shard_files(source, &c, &mut problems)? else {
         return Ok((problems, checked, unchecked));
@@ -866,6 +869,64 @@ fn check_sum_file(
             Ok(None)
         }
     }
+}
+
+/// The shard's loss mask, when its entry lists one (a version 2 dataset):
+/// present, one byte per token, of the listed size and checksum, and every
+/// byte 0 or 1.
+fn check_mask_file(
+    source: &Files,
+    c: &ShardCheck,
+    problems: &mut Problems,
+    checked: &mut Checked,
+) -> Result<(), ReadError> {
+    let info = c.info;
+    let Some(name) = info
+        .mask
+        .as_deref()
+        .filter(|n| crate::format::is_safe_relative(n))
+    else {
+        return Ok(()); // none, or an unsafe path reported with the manifest
+    };
+    let Some(file) = open(source, name, Some(c.s), problems)? else {
+        return Ok(());
+    };
+    checked.bytes += file.len();
+    if file.len() != info.n_tokens {
+        problems.push(c.at(
+            ProblemKind::LossMask,
+            name,
+            format!(
+                "{} bytes, but the shard has {} tokens and a mask one byte for each",
+                file.len(),
+                info.n_tokens
+            ),
+        ));
+        return Ok(());
+    }
+    if !c.quick {
+        let listed = info.mask_xxh3.as_deref().unwrap_or("");
+        verify_checksum(&file, name, listed, Some(c.s), problems)?;
+    }
+    let mut at = 0u64;
+    let mut chunks = file.chunks(0..file.len());
+    while let Some(chunk) = chunks.next_chunk()? {
+        if let Some(k) = chunk.iter().position(|&b| b > 1) {
+            problems.push(c.at(
+                ProblemKind::LossMask,
+                name,
+                format!(
+                    "byte {} (token {} of the shard) is {}; a mask byte is 0 or 1",
+                    at + k as u64,
+                    at + k as u64,
+                    chunk[k]
+                ),
+            ));
+            return Ok(());
+        }
+        at += chunk.len() as u64;
+    }
+    Ok(())
 }
 
 /// The index: header, agreement with the manifest and the .bin, offsets.

@@ -236,6 +236,13 @@ fn record(r: &RecordView) -> String {
         Some(text) => s += &format!("  text: {text:?}\n"),
         None => s += "  text: (no tokenizer found; pass --tokenizer to decode)\n",
     }
+    if let Some(mask) = &r.loss_mask {
+        let trained = mask.iter().filter(|&&m| m == 1).count();
+        s += &format!(
+            "  loss mask: {trained} of {} tokens trained on\n",
+            mask.len()
+        );
+    }
     if let Some(segments) = &r.segments {
         s += &pieces(segments, r.ids.len());
     }

@@ -787,6 +787,39 @@ impl LazyDataset {
     /// [`FormatError::RecordOutOfRange`]; [`FormatError::IdxOffsets`] for
     /// entries that do not bound a range of the `.bin`; the store's failure.
     pub fn record(&self, index: u64) -> Result<Vec<u32>, ReadError> {
+        let (s, lo, hi) = self.token_range(index)?;
+        let shard = &self.shards[s];
+        let size = self.manifest.dtype.size() as u64;
+        let bytes = shard.bin.read(lo * size..hi * size)?;
+        Ok(match self.manifest.dtype {
+            Dtype::U16 => bytes
+                .chunks_exact(2)
+                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            Dtype::U32 => bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        })
+    }
+
+    /// Record `index`'s loss mask (one byte per token), read from its
+    /// shard's `.mask`; `None` for a dataset without masks.
+    ///
+    /// # Errors
+    /// As [`LazyDataset::record`]'s, and a `.mask` that is missing.
+    pub fn loss_mask(&self, index: u64) -> Result<Option<Vec<u8>>, ReadError> {
+        let (s, lo, hi) = self.token_range(index)?;
+        let Some(name) = &self.manifest.shards[s].mask else {
+            return Ok(None);
+        };
+        let file = self.source.open_required(name)?;
+        Ok(Some(file.read(lo..hi)?.into_owned()))
+    }
+
+    /// The shard of record `index` and the record's token range in it,
+    /// from its two index entries (checked to bound a range of the `.bin`).
+    fn token_range(&self, index: u64) -> Result<(usize, u64, u64), ReadError> {
         let (s, local) = self.locate(index)?;
         let shard = &self.shards[s];
         let info = &self.manifest.shards[s];
@@ -803,18 +836,7 @@ impl LazyDataset {
             }
             .into());
         }
-        let size = self.manifest.dtype.size() as u64;
-        let bytes = shard.bin.read(lo * size..hi * size)?;
-        Ok(match self.manifest.dtype {
-            Dtype::U16 => bytes
-                .chunks_exact(2)
-                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            Dtype::U32 => bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        })
+        Ok((s, lo, hi))
     }
 
     /// The document pieces of row `index` of a packed dataset, checked as

@@ -10,8 +10,15 @@ use super::{Dtype, FormatError};
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// The value of the manifest's `format` field.
 pub const FORMAT_NAME: &str = "prep";
-/// The manifest version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u64 = 1;
+/// The newest manifest version this build reads and writes. A dataset
+/// without loss masks is written as version 1, which every reader knows;
+/// one with them as [`MASKED_VERSION`], which a reader that cannot apply the
+/// masks refuses instead of training on every token.
+pub const FORMAT_VERSION: u64 = 2;
+/// The version of a dataset whose shards carry loss masks (`.mask` files).
+pub const MASKED_VERSION: u64 = 2;
+/// The version of a dataset without loss masks.
+pub const PLAIN_VERSION: u64 = 1;
 /// The largest `manifest.json` a reader accepts (FORMAT.md, "Limits"):
 /// larger ones are refused before parsing. A real one is a few hundred
 /// bytes per shard, so 256 MiB holds about a million shards. The Python
@@ -23,7 +30,7 @@ pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 pub struct Manifest {
     /// Always `"prep"`.
     pub format: String,
-    /// Format version, 1.
+    /// Format version: 1, or 2 when the shards carry loss masks.
     pub version: u64,
     /// `"documents"` (one record per document) or `"packed"`.
     pub kind: String,
@@ -175,6 +182,16 @@ pub struct ShardInfo {
     /// XXH3-64 of the `.sum`, 16 hex digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sum_xxh3: Option<String>,
+    /// The loss mask, one byte per token of the `.bin` (1 trainable, 0
+    /// not), relative to the dataset directory; version 2 datasets only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask: Option<String>,
+    /// Size of the `.mask` in bytes (equal to `n_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_bytes: Option<u64>,
+    /// XXH3-64 of the `.mask`, 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_xxh3: Option<String>,
 }
 
 /// One file of a shard as its manifest entry lists it (see [`ShardInfo::files`]).
@@ -190,7 +207,7 @@ pub struct ShardFile<'a> {
 
 impl ShardInfo {
     /// Every file of the shard the entry names, in order: `.bin`, `.idx`,
-    /// then `.seg` and `.sum` when it names them (an optional file is
+    /// then `.seg`, `.sum` and `.mask` when it names them (an optional file is
     /// included when its name is listed, its size and checksum as far as
     /// they are). The one list of a shard's files: whatever copies,
     /// uploads, keeps or checks a shard's files takes them from here.
@@ -219,6 +236,7 @@ impl ShardInfo {
             }),
             optional(&self.seg, self.seg_bytes, &self.seg_xxh3),
             optional(&self.sum, self.sum_bytes, &self.sum_xxh3),
+            optional(&self.mask, self.mask_bytes, &self.mask_xxh3),
         ]
         .into_iter()
         .flatten()
@@ -238,6 +256,7 @@ impl ShardInfo {
             idx: put(&self.idx),
             seg: self.seg.as_deref().map(put),
             sum: self.sum.as_deref().map(put),
+            mask: self.mask.as_deref().map(put),
             ..self.clone()
         }
     }
@@ -264,6 +283,29 @@ pub struct Provenance {
     /// (path and size of each, and the XXH3 of its manifest).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged: Vec<InputInfo>,
+    /// What chat mode (`prep tokenize --chat`) did with the conversations:
+    /// tokens trained on, conversations skipped by reason, truncated ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<ChatCounts>,
+}
+
+/// The conversations of a chat-mode run, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatCounts {
+    /// Tokens whose mask byte is 1.
+    pub trainable_tokens: u64,
+    /// Conversations skipped because no token of theirs is trained on.
+    pub no_trainable_token: u64,
+    /// Rows that are no conversation (bad; skipped with `--skip-bad`).
+    pub malformed: u64,
+    /// Conversations the template refused (bad; skipped with `--skip-bad`).
+    pub refused: u64,
+    /// Conversations whose mask could not be verified (bad; skipped with `--skip-bad`).
+    pub unverifiable: u64,
+    /// Conversations over `--max-tokens`, dropped.
+    pub too_long: u64,
+    /// Conversations over `--max-tokens`, truncated.
+    pub truncated: u64,
 }
 
 impl Provenance {
@@ -284,7 +326,18 @@ impl Provenance {
             documents,
             fingerprint,
             merged: Vec::new(),
+            chat: None,
         }
+    }
+}
+
+/// The version a dataset of these shards is written as: masked shards make
+/// a version 2 dataset, others version 1 (which older readers know).
+fn version_of(shards: &[ShardInfo]) -> u64 {
+    if !shards.is_empty() && shards.iter().all(|s| s.mask.is_some()) {
+        MASKED_VERSION
+    } else {
+        PLAIN_VERSION
     }
 }
 
@@ -366,7 +419,7 @@ impl Manifest {
     ) -> Manifest {
         Manifest {
             format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
+            version: version_of(&shards),
             kind: "documents".into(),
             dtype,
             vocab_size,
@@ -389,6 +442,7 @@ impl Manifest {
     /// theirs) made by `provenance`, whole (not a partition).
     pub fn derived(&self, shards: Vec<ShardInfo>, provenance: Provenance) -> Manifest {
         Manifest {
+            version: version_of(&shards),
             n_records: shards.iter().map(|s| s.n_records).sum(),
             n_tokens: shards.iter().map(|s| s.n_tokens).sum(),
             shards,
@@ -424,6 +478,28 @@ impl Manifest {
     pub fn with_partition(mut self, partition: Option<Partition>) -> Manifest {
         self.partition = partition;
         self
+    }
+
+    /// Whether the shards carry loss masks (a version 2 dataset).
+    pub fn has_loss_mask(&self) -> bool {
+        self.version >= MASKED_VERSION
+    }
+
+    /// Refuses a dataset with loss masks for `command`, which cannot carry
+    /// them into its output yet: writing its tokens without their masks
+    /// would silently train on every token.
+    pub fn refuse_loss_mask(&self, dir: &Path, command: &str) -> Result<(), FormatError> {
+        if !self.has_loss_mask() {
+            return Ok(());
+        }
+        Err(FormatError::BadManifest {
+            path: dir.join(MANIFEST_FILE),
+            message: format!(
+                "the dataset carries loss masks (version {MASKED_VERSION}), which {command} \
+                 does not carry into its output yet; its tokens without their masks would \
+                 train on every token"
+            ),
+        })
     }
 
     /// Which run made this dataset, as an output directory's lifecycle
@@ -523,6 +599,25 @@ impl Manifest {
             if listed.contains(&true) && listed.contains(&false) {
                 problems.push(format!(
                     "shard {i}: sum, sum_bytes and sum_xxh3 go together (one is missing)"
+                ));
+            }
+            let masked = [
+                shard.mask.is_some(),
+                shard.mask_bytes.is_some(),
+                shard.mask_xxh3.is_some(),
+            ];
+            let wanted = self.version >= MASKED_VERSION;
+            if masked.iter().any(|&m| m != wanted) {
+                problems.push(if wanted {
+                    format!("shard {i}: a version {MASKED_VERSION} dataset lists mask, mask_bytes and mask_xxh3 for every shard")
+                } else {
+                    format!("shard {i}: lists a loss mask, which only a version {MASKED_VERSION} dataset has")
+                });
+            } else if shard.mask_bytes.is_some_and(|b| b != shard.n_tokens) {
+                problems.push(format!(
+                    "shard {i}: mask_bytes is {}, but a mask has one byte per token ({})",
+                    shard.mask_bytes.unwrap_or(0),
+                    shard.n_tokens
                 ));
             }
             records = records.and_then(|r| r.checked_add(shard.n_records));

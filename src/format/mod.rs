@@ -25,9 +25,9 @@ pub use index::{
 };
 pub(crate) use manifest::is_safe_relative;
 pub use manifest::{
-    identity, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition, Provenance,
-    ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
-    MAX_MANIFEST_BYTES,
+    identity, ChatCounts, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition,
+    Provenance, ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
+    MANIFEST_FILE, MASKED_VERSION, MAX_MANIFEST_BYTES, PLAIN_VERSION,
 };
 pub(crate) use mmap::Mapped as MappedFile;
 pub(crate) use reader::{check_bin_len, check_idx_header, check_seg_header};

@@ -67,6 +67,8 @@ struct Shard {
     idx: Mapped,
     /// The segment index of a packed shard.
     seg: Option<SegIndex>,
+    /// The loss mask of a version 2 dataset's shard: a byte per token.
+    mask: Option<Mapped>,
 }
 
 /// A packed shard's mapped `.seg` file, with what checking a row needs.
@@ -161,6 +163,15 @@ impl Dataset {
         })
     }
 
+    /// Opens the dataset in `dir` for `command`, a stage that does not
+    /// carry loss masks into its output yet: a dataset with masks is
+    /// refused (see [`Manifest::refuse_loss_mask`]).
+    pub fn open_unmasked(dir: impl AsRef<Path>, command: &str) -> Result<Dataset, FormatError> {
+        let ds = Dataset::open(dir)?;
+        ds.manifest.refuse_loss_mask(&ds.dir, command)?;
+        Ok(ds)
+    }
+
     /// The dataset directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -213,6 +224,21 @@ impl Dataset {
         let size = self.manifest.dtype.size();
         let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
         Ok(&shard.bin.bytes()[lo * size..hi * size])
+    }
+
+    /// Record `index`'s loss mask, one byte per token (1 where the token is
+    /// trained on), borrowed from the mapped `.mask`; `None` when the
+    /// dataset has no masks (version 1). `prep validate` checks that every
+    /// byte is 0 or 1; this does not.
+    pub fn loss_mask(&self, index: u64) -> Result<Option<&[u8]>, FormatError> {
+        let (s, local) = self.locate(index)?;
+        let shard = &self.shards[s];
+        let Some(mask) = &shard.mask else {
+            return Ok(None);
+        };
+        let offsets = shard.offsets();
+        let (lo, hi) = (offsets[local] as usize, offsets[local + 1] as usize);
+        Ok(Some(&mask.bytes()[lo..hi]))
     }
 
     /// The shard holding record `index`, and the record's number within it.
@@ -413,7 +439,30 @@ fn open_shard(dir: &Path, manifest: &Manifest, info: &ShardInfo) -> Result<Shard
         None => None,
         Some(name) => Some(open_segments(&dir.join(name), manifest, header.n_records)?),
     };
-    Ok(Shard { bin, idx, seg })
+    let mask = match &info.mask {
+        None => None,
+        Some(name) => {
+            let path = dir.join(name);
+            let mask = Mapped::open(&path)?;
+            if mask.bytes().len() as u64 != header.n_tokens {
+                return Err(mismatch(
+                    &path,
+                    format!(
+                        "{} bytes, but a loss mask has one byte for each of the shard's {} tokens",
+                        mask.bytes().len(),
+                        header.n_tokens
+                    ),
+                ));
+            }
+            Some(mask)
+        }
+    };
+    Ok(Shard {
+        bin,
+        idx,
+        seg,
+        mask,
+    })
 }
 
 /// The rule every reader of a shard applies first (the mapped reader here,

@@ -139,11 +139,36 @@ pub struct ShardWriter {
     n_records: u64,
     n_tokens: u64,
     scratch: Vec<u8>,
+    /// The loss mask of a masked shard (see [`ShardWriter::create_masked`]).
+    mask: Option<MaskFile>,
+}
+
+/// A shard's `.mask` being written: one byte per token, hashed as it goes.
+struct MaskFile {
+    path: PathBuf,
+    out: BufWriter<File>,
+    hash: Xxh3,
+    bytes: u64,
 }
 
 impl ShardWriter {
     /// Starts shard `STEM` in `dir`, with tokens of `dtype`.
     pub fn create(dir: &Path, stem: &str, dtype: Dtype) -> Result<ShardWriter, FormatError> {
+        Self::create_with(dir, stem, dtype, false)
+    }
+
+    /// Starts shard `STEM` with a loss mask (`STEM.mask`): every record is
+    /// then pushed with [`ShardWriter::push_masked`].
+    pub fn create_masked(dir: &Path, stem: &str, dtype: Dtype) -> Result<ShardWriter, FormatError> {
+        Self::create_with(dir, stem, dtype, true)
+    }
+
+    fn create_with(
+        dir: &Path,
+        stem: &str,
+        dtype: Dtype,
+        masked: bool,
+    ) -> Result<ShardWriter, FormatError> {
         let bin_path = dir.join(format!("{stem}.bin"));
         let idx_path = dir.join(format!("{stem}.idx"));
         let sum_path = dir.join(format!("{stem}.sum"));
@@ -168,14 +193,25 @@ impl ShardWriter {
         first[..8].copy_from_slice(b"PREPTMP\0");
         idx.write_all(&first)
             .map_err(|e| FormatError::io(tmp_path(&idx_path), e))?;
+        let mut tmps = vec![
+            tmp_path(&bin_path),
+            tmp_path(&idx_path),
+            tmp_path(&sum_path),
+        ];
+        let mask = if masked {
+            let path = dir.join(format!("{stem}.mask"));
+            tmps.push(tmp_path(&path));
+            Some(MaskFile {
+                out: open(&path)?,
+                path,
+                hash: Xxh3::new(),
+                bytes: 0,
+            })
+        } else {
+            None
+        };
         Ok(ShardWriter {
-            guard: TmpGuard {
-                paths: vec![
-                    tmp_path(&bin_path),
-                    tmp_path(&idx_path),
-                    tmp_path(&sum_path),
-                ],
-            },
+            guard: TmpGuard { paths: tmps },
             bin_path,
             idx_path,
             sum_path,
@@ -188,13 +224,65 @@ impl ShardWriter {
             n_records: 0,
             n_tokens: 0,
             scratch: Vec::new(),
+            mask,
         })
+    }
+
+    /// Appends one record and its loss mask (one 0 or 1 per token) to a
+    /// shard made by [`ShardWriter::create_masked`].
+    pub fn push_masked(&mut self, tokens: &[u32], mask: &[u8]) -> Result<(), FormatError> {
+        self.write_mask(tokens.len(), mask)?;
+        self.push_unmasked(tokens)
+    }
+
+    /// Appends one record given as little-endian bytes (as
+    /// [`ShardWriter::push_raw`] takes it) and its loss mask.
+    pub fn push_raw_masked(&mut self, bytes: &[u8], mask: &[u8]) -> Result<(), FormatError> {
+        self.write_mask(bytes.len() / self.dtype.size(), mask)?;
+        self.write_record(bytes)
+    }
+
+    /// Writes the mask of a record of `n_tokens` tokens.
+    fn write_mask(&mut self, n_tokens: usize, mask: &[u8]) -> Result<(), FormatError> {
+        let bin_path = &self.bin_path;
+        let Some(file) = self.mask.as_mut() else {
+            return Err(FormatError::Mismatch {
+                path: bin_path.clone(),
+                message: "a loss mask pushed into a shard without one".into(),
+            });
+        };
+        if mask.len() != n_tokens || mask.iter().any(|&m| m > 1) {
+            return Err(FormatError::Mismatch {
+                path: file.path.clone(),
+                message: format!(
+                    "a record of {n_tokens} tokens needs as many mask bytes, each 0 or 1 (got {})",
+                    mask.len()
+                ),
+            });
+        }
+        file.out
+            .write_all(mask)
+            .map_err(|e| FormatError::io(tmp_path(&file.path), e))?;
+        file.hash.update(mask);
+        file.bytes += mask.len() as u64;
+        Ok(())
     }
 
     /// Appends one record.
     ///
-    /// An id that does not fit the shard's dtype is an error: ids are never truncated.
+    /// An id that does not fit the shard's dtype is an error: ids are never
+    /// truncated. A masked shard takes its records with their masks only.
     pub fn push(&mut self, tokens: &[u32]) -> Result<(), FormatError> {
+        if self.mask.is_some() {
+            return Err(FormatError::Mismatch {
+                path: self.bin_path.clone(),
+                message: "a record without its loss mask pushed into a masked shard".into(),
+            });
+        }
+        self.push_unmasked(tokens)
+    }
+
+    fn push_unmasked(&mut self, tokens: &[u32]) -> Result<(), FormatError> {
         self.scratch.clear();
         match self.dtype {
             Dtype::U16 => {
@@ -215,7 +303,7 @@ impl ShardWriter {
             }
         }
         let scratch = std::mem::take(&mut self.scratch);
-        let result = self.push_raw(&scratch);
+        let result = self.write_record(&scratch);
         self.scratch = scratch;
         result
     }
@@ -225,6 +313,16 @@ impl ShardWriter {
     ///
     /// The length must be a multiple of the token size.
     pub fn push_raw(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
+        if self.mask.is_some() {
+            return Err(FormatError::Mismatch {
+                path: self.bin_path.clone(),
+                message: "a record without its loss mask pushed into a masked shard".into(),
+            });
+        }
+        self.write_record(bytes)
+    }
+
+    fn write_record(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
         let size = self.dtype.size();
         if !bytes.len().is_multiple_of(size) {
             return Err(FormatError::Mismatch {
@@ -300,12 +398,17 @@ impl ShardWriter {
         self.chunk_hash.finish(|_, sum| chunk_sums.push(sum));
         let sum = ChunkSums::encode(chunk_bytes, &chunk_sums);
         write_synced(&sum_tmp, &sum)?;
+        let mask = self.mask.map(MaskFile::finish).transpose()?;
         let mut guard = self.guard;
-        for (tmp, path) in [
-            (&bin_tmp, &self.bin_path),
-            (&idx_tmp, &self.idx_path),
-            (&sum_tmp, &self.sum_path),
-        ] {
+        let mut renames = vec![
+            (bin_tmp, self.bin_path.clone()),
+            (idx_tmp, self.idx_path.clone()),
+            (sum_tmp, self.sum_path.clone()),
+        ];
+        if let Some((path, _, _)) = &mask {
+            renames.push((tmp_path(path), path.clone()));
+        }
+        for (tmp, path) in &renames {
             std::fs::rename(tmp, path).map_err(|e| FormatError::io(path, e))?;
         }
         guard.paths.clear();
@@ -331,7 +434,23 @@ impl ShardWriter {
             sum: Some(name(&self.sum_path)),
             sum_bytes: Some(sum.len() as u64),
             sum_xxh3: Some(checksum_hex(xxhash_rust::xxh3::xxh3_64(&sum))),
+            mask: mask.as_ref().map(|(path, _, _)| name(path)),
+            mask_bytes: mask.as_ref().map(|&(_, bytes, _)| bytes),
+            mask_xxh3: mask.map(|(_, _, xxh3)| checksum_hex(xxh3)),
         })
+    }
+}
+
+impl MaskFile {
+    /// Flushes and syncs the temporary file: its final path, size and hash.
+    fn finish(self) -> Result<(PathBuf, u64, u64), FormatError> {
+        let tmp = tmp_path(&self.path);
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| FormatError::io(&tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| FormatError::io(&tmp, e))?;
+        Ok((self.path, self.bytes, self.hash.digest()))
     }
 }
 
@@ -385,6 +504,8 @@ pub fn hash_file(path: &Path) -> Result<(u64, u64), FormatError> {
 pub struct DatasetWriter {
     dir: PathBuf,
     dtype: Dtype,
+    /// Shards carry loss masks.
+    masked: bool,
     shard_size: u64,
     shards: Vec<ShardInfo>,
     current: Option<ShardWriter>,
@@ -397,10 +518,46 @@ impl DatasetWriter {
         DatasetWriter {
             dir: dir.into(),
             dtype,
+            masked: false,
             shard_size: shard_size.max(1),
             shards: done,
             current: None,
         }
+    }
+
+    /// The same writer making shards with loss masks: records are then
+    /// pushed with [`DatasetWriter::push_masked`].
+    pub fn masked(mut self, masked: bool) -> DatasetWriter {
+        self.masked = masked;
+        self
+    }
+
+    /// Whether the shards carry loss masks.
+    pub fn is_masked(&self) -> bool {
+        self.masked
+    }
+
+    /// Appends one record and its loss mask; returns the shard completed to
+    /// make room for it, if one was.
+    pub fn push_masked(
+        &mut self,
+        tokens: &[u32],
+        mask: &[u8],
+    ) -> Result<Option<&ShardInfo>, FormatError> {
+        let bytes = tokens.len() as u64 * self.dtype.size() as u64;
+        self.append(bytes, |shard| shard.push_masked(tokens, mask))
+    }
+
+    /// Appends one record as little-endian bytes with its loss mask;
+    /// returns the shard completed to make room for it, if one was.
+    pub fn push_raw_masked(
+        &mut self,
+        bytes: &[u8],
+        mask: &[u8],
+    ) -> Result<Option<&ShardInfo>, FormatError> {
+        self.append(bytes.len() as u64, |shard| {
+            shard.push_raw_masked(bytes, mask)
+        })
     }
 
     /// The file stem of shard number `n`.
@@ -440,8 +597,8 @@ impl DatasetWriter {
             Some(c) => c,
             None => {
                 let stem = Self::shard_stem(self.shards.len());
-                self.current
-                    .insert(ShardWriter::create(&self.dir, &stem, self.dtype)?)
+                let shard = ShardWriter::create_with(&self.dir, &stem, self.dtype, self.masked)?;
+                self.current.insert(shard)
             }
         };
         write(current)?;

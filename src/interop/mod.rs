@@ -191,7 +191,7 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
         return export_to_store(config, url);
     }
     let local = crate::fetch::Local::of(&config.input)?;
-    let ds = Dataset::open(local.dir())?;
+    let ds = Dataset::open_unmasked(local.dir(), "prep export")?;
     let dir = match config.format {
         Format::Llmc => config.output.as_path(),
         _ => config.output.parent().unwrap_or(Path::new("")),

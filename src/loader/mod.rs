@@ -650,6 +650,10 @@ impl<B: Backend> Drop for Loader<B> {
 
 /// The length of every record, which the loader needs to be one.
 fn row_length(ds: &Dataset) -> Result<usize, LoaderError> {
+    // Batches are tokens alone: a dataset whose masks say which to train
+    // on is refused rather than trained on whole.
+    ds.manifest()
+        .refuse_loss_mask(ds.dir(), "the batch loader")?;
     if let Some(l) = ds.manifest().seq_len {
         return Ok(l as usize);
     }

@@ -565,7 +565,7 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
         .collect::<Result<Vec<_>, _>>()?;
     let datasets = local
         .iter()
-        .map(|l| Dataset::open(l.dir()))
+        .map(|l| Dataset::open_unmasked(l.dir(), "prep shuffle"))
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, path) in datasets.iter().zip(paths).skip(1) {

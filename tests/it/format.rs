@@ -234,7 +234,7 @@ fn a_manifest_of_a_newer_version_is_refused_by_name() {
             err,
             FormatError::UnsupportedVersion {
                 found: 7,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),

@@ -253,8 +253,8 @@ def test_missing_and_newer_manifests(tmp_path):
         Dataset(tmp_path)
     root = write_dataset(tmp_path / "ds", [[[1]]])
     m = json.loads((root / "manifest.json").read_text())
-    (root / "manifest.json").write_text(json.dumps({**m, "version": 2}))
-    with pytest.raises(UnsupportedVersion, match=r"manifest\.json: format version 2") as e:
+    (root / "manifest.json").write_text(json.dumps({**m, "version": 3}))
+    with pytest.raises(UnsupportedVersion, match=r"manifest\.json: format version 3") as e:
         Dataset(root)
     assert isinstance(e.value, FormatError) and isinstance(e.value, ValueError)
     assert e.value.path == root / "manifest.json"

@@ -228,6 +228,7 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
             documents: DocumentCounts::default(),
             fingerprint: "0000000000000000".into(),
             merged: Vec::new(),
+            chat: None,
         },
     }
 }
@@ -292,6 +293,9 @@ pub fn write_sparse_u16(dir: &Path, lengths: &[u64], markers: &[(u64, u16)]) {
         sum: None,
         sum_bytes: None,
         sum_xxh3: None,
+        mask: None,
+        mask_bytes: None,
+        mask_xxh3: None,
     };
     let mut m = manifest(Dtype::U16, vec![shard]);
     m.vocab_size = 65536;
