@@ -117,7 +117,9 @@ fn add_filters(env: &mut Environment<'static>) {
 
 fn add_tests(env: &mut Environment<'static>) {
     env.add_test("sequence", |v: &Value| {
-        v.is_undefined() || matches!(v.kind(), ValueKind::String | ValueKind::Seq) || is_dict(v)
+        v.is_undefined()
+            || matches!(v.kind(), ValueKind::String | ValueKind::Seq)
+            || python::is_dict(v)
     });
     env.add_test("iterable", |v: &Value| {
         v.is_undefined()
@@ -125,9 +127,9 @@ fn add_tests(env: &mut Environment<'static>) {
                 v.kind(),
                 ValueKind::String | ValueKind::Seq | ValueKind::Iterable
             )
-            || is_dict(v)
+            || python::is_dict(v)
     });
-    env.add_test("mapping", is_dict);
+    env.add_test("mapping", python::is_dict);
     env.add_test("callable", |v: &Value| v.kind() == ValueKind::Plain);
     env.add_test("lower", |v: &Value| {
         python::is_case(&python::to_str(v), false)
@@ -135,13 +137,6 @@ fn add_tests(env: &mut Environment<'static>) {
     env.add_test("upper", |v: &Value| {
         python::is_case(&python::to_str(v), true)
     });
-}
-
-/// A dict, not a namespace (Jinja2's Namespace is not a Mapping).
-fn is_dict(v: &Value) -> bool {
-    v.kind() == ValueKind::Map
-        && v.as_object()
-            .is_some_and(|o| !format!("{o:?}").starts_with("Namespace"))
 }
 
 /// transformers' `raise_exception(message)`.

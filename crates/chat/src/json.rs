@@ -8,7 +8,7 @@ use std::fmt::Write;
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
-use crate::python::float_repr;
+use crate::python::{float_repr, is_dict};
 
 /// How `json.dumps` was asked to write.
 #[derive(Debug, Clone)]
@@ -144,6 +144,9 @@ fn write_value(
             write_string(out, value.as_str().unwrap_or_default(), opts.ensure_ascii)
         }
         ValueKind::Number => write_number(out, value),
+        // Lists, tuples and minijinja's lazy sequences (slices among them).
+        // Python refuses its iterators (`d.items()`, `range()`, `reverse`),
+        // which minijinja does not tell apart from lists: prep writes them.
         ValueKind::Seq | ValueKind::Iterable if value.as_object().is_some() => {
             let items: Vec<Value> = value.try_iter()?.collect();
             write_array(out, &items, opts, depth)?;
@@ -157,15 +160,6 @@ fn write_value(
         }
     }
     Ok(())
-}
-
-/// Whether a map is a plain dict: namespaces and other objects are not
-/// serializable for `json.dumps`.
-fn is_dict(value: &Value) -> bool {
-    value.as_object().is_some_and(|o| {
-        !matches!(o.enumerate(), minijinja::value::Enumerator::NonEnumerable)
-            && !format!("{o:?}").starts_with("Namespace")
-    })
 }
 
 fn write_number(out: &mut String, value: &Value) {

@@ -32,6 +32,7 @@ mod env;
 mod filters;
 mod generation;
 mod json;
+mod json_read;
 mod methods;
 mod objects;
 mod python;
@@ -44,26 +45,46 @@ use std::ops::Range;
 use minijinja::value::ValueKind;
 pub use minijinja::Value;
 
-pub use generation::{END as GENERATION_END, START as GENERATION_START};
 pub use json::{dumps as json_dumps, DumpOptions};
 pub use python::{float_repr, to_str as python_str};
 
 /// A compiled chat template; render it from any number of threads at once.
 ///
-/// Known differences from transformers, each failing or (where marked)
-/// rendering differently:
+/// What prep knows it does not reproduce, each rare in chat templates.
+/// Failing where transformers renders:
 ///
 /// - a `{% generation %}` block inside a macro, call block, filter block,
-///   `{% set %}` block or recursive loop fails ([`RenderError::Failed`]):
-///   transformers' offsets there are relative to buffered output;
-/// - `~` concatenation prints floats with exponents (`1e-05`) and strings
-///   inside lists with format characters as minijinja does (renders
-///   differently; `{{ }}`, `|string` and `|join` are exact);
-/// - a template naming a filter or test Jinja2 lacks fails only when it
-///   reaches it (transformers refuses it when compiling);
-/// - attribute access `x.items` on a dict with a key `items` gives the key's
-///   value, where Jinja2 gives the bound method (renders differently);
-/// - printing a namespace, macro or loop object (Python prints an address).
+///   `{% set %}` block or recursive loop, when it renders: transformers'
+///   span there is counted against buffered output, not the text;
+/// - Python's `%` string formatting (`'%s' % x`; the `format` filter works);
+/// - the filters `striptags`, `filesizeformat`, `wordwrap`, `urlize`,
+///   `xmlattr` and `random`, and `lipsum()`, when reached;
+/// - integers beyond 128 bits.
+///
+/// Rendering where transformers fails:
+///
+/// - `tojson` of a Python iterator (`d.items()`, `range()`, the output of
+///   `select`, `map` or `reverse` without `| list`), which json.dumps
+///   refuses;
+/// - an unknown filter or test outside any `{% if %}` that the render never
+///   reaches (Jinja2 refuses those when compiling);
+/// - `{% set ns._name = ... %}` (transformers refuses underscore names on
+///   namespaces; prep only in `namespace(...)`).
+///
+/// Rendering differently:
+///
+/// - `~` prints a float whose repr has an exponent (`1e-05`), or a list or
+///   dict holding strings with non-printable characters other than control
+///   characters, as minijinja does (`{{ }}`, `|string` and `|join` print
+///   them as Python does);
+/// - `d.items` (or `keys`, `values`, `get`...) written as an attribute on a
+///   dict with such a key gives the key's value, where Jinja2 gives the dict
+///   method;
+/// - printing a macro, loop, cycler or iterator object (Python prints its
+///   type and address), or a namespace whose names were not given in sorted
+///   order (prep prints them sorted);
+/// - upper and lower case of characters added to Unicode after version 14
+///   (Python 3.11's); the other character classes are Python's own.
 pub struct Template {
     env: minijinja::Environment<'static>,
     has_generation: bool,
@@ -368,11 +389,13 @@ fn describe(err: &minijinja::Error) -> String {
 
 /// Converts JSON text into a minijinja Value keeping object key order (for messages read from JSONL).
 ///
-/// Objects become maps in their key order (a repeated key keeps its first
-/// place and its last value, as Python's `json.loads` does), integers stay
-/// integers and other numbers become floats.
+/// Read as Python's `json.loads` reads it: a repeated key keeps its first
+/// place and its last value, integers stay integers (`-0` is `0`; beyond
+/// 128 bits refused), other numbers are floats (`1e400` is `inf`), and
+/// `NaN`, `Infinity`, `-Infinity` are read. A lone surrogate escape, which
+/// Python keeps and Rust strings cannot hold, is refused.
 pub fn value_from_json(text: &str) -> Result<minijinja::Value, String> {
-    serde_json::from_str::<Value>(text).map_err(|e| e.to_string())
+    json_read::parse(text)
 }
 
 #[cfg(test)]

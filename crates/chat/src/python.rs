@@ -231,19 +231,14 @@ pub fn push_repr(out: &mut String, value: &Value) {
             push_items(out, &items);
             out.push(']');
         }
-        ValueKind::Map if is_plain_map(value) => {
-            out.push('{');
-            for (i, key) in value.try_iter().into_iter().flatten().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_repr(out, &key);
-                out.push_str(": ");
-                push_repr(out, &value.get_item(&key).unwrap_or_default());
-            }
-            out.push('}');
+        ValueKind::Map if is_namespace(value) => {
+            // Jinja2's Namespace repr (minijinja keeps the names sorted).
+            out.push_str("<Namespace ");
+            push_dict(out, value);
+            out.push('>');
         }
-        // Namespaces, macros, loops: minijinja's own form (Python's names an
+        ValueKind::Map => push_dict(out, value),
+        // Macros, loops, iterators: minijinja's own form (Python's names an
         // address and cannot be matched anyway).
         _ => {
             let _ = write!(out, "{value}");
@@ -251,12 +246,48 @@ pub fn push_repr(out: &mut String, value: &Value) {
     }
 }
 
-/// Whether a map value is a plain dict (from the messages or `dict()`), not
-/// a namespace or another object that only looks up attributes.
-fn is_plain_map(value: &Value) -> bool {
-    value
-        .as_object()
-        .is_some_and(|o| !matches!(o.enumerate(), minijinja::value::Enumerator::NonEnumerable))
+/// Whether a value is a dict (from the messages, a literal or `dict()`),
+/// not a namespace, which Jinja2 does not count as a mapping.
+pub(crate) fn is_dict(value: &Value) -> bool {
+    value.kind() == ValueKind::Map && !is_namespace(value)
+}
+
+/// Whether a value is a `namespace()`. minijinja does not export its type,
+/// so this reads the start of its debug form (bounded: the rest of a large
+/// map is never formatted).
+pub(crate) fn is_namespace(value: &Value) -> bool {
+    struct Prefix(String);
+    impl std::fmt::Write for Prefix {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = 16usize.saturating_sub(self.0.len());
+            self.0.extend(s.chars().take(room));
+            if self.0.len() >= 16 {
+                Err(std::fmt::Error)
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let Some(obj) = value.as_object() else {
+        return false;
+    };
+    let mut prefix = Prefix(String::new());
+    let _ = write!(prefix, "{obj:?}");
+    prefix.0.starts_with("Namespace {")
+}
+
+/// `{key: value, ...}` with the items' repr.
+fn push_dict(out: &mut String, value: &Value) {
+    out.push('{');
+    for (i, key) in value.try_iter().into_iter().flatten().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_repr(out, &key);
+        out.push_str(": ");
+        push_repr(out, &value.get_item(&key).unwrap_or_default());
+    }
+    out.push('}');
 }
 
 fn push_items(out: &mut String, items: &[Value]) {

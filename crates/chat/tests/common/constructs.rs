@@ -43,6 +43,18 @@ pub const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Constructs that fail in transformers but that prep renders: Python's
+/// iterators (`dict.items()`, `range()`, the `select`, `map` and `reverse`
+/// filters' generators), which `json.dumps` refuses, are lists to
+/// minijinja. (name, source).
+pub const LENIENT: &[(&str, &str)] = &[
+    ("tojson-range", "{{ range(3) | tojson }}"),
+    ("tojson-map", "{{ x | map('string') | tojson }}"),
+    ("tojson-reverse", "{{ x | reverse | tojson }}"),
+    ("tojson-select", "{{ x | select('string') | tojson }}"),
+    ("tojson-items", "{{ d.items() | tojson }}"),
+];
+
 /// (name, source) of each construct.
 pub const CONSTRUCTS: &[(&str, &str)] = &[
     // Printing is Python's str().
@@ -175,6 +187,23 @@ pub const CONSTRUCTS: &[(&str, &str)] = &[
     ("nested-generation-loop", "{% for m in messages %}{% generation %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% endif %}{% endgeneration %}{% endfor %}"),
     ("generation-colon", "a{% generation: %}b{% endgeneration %}c"),
     ("big-ints", "{{ 12345678901234567890 }} {{ 2 ** 63 }} {{ -(2 ** 63) }} {{ 2 ** 64 + 1 }}"),
+    ("modulo-signs", "{{ -7 % 3 }} {{ 7 % -3 }} {{ -7.5 % 2 }} {{ 7.5 // 2 }} {{ -7 // 2.0 }} {{ 2 ** -1 }} {{ 2 ** 0.5 }}"),
+    ("dot-index", "{{ messages.0.role }}|{{ x.1 }}"),
+    ("str-format-more", "{{ '{0}-{1}-{0}'.format('a', 'b') }}|{{ '{name}!'.format(name='n') }}|{{ '{:>5}|{:<4}|{:^6}'.format('r', 'l', 'c') }}|{{ '{:.2f}'.format(h) }}"),
+    ("filters-more", "{{ undefined_var | default(none) }}|{{ [{'n': 1}, {'n': 2}] | sum(attribute='n') }}|{{ ['1', '2'] | map('int') | sum }}|{{ ['b', 'A', 'c'] | min }}|{{ ['b', 'A', 'c'] | max }}|{{ ['a', 'A', 'b'] | unique | list }}|{{ d | dictsort(by='key') | first }}|{{ x | map('string') | join(',') }}|{{ [1, 2] | join }}|{{ 'abc' | upper | list }}"),
+    ("groupby", "{% for g in messages | groupby('role') %}{{ g.grouper }}:{{ g.list | length }};{% endfor %}"),
+    ("recursive-macro", "{% macro ty(s) %}{% if s.type == 'object' %}{ {% for k, v in s.properties.items() %}{{ k }}: {{ ty(v) }}{% if not loop.last %}, {% endif %}{% endfor %} }{% elif s.type == 'array' %}{{ ty(s['items']) }}[]{% elif s.enum is defined %}{{ s.enum | map('tojson') | join(' | ') }}{% else %}{{ s.type }}{% endif %}{% endmacro %}{% for t in tools %}{{ t.function.name }}({{ ty(t.function.parameters) }})\n{% endfor %}"),
+    ("tests-more", "{{ i is sameas 42 }}{{ n is sameas none }}{{ 'abc' is in 'xabcx' }}{{ x is not none and x | length > 0 }}{{ s is escaped }}"),
+    ("content-parts-join", "{% set parts = [{'type': 'text', 'text': 'a'}, {'type': 'image'}, {'type': 'text', 'text': 'b'}] %}{{ parts | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('\\n') }}"),
+    ("reverse-loop", "{% set ns = namespace(last=-1) %}{% for m in messages[::-1] %}{% set idx = (messages | length - 1) - loop.index0 %}{% if ns.last == -1 and m.role == 'user' %}{% set ns.last = idx %}{% endif %}{% endfor %}{{ ns.last }}"),
+    ("think-split", "{% set c = '<think>\\nreason\\n</think>\\n\\nanswer' %}{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}|{{ c.split('</think>')[-1].lstrip('\\n') }}"),
+    ("map-tojson", "{{ tools | map('tojson') | join('\\n') }}|{{ x | map('tojson') | list }}"),
+    ("repeat-edge", "[{{ 'ab' * -1 }}][{{ [1] * 0 }}][{{ 'a' * true }}][{{ 2 * 'b' }}]"),
+    ("tojson-list", "{{ x | select('string') | list | tojson }}{{ x[::-1] | tojson }}{{ (1, 'a') | tojson }}"),
+    ("ws-mixed", "a  {% if true %}b{% endif %}\n{% if true %}\n\nc{% endif %}\n\n  d {%- if true %} e {% endif -%}  \n\t {%+ if true %}f{%- endif +%}\n{%- raw -%}  g  {%- endraw -%}  \n   {# c #}   h\n"),
+    ("ws-line-end", "{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n{% if false %}\nno\n{% else %}\n  else\n{% endif %}"),
+    ("namespace-object", "{% set ns = namespace(a=1) %}{{ ns is mapping }}{{ ns }}|{{ ns.a }}{{ ns.b is defined }}"),
+    ("namespace-tojson", "{% set ns = namespace(a=1) %}{{ ns | tojson }}"),
     // Generation blocks.
     ("generation-loop", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"),
     ("generation-ws", "x\n  {%- generation %}\n  body\n  {% endgeneration -%}\n  y\n{% generation -%}   z   {%- endgeneration %}\nw"),
