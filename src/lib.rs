@@ -11,6 +11,7 @@
 //! library.
 #![deny(missing_docs)]
 
+pub mod chat;
 pub mod fetch;
 pub mod format;
 pub mod input;

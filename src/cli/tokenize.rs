@@ -106,6 +106,110 @@ pub(crate) struct Args {
     /// `fast` refuses a tokenizer it does not support, naming the construct.
     #[arg(long, value_name = "ENGINE", default_value = "auto", value_parser = parse_engine)]
     engine: tokenize::EngineChoice,
+
+    #[command(flatten)]
+    chat: ChatFlags,
+}
+
+/// Chat mode's flags (docs/chat.md).
+#[derive(Debug, clap::Args)]
+struct ChatFlags {
+    /// Rows are conversations (OpenAI messages, ShareGPT, Alpaca): render
+    /// each with the chat template exactly as transformers'
+    /// apply_chat_template does, tokenize the text with no special token of
+    /// prep's own, and write a loss mask (shard-NNNNN.mask) beside the tokens.
+    #[arg(long, conflicts_with_all = ["shuffle_seed", "text_key"])]
+    chat: bool,
+
+    /// The chat template: a .jinja file, a tokenizer_config.json (its
+    /// chat_template and special tokens) or chat_template.json, or a model
+    /// folder holding them. [default: the tokenizer's folder]
+    #[arg(long, value_name = "PATH", requires = "chat")]
+    chat_template: Option<PathBuf>,
+
+    /// Which template of a list of named ones. [default: "default", and
+    /// "tool_use" for rows with tools where the list has one]
+    #[arg(long, value_name = "NAME", requires = "chat")]
+    chat_template_name: Option<String>,
+
+    /// How rows hold their conversation: auto (each row by its fields),
+    /// messages, sharegpt or alpaca.
+    #[arg(long, value_name = "SHAPE", default_value = "auto", value_parser = parse_shape, requires = "chat")]
+    chat_shape: prep::chat::Shape,
+
+    /// Which tokens are trained on: assistant (every assistant turn, its
+    /// end-of-turn tokens included), last (the last assistant turn) or all.
+    #[arg(long, value_name = "POLICY", default_value = "assistant", value_parser = parse_policy, requires = "chat")]
+    loss_mask: prep::chat::MaskPolicy,
+
+    /// The date the template's strftime_now gives, recorded in the manifest
+    /// so that runs are reproducible.
+    #[arg(long, value_name = "YYYY-MM-DD", default_value = prep::chat::DEFAULT_DATE, requires = "chat")]
+    chat_date: String,
+
+    /// A template variable, KEY=VALUE (repeatable): VALUE is read as JSON
+    /// when it is JSON (true, 3, null, a list), else as text. Overrides the
+    /// config's bos_token, eos_token, ...
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_var, requires = "chat")]
+    chat_var: Vec<(String, serde_json::Value)>,
+
+    /// The longest conversation, in tokens; longer ones are handled as
+    /// --overlong says and counted.
+    #[arg(long, value_name = "N", requires = "chat")]
+    max_tokens: Option<usize>,
+
+    /// What to do with a conversation over --max-tokens: drop it, or
+    /// truncate it (its first N tokens and their mask).
+    #[arg(long, value_name = "WHAT", default_value = "drop", value_parser = parse_overlong, requires = "max_tokens")]
+    overlong: prep::chat::Overlong,
+}
+
+impl ChatFlags {
+    /// The library's chat config, when chat mode is on.
+    fn config(self) -> Option<prep::chat::ChatConfig> {
+        self.chat.then(|| prep::chat::ChatConfig {
+            template: self.chat_template,
+            template_name: self.chat_template_name,
+            shape: self.chat_shape,
+            policy: self.loss_mask,
+            date: self.chat_date,
+            vars: self.chat_var,
+            max_tokens: self.max_tokens.map(|n| (n, self.overlong)),
+        })
+    }
+}
+
+fn parse_shape(s: &str) -> Result<prep::chat::Shape, String> {
+    use prep::chat::Shape;
+    [Shape::Auto, Shape::Messages, Shape::ShareGpt, Shape::Alpaca]
+        .into_iter()
+        .find(|shape| shape.name() == s)
+        .ok_or_else(|| "expected auto, messages, sharegpt or alpaca".into())
+}
+
+fn parse_policy(s: &str) -> Result<prep::chat::MaskPolicy, String> {
+    use prep::chat::MaskPolicy;
+    [MaskPolicy::Assistant, MaskPolicy::Last, MaskPolicy::All]
+        .into_iter()
+        .find(|p| p.name() == s)
+        .ok_or_else(|| "expected assistant, last or all".into())
+}
+
+fn parse_overlong(s: &str) -> Result<prep::chat::Overlong, String> {
+    match s {
+        "drop" => Ok(prep::chat::Overlong::Drop),
+        "truncate" => Ok(prep::chat::Overlong::Truncate),
+        _ => Err("expected drop or truncate".into()),
+    }
+}
+
+fn parse_var(s: &str) -> Result<(String, serde_json::Value), String> {
+    let (key, value) = s
+        .split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or("expected KEY=VALUE")?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::from(value));
+    Ok((key.to_owned(), value))
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -123,6 +227,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.skip_bad = args.skip_bad;
     config.part = args.part;
     config.engine = args.engine;
+    config.chat = args.chat.config();
     let bar = super::progress::Bar::new(args.write.quiet);
     let report = match args.shuffle_seed {
         None => tokenize::run(&config, &bar)?,
@@ -193,6 +298,24 @@ fn summary(config: &TokenizeConfig, shuffle_seed: Option<u64>, r: &TokenizeRepor
         format_bytes(m.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum()),
         r.eos_note,
     );
+    if let Some(chat) = &m.provenance.chat {
+        s += &format!(
+            " Chat: {} tokens trained on; skipped {} conversations with no trained token{}.",
+            chat.trainable_tokens,
+            chat.no_trainable_token,
+            [
+                (chat.malformed, "not conversations"),
+                (chat.refused, "refused by the template"),
+                (chat.unverifiable, "with unverifiable masks"),
+                (chat.too_long, "over --max-tokens, dropped"),
+                (chat.truncated, "over --max-tokens, truncated"),
+            ]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!(", {n} {what}"))
+            .collect::<String>()
+        );
+    }
     if docs.skipped + docs.deduplicated + docs.empty > 0 {
         s += &format!(
             " Skipped {} bad, dropped {} duplicate and kept {} empty documents.",

@@ -40,17 +40,20 @@ pub(crate) struct RowBuilder<'a> {
     pad: Vec<u8>,
 }
 
-/// One assembled row: its bytes and its pieces.
+/// One assembled row: its bytes, its pieces, and (from an input with loss
+/// masks) its mask.
 #[derive(Default)]
 struct Row {
     bytes: Vec<u8>,
     segments: Vec<Segment>,
+    mask: Vec<u8>,
 }
 
-/// The input `.bin` files one task has open.
+/// The input `.bin` (and `.mask`) files one task has open.
 struct Files<'a> {
     input: &'a Dataset,
     open: HashMap<usize, File>,
+    masks: HashMap<usize, File>,
 }
 
 impl Files<'_> {
@@ -78,6 +81,35 @@ impl Files<'_> {
         file.read_exact_at(&mut out[at..], start)
             .map_err(|err| FormatError::io(path(), err))
     }
+
+    /// Appends the loss mask of tokens `from .. from + len` of record `doc`
+    /// to `out`; the input has masks.
+    fn read_mask(
+        &mut self,
+        doc: u64,
+        from: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let ds = self.input;
+        let (s, local) = ds.locate(doc)?;
+        let start = ds.shard_offsets(s)[local] + from;
+        let name = ds.manifest().shards[s]
+            .mask
+            .as_deref()
+            .expect("a masked input lists every mask");
+        let path = || ds.dir().join(name);
+        let file = match self.masks.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(File::open(path()).map_err(|err| FormatError::io(path(), err))?)
+            }
+        };
+        let at = out.len();
+        out.resize(at + len as usize, 0);
+        file.read_exact_at(&mut out[at..], start)
+            .map_err(|err| FormatError::io(path(), err))
+    }
 }
 
 impl<'a> RowBuilder<'a> {
@@ -100,20 +132,30 @@ impl<'a> RowBuilder<'a> {
         }
     }
 
-    /// Row `pieces` (in order) followed by padding to `seq_len`.
+    /// Row `pieces` (in order) followed by padding to `seq_len`; from an
+    /// input with loss masks, the row's mask is its pieces' masks, with 0
+    /// for separators and padding (never trained on).
     fn build(&self, pieces: &[Piece], files: &mut Files, row: &mut Row) -> Result<(), FormatError> {
         row.bytes.clear();
         row.segments.clear();
+        row.mask.clear();
+        let masked = self.input.manifest().has_loss_mask();
         let mut at = 0u32;
         for p in pieces {
             let doc_len = self.input.record_len(p.doc)?;
             let from = p.offset.min(doc_len);
             let to = (p.offset + u64::from(p.len)).min(doc_len);
             files.read(p.doc, from, to - from, &mut row.bytes)?;
+            if masked {
+                files.read_mask(p.doc, from, to - from, &mut row.mask)?;
+            }
             if p.offset + u64::from(p.len) > doc_len {
                 // The piece runs past the document's tokens: its separator.
                 row.bytes
                     .extend_from_slice(self.sep.as_deref().expect("a separator was added"));
+                if masked {
+                    row.mask.push(0);
+                }
             }
             row.segments.push(Segment {
                 doc: p.doc,
@@ -132,6 +174,9 @@ impl<'a> RowBuilder<'a> {
         }
         while row.bytes.len() < full {
             row.bytes.extend_from_slice(&self.pad);
+        }
+        if masked {
+            row.mask.resize(self.seq_len as usize, 0);
         }
         Ok(())
     }
@@ -175,7 +220,8 @@ impl<'a> PackWriter<'a> {
         PackWriter {
             sink: Sink {
                 dir: dir.into(),
-                inner: DatasetWriter::new(dir, builder.input.dtype(), shard_size, done.clone()),
+                inner: DatasetWriter::new(dir, builder.input.dtype(), shard_size, done.clone())
+                    .masked(builder.input.manifest().has_loss_mask()),
                 seq_len,
                 seg: SegWriter::new(seq_len),
                 shards: done,
@@ -255,6 +301,7 @@ fn build_all<P: AsRef<[Piece]> + Sync>(
             let mut files = Files {
                 input: builder.input,
                 open: HashMap::new(),
+                masks: HashMap::new(),
             };
             rows.iter_mut()
                 .zip(pieces)
@@ -271,7 +318,12 @@ impl Sink {
         sealed: &mut (dyn FnMut(&ShardInfo) -> Result<(), super::PackError> + Send),
     ) -> Result<(), super::PackError> {
         for row in rows {
-            if self.inner.push_raw(&row.bytes)?.is_some() {
+            let sealed_one = if self.inner.is_masked() {
+                self.inner.push_raw_masked(&row.bytes, &row.mask)?
+            } else {
+                self.inner.push_raw(&row.bytes)?
+            };
+            if sealed_one.is_some() {
                 let done = self.inner.shards().last().expect("just sealed").clone();
                 let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));
                 let info = finish_shard(&self.dir, seg, done)?;

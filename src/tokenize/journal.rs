@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::DocumentCounts;
+use crate::format::{ChatCounts, DocumentCounts};
 
 /// Where the input stands after a completed shard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,4 +15,7 @@ pub(crate) struct Checkpoint {
     pub documents: DocumentCounts,
     /// UTF-8 bytes of the text written up to `position`.
     pub text_bytes: u64,
+    /// Chat mode's counts up to `position` (absent in other runs' journals).
+    #[serde(default)]
+    pub chat: ChatCounts,
 }

@@ -67,6 +67,9 @@ pub struct TokenizeConfig {
     pub part: Option<Part>,
     /// Which encoder runs (`--engine`): the ids are the same either way.
     pub engine: EngineChoice,
+    /// Chat mode (`--chat`): rows are conversations, rendered by a chat
+    /// template, written with a loss mask beside their tokens.
+    pub chat: Option<crate::chat::ChatConfig>,
 }
 
 impl TokenizeConfig {
@@ -91,6 +94,7 @@ impl TokenizeConfig {
             window_per_thread: DEFAULT_WINDOW_PER_THREAD,
             part: None,
             engine: EngineChoice::Auto,
+            chat: None,
         }
     }
 }
@@ -137,6 +141,19 @@ pub enum TokenizeError {
         /// What is wrong.
         error: DocError,
     },
+    /// A chat row is bad and `--skip-bad` was not given.
+    #[error("{}: {loc}: {error} (pass --skip-bad to skip bad documents)", path.display())]
+    BadConversation {
+        /// The input file.
+        path: PathBuf,
+        /// Where in it.
+        loc: Location,
+        /// What is wrong.
+        error: crate::chat::RowError,
+    },
+    /// Chat mode cannot start: its template or flags.
+    #[error(transparent)]
+    Chat(#[from] crate::chat::ChatSetupError),
     /// The tokenizer failed on a document.
     #[error("{}: {loc}: the tokenizer failed: {message}", path.display())]
     Encode {
@@ -204,8 +221,9 @@ fn options_json(
     eos: Option<u32>,
     bos: Option<u32>,
     dtype: Dtype,
+    chat: Option<&crate::chat::Chat>,
 ) -> serde_json::Value {
-    json!({
+    let mut options = json!({
         "tokenizer": display_path(&config.tokenizer),
         "text_key": config.text_key,
         "eos": eos,
@@ -214,7 +232,11 @@ fn options_json(
         "shard_size": config.writing.shard_size,
         "dedup": config.dedup,
         "skip_bad": config.skip_bad,
-    })
+    });
+    if let Some(chat) = chat {
+        options["chat"] = chat.options.clone();
+    }
+    options
 }
 
 /// The options that shape a run's bytes, for its fingerprint
@@ -226,6 +248,7 @@ fn options_json(
 /// suggests (a resumed or finished run that did skip documents is only
 /// accepted with `--skip-bad`: see the pipeline). `engine` is left out
 /// because both engines give the same ids: a run may resume with the other.
+/// A chat template counts by the checksum of its text, as the tokenizer does.
 fn fingerprinted(options: &serde_json::Value, tokenizer_xxh3: u64) -> serde_json::Value {
     let mut options = options.clone();
     if let Some(map) = options.as_object_mut() {
@@ -233,6 +256,10 @@ fn fingerprinted(options: &serde_json::Value, tokenizer_xxh3: u64) -> serde_json
         map.remove("engine");
         map.remove("tokenizer");
         map.insert("tokenizer_xxh3".into(), checksum_hex(tokenizer_xxh3).into());
+        // A template counts by its text's checksum, not its path.
+        if let Some(chat) = map.get_mut("chat").and_then(|c| c.as_object_mut()) {
+            chat.remove("template");
+        }
     }
     options
 }

@@ -17,8 +17,8 @@ use super::{
 };
 use crate::engine::{EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Unsupported};
 use crate::format::{
-    checksum_hex, DatasetWriter, DocumentCounts, Dtype, FileInfo, InputInfo, Manifest, ShardInfo,
-    SpecialTokens, TokenizerInfo,
+    checksum_hex, ChatCounts, DatasetWriter, DocumentCounts, Dtype, FileInfo, InputInfo, Manifest,
+    ShardInfo, SpecialTokens, TokenizerInfo,
 };
 use crate::input::{self, DocError, InputError, Location, Payload, RawDoc, Reader, TextKey};
 use crate::output::{Done, Journal, Output, OutputError, Start, HASHES_FILE, TOKENIZER_FILE};
@@ -38,6 +38,10 @@ struct Shared {
     /// Documents before this position were written by an earlier run: they
     /// are only hashed (for `--dedup`), not tokenized.
     replay_until: u64,
+    /// Chat mode: rows are conversations, each with a loss mask.
+    chat: Option<crate::chat::Chat>,
+    /// Chat mode's `--max-tokens`.
+    max_tokens: Option<(usize, crate::chat::Overlong)>,
 }
 
 /// The engine that turns text into ids; both give the same ids.
@@ -92,12 +96,18 @@ fn choose_engine(
 
 /// One document's fate, as a worker saw it.
 enum Outcome {
-    /// Tokenized: `len` ids in the batch's token buffer.
+    /// Tokenized: `len` ids in the batch's token buffer (and, in chat
+    /// mode, as many bytes in its mask buffer, `trainable` of them 1).
     Doc {
         len: usize,
         hash: u128,
         text_bytes: usize,
+        trainable: u64,
+        truncated: bool,
     },
+    /// A conversation not written, counted by why: no token of it is
+    /// trained on, or it is over `--max-tokens`.
+    Unused { too_long: bool },
     /// Written by an earlier run; its hash when deduplicating.
     Replay { hash: Option<u128> },
     /// Could not be read or tokenized.
@@ -111,11 +121,14 @@ enum Outcome {
 enum Bad {
     Doc(DocError),
     Encode(String),
+    Chat(crate::chat::RowError),
 }
 
 /// A tokenized batch: all ids back to back, and one outcome per document.
 struct BatchOut {
     tokens: Vec<u32>,
+    /// Chat mode: one loss-mask byte per token, back to back.
+    masks: Vec<u8>,
     docs: Vec<Outcome>,
 }
 
@@ -186,6 +199,8 @@ pub(crate) struct Plan {
     pub engine_note: String,
     /// Worker threads.
     pub threads: usize,
+    /// Chat mode's template and rules.
+    chat: Option<crate::chat::Chat>,
 }
 
 impl Plan {
@@ -210,15 +225,49 @@ impl Plan {
 pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     // One level of parallelism: ours. The tokenizer must not start its own.
     tokenizers::utils::parallelism::set_parallelism(false);
-    let (tok, fast) =
-        LoadedTokenizer::load_with_fast(&config.tokenizer, config.engine != EngineChoice::Hf)?;
-    let (eos, bos, eos_note) = special_tokens(config, &tok)?;
+    let chat = match &config.chat {
+        Some(chat) => Some(chat_plan(config, chat)?),
+        None => None,
+    };
+    // Chat mode's masks need the tokens' offsets, which HF tokenizers gives.
+    let want_fast = config.engine != EngineChoice::Hf && chat.is_none();
+    let (tok, fast) = LoadedTokenizer::load_with_fast(&config.tokenizer, want_fast)?;
+    let (eos, bos, eos_note) = match &chat {
+        Some(chat) => (
+            None,
+            None,
+            format!(
+                "no bos or eos of prep's own: the chat template writes them; loss mask {}",
+                chat.options["loss_mask"].as_str().unwrap_or("")
+            ),
+        ),
+        None => special_tokens(config, &tok)?,
+    };
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);
-    let (encoder, engine, engine_note) = choose_engine(config, &tok, fast, threads)?;
+    let (encoder, engine, engine_note) = match &chat {
+        Some(_) if config.engine == EngineChoice::Fast => {
+            return Err(TokenizeError::Usage(
+                "--engine fast cannot run --chat yet: chat mode's loss masks need the tokens' \
+                 offsets, which the HF engine gives; use --engine auto or hf"
+                    .into(),
+            ))
+        }
+        Some(_) => {
+            let hf = (0..threads)
+                .map(|_| Mutex::new(tok.tokenizer.clone()))
+                .collect();
+            (
+                Encoder::Hf(hf),
+                "hf",
+                "engine hf (HF tokenizers): chat mode's loss masks need the tokens' offsets".into(),
+            )
+        }
+        None => choose_engine(config, &tok, fast, threads)?,
+    };
     let dtype = Dtype::for_vocab_size(tok.vocab_size);
-    let mut options = options_json(config, eos, bos, dtype);
+    let mut options = options_json(config, eos, bos, dtype, chat.as_ref());
     options["engine"] = engine.into();
     let identity = identity(&options, tok.xxh3, inputs, config.part);
     Ok(Plan {
@@ -233,7 +282,28 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         eos_note,
         engine_note,
         threads,
+        chat,
     })
+}
+
+/// Chat mode's template, and the flags it does not take.
+fn chat_plan(
+    config: &TokenizeConfig,
+    chat: &crate::chat::ChatConfig,
+) -> Result<crate::chat::Chat, TokenizeError> {
+    let refuse = |flag: &str| {
+        Err(TokenizeError::Usage(format!(
+            "{flag} is not taken with --chat: the chat template writes every special token of a \
+             conversation, and prep adds none of its own"
+        )))
+    };
+    if matches!(config.eos, super::Eos::Token(_)) {
+        return refuse("--eos");
+    }
+    if config.bos.is_some() {
+        return refuse("--bos");
+    }
+    Ok(crate::chat::Chat::load(chat, &config.tokenizer)?)
 }
 
 /// A tokenize run's identity: the options that shape its bytes
@@ -286,6 +356,7 @@ pub(crate) fn write(
         eos_note,
         engine_note,
         threads,
+        chat,
     } = plan;
     let report = |manifest, already_complete, kept, ran: Ran| TokenizeReport {
         manifest,
@@ -324,12 +395,17 @@ pub(crate) fn write(
             "resuming: kept {kept} complete shards of an interrupted run"
         ));
     }
+    if let Some(chat) = &chat {
+        progress.note(&format!("chat mode: {}", chat.source));
+    }
+    let masked = chat.is_some();
     let workers = Workers {
         encoder,
         bos,
         eos,
         dtype,
         threads,
+        chat,
     };
     let mut ran = stream(config, workers, files, &mut output, journal, progress)?;
     let mut partition = identity.partition();
@@ -348,6 +424,8 @@ pub(crate) fn write(
         )));
     }
     output.put(TOKENIZER_FILE, &tok.json)?;
+    let mut provenance = identity.provenance(options, counts);
+    provenance.chat = masked.then_some(ran.chat);
     let manifest = Manifest::documents(
         dtype,
         tok.vocab_size,
@@ -356,7 +434,7 @@ pub(crate) fn write(
             xxh3: checksum_hex(tok.xxh3),
         },
         std::mem::take(&mut ran.shards),
-        identity.provenance(options, counts),
+        provenance,
     )
     .with_specials(
         SpecialTokens {
@@ -380,6 +458,7 @@ struct Workers {
     eos: Option<u32>,
     dtype: Dtype,
     threads: usize,
+    chat: Option<crate::chat::Chat>,
 }
 
 /// What a run wrote, for its manifest and its report.
@@ -389,6 +468,8 @@ struct Ran {
     shards: Vec<ShardInfo>,
     /// Documents read, written and skipped, resumed shards included.
     counts: DocumentCounts,
+    /// Chat mode's counts, resumed shards included.
+    chat: ChatCounts,
     /// A deduplicating part's record hashes, in order.
     hashes: Option<Vec<u128>>,
     /// The first bad documents skipped, described.
@@ -426,7 +507,10 @@ fn stream(
         dedup: config.dedup,
         replay_until: checkpoint.position,
         spare: Mutex::new(Vec::new()),
+        max_tokens: config.chat.as_ref().and_then(|c| c.max_tokens),
+        chat: workers.chat,
     });
+    let masked = shared.chat.is_some();
     let shares = shares(config.part, files)?;
     let paths: Vec<PathBuf> = shares.iter().map(|s| s.file.path.clone()).collect();
     let input_total: u64 = shares.iter().map(|s| s.file.bytes).sum();
@@ -446,7 +530,9 @@ fn stream(
             workers.dtype,
             config.writing.shard_size,
             journal.shard_infos(),
-        ),
+        )
+        .masked(masked),
+        chat: checkpoint.chat,
         output,
         journal,
         counts: checkpoint.documents,
@@ -492,6 +578,7 @@ fn stream(
     Ok(Ran {
         shards: state.writer.finish()?,
         counts: state.counts,
+        chat: state.chat,
         hashes: state.hashes,
         warnings: state.warnings,
         text_bytes: state.run_text_bytes,
@@ -624,8 +711,17 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
             );
             tokens
         },
+        masks: Vec::new(),
         docs: Vec::with_capacity(docs.len()),
     };
+    if let (Some(chat), Worker::Hf(tokenizer)) = (&shared.chat, &encoder) {
+        for (i, doc) in docs.into_iter().enumerate() {
+            let replay = first + (i as u64) < shared.replay_until;
+            let outcome = chat_row(shared, chat, tokenizer, doc, replay, &mut out);
+            out.docs.push(outcome);
+        }
+        return out;
+    }
     for (i, doc) in docs.into_iter().enumerate() {
         let replay = first + (i as u64) < shared.replay_until;
         let text = match &doc.payload {
@@ -679,6 +775,8 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
                     len: out.tokens.len() - start,
                     hash,
                     text_bytes: text.len(),
+                    trainable: 0,
+                    truncated: false,
                 });
             }
             Err(message) => {
@@ -694,6 +792,82 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
     out
 }
 
+/// One chat row: rendered, tokenized and masked into `out`, or why not.
+/// A row's hash (for `--dedup`) is of its JSON line.
+fn chat_row(
+    shared: &Shared,
+    chat: &crate::chat::Chat,
+    tokenizer: &Tokenizer,
+    doc: RawDoc,
+    replay: bool,
+    out: &mut BatchOut,
+) -> Outcome {
+    let bad = |error: Bad| Outcome::Bad {
+        file: doc.file,
+        loc: doc.loc,
+        error,
+    };
+    let line = match &doc.payload {
+        Payload::Json(line) => line,
+        Payload::Text(_) | Payload::Bad(_) => {
+            return bad(Bad::Chat(crate::chat::RowError::Malformed(
+                "chat mode reads JSONL rows; Parquet and Arrow conversations are not read yet"
+                    .into(),
+            )))
+        }
+    };
+    let hash = if shared.dedup { xxh3_128(line) } else { 0 };
+    if replay {
+        return Outcome::Replay {
+            hash: shared.dedup.then_some(hash),
+        };
+    }
+    let row = match std::str::from_utf8(line) {
+        Ok(row) => row,
+        Err(e) => {
+            return bad(Bad::Doc(DocError::InvalidUtf8 {
+                offset: e.valid_up_to(),
+            }))
+        }
+    };
+    let start = out.tokens.len();
+    let encoded = match chat.encode(row, tokenizer, &mut out.tokens, &mut out.masks) {
+        Ok(encoded) => encoded,
+        Err(e) => return bad(Bad::Chat(e)),
+    };
+    let mut len = out.tokens.len() - start;
+    let mut trainable = encoded.trainable;
+    let mut truncated = false;
+    if let Some((max, overlong)) = shared.max_tokens.filter(|&(max, _)| len > max) {
+        match overlong {
+            crate::chat::Overlong::Drop => {
+                out.tokens.truncate(start);
+                out.masks.truncate(start);
+                return Outcome::Unused { too_long: true };
+            }
+            crate::chat::Overlong::Truncate => {
+                out.tokens.truncate(start + max);
+                out.masks.truncate(start + max);
+                trainable = out.masks[start..].iter().map(|&m| u64::from(m)).sum();
+                len = max;
+                truncated = true;
+            }
+        }
+    }
+    if trainable == 0 {
+        out.tokens.truncate(start);
+        out.masks.truncate(start);
+        return Outcome::Unused { too_long: false };
+    }
+    Outcome::Doc {
+        len,
+        hash,
+        text_bytes: encoded.text_bytes,
+        trainable,
+        truncated,
+    }
+}
+
 /// A worker's hold on the encoder for one batch.
 enum Worker<'a> {
     Hf(std::sync::MutexGuard<'a, Tokenizer>),
@@ -706,6 +880,8 @@ struct WriteState<'a> {
     output: &'a mut Output,
     journal: Journal<(), Checkpoint>,
     counts: DocumentCounts,
+    /// Chat mode's counts.
+    chat: ChatCounts,
     text_bytes: u64,
     seen: HashSet<u128>,
     /// A deduplicating part keeps the text hash of every record it writes,
@@ -757,6 +933,16 @@ fn write_in_order(
     Ok(())
 }
 
+/// Counts a bad chat row by its kind.
+fn count_row_error(counts: &mut ChatCounts, error: &crate::chat::RowError) {
+    use crate::chat::RowError;
+    match error {
+        RowError::Malformed(_) => counts.malformed += 1,
+        RowError::Refused(_) => counts.refused += 1,
+        RowError::Unverifiable(_) => counts.unverifiable += 1,
+    }
+}
+
 /// Writes a batch; hands back its token buffer for reuse.
 fn write_batch(
     state: &mut WriteState,
@@ -778,7 +964,18 @@ fn write_batch(
                     }
                 }
             }
+            Outcome::Unused { too_long } => {
+                state.counts.read += 1;
+                if too_long {
+                    state.chat.too_long += 1;
+                } else {
+                    state.chat.no_trainable_token += 1;
+                }
+            }
             Outcome::Bad { file, loc, error } => {
+                if let Bad::Chat(e) = &error {
+                    count_row_error(&mut state.chat, e);
+                }
                 if state.skip_bad {
                     state.counts.read += 1;
                     state.counts.skipped += 1;
@@ -794,6 +991,7 @@ fn write_batch(
                 let error = match error {
                     Bad::Doc(error) => TokenizeError::BadDocument { path, loc, error },
                     Bad::Encode(message) => TokenizeError::Encode { path, loc, message },
+                    Bad::Chat(error) => TokenizeError::BadConversation { path, loc, error },
                 };
                 if !state.skip_bad {
                     return Err(error);
@@ -809,8 +1007,11 @@ fn write_batch(
                 len,
                 hash,
                 text_bytes,
+                trainable,
+                truncated,
             } => {
                 let tokens = &batch.tokens[cursor..cursor + len];
+                let mask = batch.masks.get(cursor..cursor + len);
                 cursor += len;
                 if state.dedup && !state.seen.insert(hash) {
                     state.counts.read += 1;
@@ -826,8 +1027,15 @@ fn write_batch(
                     position,
                     documents: state.counts,
                     text_bytes: state.text_bytes,
+                    chat: state.chat,
                 };
-                if let Some(sealed) = state.writer.push(tokens)? {
+                let sealed = match mask {
+                    Some(mask) if state.writer.is_masked() => {
+                        state.writer.push_masked(tokens, mask)?
+                    }
+                    _ => state.writer.push(tokens)?,
+                };
+                if let Some(sealed) = sealed {
                     state.journal.shards.push(Done {
                         shard: sealed.clone(),
                         at: before,
@@ -837,6 +1045,8 @@ fn write_batch(
                 state.counts.read += 1;
                 state.counts.written += 1;
                 state.counts.empty += u64::from(text_bytes == 0);
+                state.chat.trainable_tokens += trainable;
+                state.chat.truncated += u64::from(truncated);
                 state.text_bytes += text_bytes as u64;
                 state.run_text_bytes += text_bytes as u64;
                 state.run_tokens += len as u64;

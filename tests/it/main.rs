@@ -17,6 +17,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod common;
 
+mod chat;
 mod engine;
 mod engine_sentencepiece;
 mod engine_unigram;

@@ -1,0 +1,355 @@
+//! Chat data: conversations rendered by the model's own chat template, and
+//! the loss mask that says which of their tokens are trained on.
+//!
+//! A row becomes a [`Conversation`] by [`shape`]'s rule; the template (the
+//! `prep_chat` crate renders it as `transformers` does) turns it into text;
+//! the tokenizer turns the text into ids with no special token of its own;
+//! and the spans of the text that are trained on become a mask with one
+//! byte per id.
+//!
+//! The spans, policy `assistant`: a template with `{% generation %}` blocks
+//! names them itself. Otherwise each assistant message's span runs from the
+//! end of the conversation before it rendered with the generation prompt
+//! to the end of the conversation up to it, both renderings checked to be
+//! prefixes of the whole (a template that rewrites earlier turns cannot be
+//! trusted to mask them, and the row is refused as unverifiable). A token is
+//! trained on when its characters overlap a span. Policy `last` keeps the
+//! last span, `all` trains on every token.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use minijinja::value::Value;
+use prep_chat::{Now, RenderError, RenderInput, Template};
+
+pub mod shape;
+
+pub use shape::{Conversation, Shape};
+
+/// Which tokens of a conversation are trained on (`--loss-mask`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskPolicy {
+    /// Every assistant turn, its end-of-turn tokens included.
+    Assistant,
+    /// The last assistant turn only.
+    Last,
+    /// Every token.
+    All,
+}
+
+impl MaskPolicy {
+    /// The policy's name as `--loss-mask` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MaskPolicy::Assistant => "assistant",
+            MaskPolicy::Last => "last",
+            MaskPolicy::All => "all",
+        }
+    }
+}
+
+/// What to do with a conversation longer than `--max-tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlong {
+    /// Skip it, counted.
+    Drop,
+    /// Keep its first tokens and their mask, counted.
+    Truncate,
+}
+
+/// Everything chat mode is asked to do.
+#[derive(Debug, Clone)]
+pub struct ChatConfig {
+    /// The template: a `.jinja` file, a `tokenizer_config.json` or
+    /// `chat_template.json`, or a directory holding them; `None` looks
+    /// beside the tokenizer file.
+    pub template: Option<PathBuf>,
+    /// Which of a list of named templates (`--chat-template-name`).
+    pub template_name: Option<String>,
+    /// How rows hold their conversation.
+    pub shape: Shape,
+    /// Which tokens are trained on.
+    pub policy: MaskPolicy,
+    /// The date `strftime_now` gives templates, `YYYY-MM-DD`.
+    pub date: String,
+    /// Template variables given on the command line, after those the
+    /// template's config gives (bos_token, eos_token, ...).
+    pub vars: Vec<(String, serde_json::Value)>,
+    /// The longest conversation in tokens, and what to do past it.
+    pub max_tokens: Option<(usize, Overlong)>,
+}
+
+impl ChatConfig {
+    /// Chat mode with the defaults: the tokenizer's own template, shapes
+    /// detected, assistant turns trained on, the date 2026-01-01.
+    pub fn new() -> ChatConfig {
+        ChatConfig {
+            template: None,
+            template_name: None,
+            shape: Shape::Auto,
+            policy: MaskPolicy::Assistant,
+            date: DEFAULT_DATE.into(),
+            vars: Vec::new(),
+            max_tokens: None,
+        }
+    }
+}
+
+impl Default for ChatConfig {
+    fn default() -> Self {
+        ChatConfig::new()
+    }
+}
+
+/// The date `strftime_now` gives a template unless `--chat-date` says
+/// otherwise: fixed, so that two runs render the same text.
+pub const DEFAULT_DATE: &str = "2026-01-01";
+
+/// Why chat mode cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatSetupError {
+    /// The template cannot be found, read or compiled.
+    #[error("{}: {message}", path.display())]
+    Template {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A flag's value is not usable.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Why one row is not trained on. Each is counted by its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowError {
+    /// The row is no conversation prep can read.
+    Malformed(String),
+    /// The template refused the conversation (`raise_exception`) or failed on it.
+    Refused(String),
+    /// The trained spans cannot be verified (see the module docs).
+    Unverifiable(String),
+}
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowError::Malformed(m) => write!(f, "not a conversation: {m}"),
+            RowError::Refused(m) => write!(f, "the chat template refused it: {m}"),
+            RowError::Unverifiable(m) => write!(f, "its loss mask cannot be verified: {m}"),
+        }
+    }
+}
+
+/// The loaded template(s) and everything a worker needs to render a row.
+pub struct Chat {
+    /// The template used for rows without tools.
+    template: Template,
+    /// The template for rows with tools, where a list of named templates
+    /// has a `tool_use` one and none was named.
+    tool_use: Option<Template>,
+    vars: Vec<(String, Value)>,
+    now: Now,
+    shape: Shape,
+    policy: MaskPolicy,
+    /// Where the template came from, for the summary.
+    pub source: String,
+    /// The options the manifest records.
+    pub options: serde_json::Value,
+    /// The xxh3 of the template text(s), for the fingerprint.
+    pub template_xxh3: u64,
+}
+
+/// One rendered and tokenized conversation.
+pub struct Encoded {
+    /// Trained-on tokens among those pushed.
+    pub trainable: u64,
+    /// Bytes of rendered text.
+    pub text_bytes: usize,
+}
+
+impl Chat {
+    /// Loads the template `config` names (or the one beside `tokenizer`).
+    pub fn load(config: &ChatConfig, tokenizer: &Path) -> Result<Chat, ChatSetupError> {
+        let found = find::find(config.template.as_deref(), tokenizer)?;
+        let (text, tool_use) = find::choose(&found, config.template_name.as_deref())?;
+        let compile = |source: &str| {
+            Template::new(source).map_err(|e| ChatSetupError::Template {
+                path: found.path.clone(),
+                message: e.to_string(),
+            })
+        };
+        let now = parse_date(&config.date)?;
+        let mut vars: Vec<(String, Value)> = found.vars.clone();
+        for (k, v) in &config.vars {
+            let v = prep_chat::value_from_json(&v.to_string())
+                .map_err(|e| ChatSetupError::Usage(format!("--chat-var {k}: {e}")))?;
+            match vars.iter_mut().find(|(name, _)| name == k) {
+                Some(slot) => slot.1 = v,
+                None => vars.push((k.clone(), v)),
+            }
+        }
+        let mut hashed = text.clone();
+        if let Some(t) = &tool_use {
+            hashed.push('\0');
+            hashed.push_str(t);
+        }
+        let template_xxh3 = xxhash_rust::xxh3::xxh3_64(hashed.as_bytes());
+        let options = serde_json::json!({
+            "template": found.path.to_string_lossy(),
+            "template_name": config.template_name,
+            "template_xxh3": crate::format::checksum_hex(template_xxh3),
+            "shape": config.shape.name(),
+            "loss_mask": config.policy.name(),
+            "date": config.date,
+            "vars": vars.iter().map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or_default())).collect::<serde_json::Map<_, _>>(),
+            "max_tokens": config.max_tokens.map(|(n, _)| n),
+            "overlong": config.max_tokens.map(|(_, o)| match o { Overlong::Drop => "drop", Overlong::Truncate => "truncate" }),
+        });
+        Ok(Chat {
+            template: compile(&text)?,
+            tool_use: tool_use.as_deref().map(compile).transpose()?,
+            vars,
+            now,
+            shape: config.shape,
+            policy: config.policy,
+            source: found.describe(),
+            options,
+            template_xxh3,
+        })
+    }
+
+    /// Renders one JSON row and tokenizes it with `tokenizer`: its ids go
+    /// to `tokens`, one mask byte per id to `mask`.
+    ///
+    /// # Errors
+    /// [`RowError`] for a row that is no conversation, one the template
+    /// refuses, or one whose mask cannot be verified; nothing is pushed.
+    pub fn encode(
+        &self,
+        row: &str,
+        tokenizer: &tokenizers::Tokenizer,
+        tokens: &mut Vec<u32>,
+        mask: &mut Vec<u8>,
+    ) -> Result<Encoded, RowError> {
+        let row = prep_chat::value_from_json(row).map_err(RowError::Malformed)?;
+        let conv = shape::conversation(&row, self.shape).map_err(RowError::Malformed)?;
+        let (text, spans) = self.render_with_spans(&conv)?;
+        let encoding = tokenizer
+            .encode(text.as_str(), false)
+            .map_err(|e| RowError::Refused(format!("the tokenizer failed: {e}")))?;
+        let start = mask.len();
+        tokens.extend_from_slice(encoding.get_ids());
+        match spans {
+            Some(spans) => mask_from_offsets(encoding.get_offsets(), &spans, mask),
+            None => mask.resize(start + encoding.get_ids().len(), 1),
+        }
+        let trainable = mask[start..].iter().map(|&m| u64::from(m)).sum();
+        Ok(Encoded {
+            trainable,
+            text_bytes: text.len(),
+        })
+    }
+
+    /// The whole rendering and its trained spans, as the policy says
+    /// (`None`: every token, policy `all`).
+    fn render_with_spans(&self, conv: &Conversation) -> Result<(String, Option<Spans>), RowError> {
+        let template = match (&conv.tools, &self.tool_use) {
+            (Some(_), Some(t)) => t,
+            _ => &self.template,
+        };
+        let render = |messages: &[Value], add_generation_prompt: bool| {
+            let messages = Value::from(messages.to_vec());
+            let input = RenderInput {
+                messages: &messages,
+                tools: conv.tools.as_ref(),
+                documents: None,
+                add_generation_prompt,
+                vars: &self.vars,
+                now: self.now,
+            };
+            template.render(&input).map_err(|e| match e {
+                RenderError::Raised(m) => RowError::Refused(m),
+                RenderError::Failed(m) => RowError::Refused(m),
+            })
+        };
+        let whole = render(&conv.messages, false)?;
+        let text = whole.text;
+        let mut spans = match self.policy {
+            MaskPolicy::All => return Ok((text, None)),
+            _ if template.has_generation() => whole.generation,
+            _ => {
+                let mut spans = Vec::new();
+                for (i, m) in conv.messages.iter().enumerate() {
+                    if m.get_attr("role").ok().as_ref().and_then(|r| r.as_str())
+                        != Some("assistant")
+                    {
+                        continue;
+                    }
+                    let before = render(&conv.messages[..i], true).map_err(|e| {
+                        RowError::Unverifiable(format!(
+                            "rendering the turns before assistant message {i}: {e}"
+                        ))
+                    })?;
+                    let upto = render(&conv.messages[..=i], false).map_err(|e| {
+                        RowError::Unverifiable(format!(
+                            "rendering the turns up to assistant message {i}: {e}"
+                        ))
+                    })?;
+                    if !upto.text.starts_with(&before.text) || !text.starts_with(&upto.text) {
+                        return Err(RowError::Unverifiable(format!(
+                            "the template does not render the conversation up to assistant \
+                             message {i} as a prefix of the whole (it rewrites earlier turns)"
+                        )));
+                    }
+                    spans.push(before.text.len()..upto.text.len());
+                }
+                spans
+            }
+        };
+        if self.policy == MaskPolicy::Last {
+            spans = spans.pop().into_iter().collect();
+        }
+        Ok((text, Some(spans)))
+    }
+}
+
+/// Byte ranges of a rendering that are trained on, in order.
+type Spans = Vec<Range<usize>>;
+
+/// Pushes one mask byte per token: 1 where the token's bytes overlap a span.
+fn mask_from_offsets(offsets: &[(usize, usize)], spans: &[Range<usize>], mask: &mut Vec<u8>) {
+    mask.extend(
+        offsets
+            .iter()
+            .map(|&(s, e)| u8::from(spans.iter().any(|span| s < span.end && span.start < e))),
+    );
+}
+
+/// `YYYY-MM-DD` as the time `strftime_now` formats (midnight).
+fn parse_date(date: &str) -> Result<Now, ChatSetupError> {
+    let bad = || ChatSetupError::Usage(format!("--chat-date {date:?} is not a date YYYY-MM-DD"));
+    let mut parts = date.split('-');
+    let (Some(y), Some(m), Some(d), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let year: i32 = y.parse().map_err(|_| bad())?;
+    let month: u32 = m.parse().map_err(|_| bad())?;
+    let day: u32 = d.parse().map_err(|_| bad())?;
+    if y.len() != 4 || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return Err(bad());
+    }
+    Ok(Now {
+        year,
+        month,
+        day,
+        hour: 0,
+        minute: 0,
+        second: 0,
+    })
+}
+
+mod find;

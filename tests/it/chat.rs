@@ -1,0 +1,419 @@
+//! `prep tokenize --chat`: conversations through a chat template into
+//! tokens with a loss mask beside them, and the mask through validate,
+//! inspect and merge. (The differential check of rendering, ids and masks
+//! against transformers on every real template is tests/python/test_chat.py
+//! and crates/chat's own test.)
+
+use std::path::{Path, PathBuf};
+
+use prep::format::{Dataset, Manifest};
+
+use crate::common::*;
+
+/// A ChatML-style template, written out so that it has no newlines of its own.
+const CHATML: &str = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + \
+    '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// A template that refuses a system message, as some real ones do.
+const NO_SYSTEM: &str = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}\
+    {% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}";
+
+/// A template that rewrites earlier turns: each assistant message but the
+/// last is rendered in short, so no prefix of the conversation renders as
+/// a prefix of the whole.
+const REWRITES: &str = "{% for m in messages %}{% if m.role == 'assistant' and not loop.last %}\
+    {{ 'A: (earlier)\\n' }}{% else %}{{ m.role[0] | upper + ': ' + m.content + '\\n' }}{% endif %}{% endfor %}\
+    {% if add_generation_prompt %}{{ 'A:' }}{% endif %}";
+
+/// Words of the tests' conversations, with ids.
+const WORDS: &[&str] = &[
+    "[UNK]",
+    "<|im_start|>",
+    "<|im_end|>",
+    "user",
+    "assistant",
+    "system",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "user:",
+    "assistant:",
+    "system:",
+    "U:",
+    "A:",
+    "(earlier)",
+];
+
+fn tokenizer(t: &TestDir) -> PathBuf {
+    let vocab: Vec<(&str, u32)> = WORDS
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (*w, i as u32))
+        .collect();
+    word_level(t, "tok.json", &vocab, &["<|im_start|>", "<|im_end|>"])
+}
+
+fn id(word: &str) -> u32 {
+    WORDS.iter().position(|w| *w == word).unwrap() as u32
+}
+
+fn ids(words: &str) -> Vec<u32> {
+    words.split(' ').map(id).collect()
+}
+
+/// `prep tokenize --chat` with the tests' tokenizer and `template`.
+fn chat(t: &TestDir, template: &str, rows: &str, out: &Path) -> std::process::Command {
+    let tok = tokenizer(t);
+    let template = t.write("template.jinja", template);
+    let input = t.write("rows.jsonl", rows);
+    let mut cmd = tokenize_with(t, &tok, &[&input], out);
+    cmd.arg("--chat").arg("--chat-template").arg(template);
+    cmd
+}
+
+/// Every record's ids and mask.
+fn masked_records(dir: &Path) -> Vec<(Vec<u32>, Vec<u8>)> {
+    let ds = Dataset::open(dir).unwrap();
+    (0..ds.len())
+        .map(|i| {
+            let mask = ds.loss_mask(i).unwrap().expect("a masked dataset").to_vec();
+            (ds.record(i).unwrap().to_vec(), mask)
+        })
+        .collect()
+}
+
+const ROWS: &str = concat!(
+    r#"{"messages": [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c d"}]}"#,
+    "\n",
+    r#"[{"role": "system", "content": "e"}, {"role": "user", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}]}, {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"}, {"role": "assistant", "content": "f"}]"#,
+    "\n",
+    r#"{"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "system": "e"}"#,
+    "\n",
+    r#"{"instruction": "a", "input": "b", "output": "c"}"#,
+    "\n",
+);
+
+#[test]
+fn masks_cover_assistant_turns_in_every_shape() {
+    let t = TestDir::new();
+    let out = t.path("out");
+    ok(&mut chat(&t, CHATML, ROWS, &out));
+    let got = masked_records(&out);
+    let user = |w: &str| format!("<|im_start|> user {w} <|im_end|>");
+    let system = |w: &str| format!("<|im_start|> system {w} <|im_end|>");
+    let asst = |w: &str| format!("<|im_start|> assistant {w} <|im_end|>");
+    // A turn's mask: the header not trained on, the reply and its end are.
+    let mask_of = |turns: &[(&str, bool)]| -> Vec<u8> {
+        turns
+            .iter()
+            .flat_map(|(words, trained)| {
+                let n = words.split(' ').count();
+                (0..n).map(move |k| u8::from(*trained && k >= 2))
+            })
+            .collect()
+    };
+    let want = [
+        vec![(user("a b"), false), (asst("c d"), true)],
+        vec![
+            (system("e"), false),
+            (user("a b"), false),
+            (asst("c"), true),
+            (user("d"), false),
+            (asst("f"), true),
+        ],
+        vec![(system("e"), false), (user("a"), false), (asst("b"), true)],
+        // Alpaca: instruction, a newline, input; the newline splits words.
+        vec![(user("a b"), false), (asst("c"), true)],
+    ];
+    assert_eq!(got.len(), want.len());
+    for (k, (turns, (got_ids, got_mask))) in want.iter().zip(&got).enumerate() {
+        let words: Vec<&str> = turns.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(got_ids, &ids(&words.join(" ")), "record {k}'s ids");
+        let flags: Vec<(&str, bool)> = turns.iter().map(|(w, m)| (w.as_str(), *m)).collect();
+        assert_eq!(got_mask, &mask_of(&flags), "record {k}'s mask");
+    }
+    let m = Manifest::read(&out).unwrap();
+    assert_eq!(m.version, prep::format::MASKED_VERSION);
+    let counts = m.provenance.chat.expect("chat counts");
+    let trained: usize = got
+        .iter()
+        .map(|(_, m)| m.iter().filter(|&&b| b == 1).count())
+        .sum();
+    assert_eq!(counts.trainable_tokens, trained as u64);
+    assert!(m.shards.iter().all(|s| s.mask.is_some()));
+}
+
+#[test]
+fn last_and_all_policies() {
+    let t = TestDir::new();
+    let (last, all) = (t.path("last"), t.path("all"));
+    ok(chat(&t, CHATML, ROWS, &last).args(["--loss-mask", "last"]));
+    ok(chat(&t, CHATML, ROWS, &all).args(["--loss-mask", "all"]));
+    let whole = masked_records(&all);
+    assert!(whole.iter().all(|(_, m)| m.iter().all(|&b| b == 1)));
+    // Row 1 has two assistant turns: only the second is trained on under `last`.
+    let (ids1, mask1) = &masked_records(&last)[1];
+    let trained: Vec<u32> = ids1
+        .iter()
+        .zip(mask1)
+        .filter(|(_, &m)| m == 1)
+        .map(|(&i, _)| i)
+        .collect();
+    assert_eq!(trained, ids("f <|im_end|>"));
+}
+
+#[test]
+fn a_flipped_mask_byte_fails_validate() {
+    let t = TestDir::new();
+    let out = t.path("out");
+    ok(&mut chat(&t, CHATML, ROWS, &out));
+    ok(t.prep().arg("validate").arg(&out));
+    let mask = out.join("shard-00000.mask");
+    let mut bytes = std::fs::read(&mask).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&mask, &bytes).unwrap();
+    let report = run(t.prep().args(["validate", "--json"]).arg(&out));
+    assert_eq!(report.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("shard-00000.mask") && text.contains("checksum"),
+        "{text}"
+    );
+    // A byte that is no mask value at all is named as such.
+    bytes[0] = 7;
+    std::fs::write(&mask, &bytes).unwrap();
+    let text =
+        String::from_utf8_lossy(&run(t.prep().args(["validate", "--json"]).arg(&out)).stdout)
+            .into_owned();
+    assert!(
+        text.contains("loss_mask") && text.contains("is 7"),
+        "{text}"
+    );
+}
+
+#[test]
+fn stages_that_cannot_carry_masks_refuse_them() {
+    let t = TestDir::new();
+    let out = t.path("out");
+    ok(&mut chat(&t, CHATML, ROWS, &out));
+    let err = fails(
+        t.prep()
+            .args(["shuffle", "--seed", "1", "--quiet"])
+            .arg(&out)
+            .arg(t.path("shuffled")),
+        2,
+    );
+    assert!(
+        err.contains("loss masks") && err.contains("prep shuffle"),
+        "{err}"
+    );
+    assert!(!t.path("shuffled").join("manifest.json").exists());
+}
+
+/// Rows of one or two assistant turns of varied lengths.
+fn many_rows(n: usize) -> String {
+    let words = ["a", "b", "c", "d", "e", "f"];
+    (0..n)
+        .map(|i| {
+            let text = |k: usize| -> String {
+                (0..1 + (i * 7 + k) % 9).map(|j| words[(i + j + k) % 6]).collect::<Vec<_>>().join(" ")
+            };
+            let mut turns = format!(
+                r#"{{"role": "user", "content": "{}"}}, {{"role": "assistant", "content": "{}"}}"#,
+                text(1),
+                text(2)
+            );
+            if i % 3 == 0 {
+                turns += &format!(
+                    r#", {{"role": "user", "content": "{}"}}, {{"role": "assistant", "content": "{}"}}"#,
+                    text(3),
+                    text(4)
+                );
+            }
+            format!("{{\"messages\": [{turns}]}}\n")
+        })
+        .collect()
+}
+
+#[test]
+fn packed_rows_carry_their_pieces_masks() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(chat(&t, CHATML, &many_rows(60), &docs).args(["--shard-size", "200B"]));
+    let doc_masks = masked_records(&docs);
+    for mode in ["bestfit", "concat"] {
+        let packed = t.path(mode);
+        ok(t.prep()
+            .args([
+                "pack",
+                "--seq-len",
+                "16",
+                "--pad",
+                "0",
+                "--no-sep",
+                "--quiet",
+                "--mode",
+                mode,
+            ])
+            .args(["--shard-size", "100B"])
+            .arg(&docs)
+            .arg(&packed));
+        ok(t.prep().arg("validate").arg(&packed));
+        let ds = Dataset::open(&packed).unwrap();
+        assert_eq!(ds.manifest().version, prep::format::MASKED_VERSION);
+        let mut trained = 0;
+        for r in 0..ds.len() {
+            let row = ds.record(r).unwrap().to_vec();
+            let mask = ds.loss_mask(r).unwrap().expect("a masked row").to_vec();
+            let mut want = vec![0u8; row.len()];
+            for seg in ds.segments(r).unwrap() {
+                let (ids, m) = &doc_masks[seg.doc as usize];
+                let (from, start, n) = (
+                    seg.doc_offset as usize,
+                    seg.start as usize,
+                    seg.length as usize,
+                );
+                assert_eq!(row[start..start + n], ids[from..from + n], "{mode} row {r}");
+                want[start..start + n].copy_from_slice(&m[from..from + n]);
+            }
+            assert_eq!(
+                mask, want,
+                "{mode} row {r}: the pieces' masks, 0 on padding"
+            );
+            trained += mask.iter().filter(|&&b| b == 1).count();
+        }
+        let all: usize = doc_masks
+            .iter()
+            .map(|(_, m)| m.iter().filter(|&&b| b == 1).count())
+            .sum();
+        if mode == "bestfit" {
+            assert_eq!(trained, all, "bestfit keeps every token");
+        }
+    }
+}
+
+#[test]
+fn bad_rows_are_named_or_skipped_and_counted() {
+    let t = TestDir::new();
+    let rows = concat!(
+        r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,
+        "\n",
+        r#"{"messages": [{"role": "wizard", "content": "a"}]}"#,
+        "\n",
+        r#"{"text": "not a conversation"}"#,
+        "\n",
+        r#"{"messages": [{"role": "system", "content": "e"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,
+        "\n",
+        r#"{"messages": [{"role": "user", "content": "a"}]}"#,
+        "\n",
+    );
+    let out = t.path("out");
+    let err = fails(&mut chat(&t, NO_SYSTEM, rows, &out), 2);
+    assert!(
+        err.contains("rows.jsonl: line 2") && err.contains("unknown role \"wizard\""),
+        "{err}"
+    );
+    assert!(!out.join("manifest.json").exists());
+    ok(chat(&t, NO_SYSTEM, rows, &out).args(["--skip-bad", "--overwrite"]));
+    let m = Manifest::read(&out).unwrap();
+    let c = m.provenance.chat.unwrap();
+    assert_eq!((c.malformed, c.refused, c.no_trainable_token), (2, 1, 1));
+    assert_eq!(
+        (m.provenance.documents.read, m.provenance.documents.written),
+        (5, 1)
+    );
+    assert_eq!(m.provenance.documents.skipped, 3);
+
+    // A template that rewrites earlier turns cannot have its masks verified.
+    let two_turns = concat!(
+        r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]}"#,
+        "\n"
+    );
+    let err = fails(&mut chat(&t, REWRITES, two_turns, &t.path("rw")), 2);
+    assert!(
+        err.contains("line 1") && err.contains("cannot be verified"),
+        "{err}"
+    );
+}
+
+#[test]
+fn over_long_conversations_are_dropped_or_truncated() {
+    let t = TestDir::new();
+    let (dropped, cut) = (t.path("dropped"), t.path("cut"));
+    // Only record 1 (21 tokens) is over 14; cut there, its first
+    // assistant turn is kept whole.
+    ok(chat(&t, CHATML, ROWS, &dropped).args(["--max-tokens", "14"]));
+    ok(chat(&t, CHATML, ROWS, &cut).args(["--max-tokens", "14", "--overlong", "truncate"]));
+    let d = Manifest::read(&dropped).unwrap();
+    let c = Manifest::read(&cut).unwrap();
+    assert_eq!(d.provenance.chat.unwrap().too_long, 1);
+    assert_eq!(d.n_records, 3);
+    assert_eq!(c.provenance.chat.unwrap().truncated, 1);
+    assert_eq!(c.n_records, 4);
+    let full = masked_records(&{
+        let all = t.path("full");
+        ok(&mut chat(&t, CHATML, ROWS, &all));
+        all
+    });
+    for ((ids, mask), (full_ids, full_mask)) in masked_records(&cut).iter().zip(&full) {
+        assert!(ids.len() <= 14);
+        assert_eq!(ids[..], full_ids[..ids.len()]);
+        assert_eq!(mask[..], full_mask[..ids.len()]);
+    }
+}
+
+#[test]
+fn parts_merge_into_the_one_run_with_masks() {
+    let t = TestDir::new();
+    let rows: String = (0..40).map(|i| {
+        let reply = ["a b", "c", "d e f"][i % 3];
+        format!("{{\"messages\": [{{\"role\": \"user\", \"content\": \"a\"}}, {{\"role\": \"assistant\", \"content\": \"{reply}\"}}]}}\n")
+    }).collect();
+    let one = t.path("one");
+    ok(chat(&t, CHATML, &rows, &one).args(["--shard-size", "64B"]));
+    let run_dir = t.path("run");
+    for i in 0..3 {
+        ok(
+            chat(&t, CHATML, &rows, &run_dir.join(format!("part-{i}"))).args([
+                "--shard-size",
+                "64B",
+                "--part",
+                &format!("{i}/3"),
+            ]),
+        );
+    }
+    let mut cmd = t.prep();
+    cmd.args(["merge", "--quiet"]);
+    for i in 0..3 {
+        cmd.arg(run_dir.join(format!("part-{i}")));
+    }
+    ok(cmd.arg(&run_dir));
+    assert_eq!(masked_records(&run_dir), masked_records(&one));
+    let (a, b) = (
+        Manifest::read(&run_dir).unwrap(),
+        Manifest::read(&one).unwrap(),
+    );
+    assert_eq!(a.provenance.chat, b.provenance.chat);
+    assert_eq!(a.version, b.version);
+    ok(t.prep().arg("validate").arg(&run_dir));
+}
+
+#[test]
+fn inspect_prints_the_mask_beside_the_ids() {
+    let t = TestDir::new();
+    let out = t.path("out");
+    ok(&mut chat(&t, CHATML, ROWS, &out));
+    let json = ok(t
+        .prep()
+        .args(["inspect", "--json", "--record", "0"])
+        .arg(&out))
+    .stdout;
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let (want_ids, want_mask) = &masked_records(&out)[0];
+    let ids: Vec<u32> = serde_json::from_value(v["record"]["ids"].clone()).unwrap();
+    let mask: Vec<u8> = serde_json::from_value(v["record"]["loss_mask"].clone()).unwrap();
+    assert_eq!((&ids, &mask), (want_ids, want_mask));
+}
