@@ -30,13 +30,16 @@ loss masks to it. The rule it implements is the one prep documents:
    with add_special_tokens=False, which must equal apply_chat_template's own.
 7. The loss mask: with policy "assistant", the characters of the assistant
    replies are trainable. A template with {% generation %} blocks names them
-   (transformers' generation indices); for any other, reply i is the text
-   between render(messages[:i], add_generation_prompt=True) and
-   render(messages[:i+1]), and a row whose renders are not prefixes of one
-   another is bad ("unverifiable"). "last" keeps the last reply only, "all"
-   trains every token. A token (its offsets (s, e) in the text) is trainable
-   when it overlaps a reply [a, b): s < b and a < e. A row with no trainable
-   token is skipped, not bad.
+   (transformers' generation indices); for any other, with P =
+   render(messages[:i], add_generation_prompt=True), Q =
+   render(messages[:i+1]) and W the whole text, reply i is W[a:b] where a is
+   the length of the common prefix of P and Q and b that of Q and W; the row
+   is bad ("unverifiable") when b <= a, when the reply's content (stripped;
+   or, when it is empty, each of its tool calls' names) is not inside W[a:b],
+   or when a reply starts before the one before it ends. "last" keeps the
+   last reply only, "all" trains every token. A token (its offsets (s, e) in
+   the text) is trainable when it overlaps a reply [a, b): s < b and a < e.
+   A row with no trainable token is skipped, not bad.
 
 A row prep must refuse is reported as a `BadRow`, whose `reason` is one of
 REASONS. Python: target/venv (tools/requirements.txt pins transformers).
@@ -276,6 +279,28 @@ def _fixed_clock(template: str) -> None:
     env.globals["strftime_now"] = lambda fmt: DATE.strftime(fmt)
 
 
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of a and b, in characters."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _tool_call_names(message: dict) -> list[str]:
+    """The names of a message's tool calls (function.name, or name)."""
+    names = []
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function") if isinstance(call.get("function"), dict) else call
+        if isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
 def _overlap_mask(offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
     """1 for each token (s, e) with s < b and a < e for some span [a, b), else 0."""
     mask = np.zeros(len(offsets), dtype=bool)
@@ -359,13 +384,18 @@ class Reference:
                 q = self.render(messages[:i + 1], tools, False)
             except Exception as e:  # noqa: BLE001
                 raise BadRow("unverifiable", f"message {i}: rendering a prefix fails: {e}") from None
-            if not q.startswith(p):
-                raise BadRow("unverifiable", f"message {i}: the text up to the reply's prompt is not "
-                                             f"a prefix of the text through the reply")
-            if not text.startswith(q):
-                raise BadRow("unverifiable", f"message {i}: the text through the reply is not a "
-                                             f"prefix of the whole conversation's")
-            spans.append((len(p), len(q)))
+            start, end = _common_prefix(p, q), _common_prefix(q, text)
+            if end <= start:
+                raise BadRow("unverifiable", f"message {i}: the text through the reply does not "
+                                             f"continue past the reply's prompt")
+            content = m.get("content")
+            content = content.strip() if isinstance(content, str) else ""
+            needles = [content] if content else _tool_call_names(m)
+            if any(n not in text[start:end] for n in needles):
+                raise BadRow("unverifiable", f"message {i}: the reply's text is not inside its span")
+            if spans and spans[-1][1] > start:
+                raise BadRow("unverifiable", f"message {i}: the reply does not follow the one before")
+            spans.append((start, end))
         return spans
 
     # One row ---------------------------------------------------------------

@@ -8,13 +8,14 @@
 //! byte per id.
 //!
 //! The spans, policy `assistant`: a template with `{% generation %}` blocks
-//! names them itself. Otherwise each assistant message's span runs from the
-//! end of the conversation before it rendered with the generation prompt
-//! to the end of the conversation up to it, both renderings checked to be
-//! prefixes of the whole (a template that rewrites earlier turns cannot be
-//! trusted to mask them, and the row is refused as unverifiable). A token is
-//! trained on when its characters overlap a span. Policy `last` keeps the
-//! last span, `all` trains on every token.
+//! names them itself. Otherwise each assistant message's span runs from
+//! where the conversation before it, rendered with the generation prompt,
+//! parts from the conversation up to it, to where that parts from the whole
+//! (see [`reply_span`]); the reply's own text must lie inside, so a template
+//! that rewrites earlier turns cannot place a mask wrongly: the row is
+//! refused as unverifiable. A token is trained on when its characters
+//! overlap a span. Policy `last` keeps the last span, `all` trains on every
+//! token.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -280,30 +281,29 @@ impl Chat {
             MaskPolicy::All => return Ok((text, None)),
             _ if template.has_generation() => whole.generation,
             _ => {
-                let mut spans = Vec::new();
+                let mut spans: Spans = Vec::new();
                 for (i, m) in conv.messages.iter().enumerate() {
-                    if m.get_attr("role").ok().as_ref().and_then(|r| r.as_str())
-                        != Some("assistant")
-                    {
+                    if !is_assistant(m) {
                         continue;
                     }
-                    let before = render(&conv.messages[..i], true).map_err(|e| {
+                    let unverifiable = |what: &str, e: RowError| {
                         RowError::Unverifiable(format!(
-                            "rendering the turns before assistant message {i}: {e}"
+                            "rendering the turns {what} assistant message {i}: {e}"
                         ))
+                    };
+                    let before =
+                        render(&conv.messages[..i], true).map_err(|e| unverifiable("before", e))?;
+                    let upto = render(&conv.messages[..=i], false)
+                        .map_err(|e| unverifiable("up to", e))?;
+                    let span = reply_span(&before.text, &upto.text, &text, m).map_err(|why| {
+                        RowError::Unverifiable(format!("assistant message {i}: {why}"))
                     })?;
-                    let upto = render(&conv.messages[..=i], false).map_err(|e| {
-                        RowError::Unverifiable(format!(
-                            "rendering the turns up to assistant message {i}: {e}"
-                        ))
-                    })?;
-                    if !upto.text.starts_with(&before.text) || !text.starts_with(&upto.text) {
+                    if spans.last().is_some_and(|last| last.end > span.start) {
                         return Err(RowError::Unverifiable(format!(
-                            "the template does not render the conversation up to assistant \
-                             message {i} as a prefix of the whole (it rewrites earlier turns)"
+                            "assistant message {i}'s reply does not come after the one before it"
                         )));
                     }
-                    spans.push(before.text.len()..upto.text.len());
+                    spans.push(span);
                 }
                 spans
             }
@@ -313,6 +313,91 @@ impl Chat {
         }
         Ok((text, Some(spans)))
     }
+}
+
+/// Where one assistant reply lies in the whole rendering `whole`, from
+/// `before` (the turns before it, rendered with the generation prompt) and
+/// `upto` (the turns up to it): it starts where `before` and `upto` part
+/// (a template may open a reply with more than it keeps, such as a
+/// `<think>` the generation prompt adds) and ends where `upto` and `whole`
+/// part (a template may close the last turn with more than an inner one,
+/// such as an eos at the very end). A template that renders an earlier
+/// turn differently inside the whole (one that drops earlier `<think>`
+/// blocks) is caught by the reply's own text: its content (trimmed), or
+/// else its tool calls' names, must lie inside the span.
+fn reply_span(
+    before: &str,
+    upto: &str,
+    whole: &str,
+    message: &Value,
+) -> Result<Range<usize>, String> {
+    let start = common_prefix(before, upto);
+    let end = common_prefix(upto, whole);
+    if end <= start {
+        return Err("the text through the reply does not continue the conversation's text past the reply's prompt".into());
+    }
+    let span = &whole[start..end];
+    let content = message
+        .get_attr("content")
+        .ok()
+        .and_then(|c| c.as_str().map(|s| python_strip(s).to_owned()))
+        .unwrap_or_default();
+    let needles: Vec<String> = if content.is_empty() {
+        tool_call_names(message)
+    } else {
+        vec![content]
+    };
+    match needles.iter().find(|n| !span.contains(n.as_str())) {
+        Some(missing) => Err(format!(
+            "the template renders the reply differently inside the whole conversation \
+             (its text {:?} is not where the reply is)",
+            missing.chars().take(40).collect::<String>()
+        )),
+        None => Ok(start..end),
+    }
+}
+
+/// `s` without the whitespace Python's `str.strip()` removes (Unicode's,
+/// and the separators U+001C to U+001F).
+fn python_strip(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+/// The length in bytes of the longest common prefix of `a` and `b` that
+/// ends on a character boundary.
+fn common_prefix(a: &str, b: &str) -> usize {
+    let mut n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    while !a.is_char_boundary(n) {
+        n -= 1;
+    }
+    n
+}
+
+/// The names of a message's tool calls (`function.name`, or `name`).
+fn tool_call_names(message: &Value) -> Vec<String> {
+    let Ok(calls) = message.get_attr("tool_calls") else {
+        return Vec::new();
+    };
+    let Ok(calls) = calls.try_iter() else {
+        return Vec::new();
+    };
+    calls
+        .filter_map(|call| {
+            let function = call.get_attr("function").ok().filter(|f| !f.is_undefined());
+            let name = function.unwrap_or(call).get_attr("name").ok()?;
+            name.as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Whether a message is the assistant's.
+fn is_assistant(message: &Value) -> bool {
+    message
+        .get_attr("role")
+        .ok()
+        .as_ref()
+        .and_then(|r| r.as_str())
+        == Some("assistant")
 }
 
 /// Byte ranges of a rendering that are trained on, in order.
