@@ -95,6 +95,8 @@ fn add_filters(env: &mut Environment<'static>) {
     });
     env.add_filter("replace", filters::replace);
     env.add_filter("indent", filters::indent);
+    env.add_filter("default", filters::default);
+    env.add_filter("d", filters::default);
     env.add_filter("int", filters::int);
     env.add_filter("float", filters::float);
     env.add_filter("round", filters::round);

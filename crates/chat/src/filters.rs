@@ -409,3 +409,15 @@ pub(crate) fn escape(value: &Value, force: bool) -> Value {
     }
     Value::from_safe_string(out)
 }
+
+/// Jinja2's `default(value, default_value='', boolean=False)`: the default
+/// for an undefined value, or with `boolean` for any false one.
+pub(crate) fn default(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let [fallback, boolean] = bind2(&args, &kwargs, ["default_value", "boolean"])?;
+    let boolean = boolean.is_some_and(|b| b.is_true());
+    if value.is_undefined() || (boolean && !value.is_true()) {
+        Ok(fallback.unwrap_or_else(|| Value::from("")))
+    } else {
+        Ok(value.clone())
+    }
+}

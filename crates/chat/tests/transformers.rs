@@ -12,7 +12,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::constructs::{CONSTRUCTS, DOCUMENTS, LENIENT, MESSAGES, REFUSED, VARS};
+use common::constructs::{
+    CONSTRUCTS, DOCUMENTS, EXTRA_TEMPLATES, LENIENT, MESSAGES, REFUSED, VARS,
+};
 use common::conversations::{real_conversations, special_tokens, CONVERSATIONS, KWARGS, TOOLS};
 use common::{describe, rust_outcome, start_python, Case, Outcome};
 use prep_chat::Template;
@@ -65,9 +67,15 @@ fn corpus_cases(
         .collect();
     files.sort();
     let real = real_conversations(corpus);
-    for file in files {
+    let corpus_templates = files.iter().map(|file| {
         let name = file.file_stem().unwrap().to_str().unwrap().to_owned();
-        templates.push((name.clone(), std::fs::read_to_string(&file).unwrap()));
+        (name, std::fs::read_to_string(file).unwrap(), true)
+    });
+    let extra = EXTRA_TEMPLATES
+        .iter()
+        .map(|(name, source)| (name.to_string(), source.to_string(), false));
+    for (name, source, with_real) in corpus_templates.chain(extra) {
+        templates.push((name.clone(), source));
         let tokens = special_tokens(corpus, &name);
         let vars = |kwargs: &str| {
             let inner = kwargs
@@ -106,7 +114,7 @@ fn corpus_cases(
             add_generation_prompt: true,
             vars: vars("{}"),
         });
-        for (i, (label, messages, tools)) in real.iter().enumerate() {
+        for (i, (label, messages, tools)) in real.iter().enumerate().filter(|_| with_real) {
             cases.push(Case {
                 template: name.clone(),
                 label: label.clone(),
@@ -208,11 +216,9 @@ fn corpus_disagreements(run: &Run) -> Vec<String> {
             t.cases, t.equal, t.raised, t.failed
         );
     }
-    if tallies.len() != 15 {
-        bad.push(format!(
-            "the corpus has 15 templates, not {}",
-            tallies.len()
-        ));
+    let corpus = tallies.keys().filter(|k| !k.starts_with("extra:")).count();
+    if corpus != 15 {
+        bad.push(format!("the corpus has 15 templates, not {corpus}"));
     }
     bad
 }

@@ -204,6 +204,7 @@ pub const CONSTRUCTS: &[(&str, &str)] = &[
     ("ws-line-end", "{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n{% if false %}\nno\n{% else %}\n  else\n{% endif %}"),
     ("namespace-object", "{% set ns = namespace(a=1) %}{{ ns is mapping }}{{ ns }}|{{ ns.a }}{{ ns.b is defined }}"),
     ("namespace-tojson", "{% set ns = namespace(a=1) %}{{ ns | tojson }}"),
+    ("filter-kwargs", "{{ e | default('dflt', boolean=true) }}|{{ n | default(default_value='dv') }}|{{ [3, 1, 2] | sort(reverse=true) }}|{{ messages | map(attribute='missing', default='x') | list }}|{{ messages | unique(attribute='role') | map(attribute='role') | list }}|{{ x | batch(4, 'fill') | list }}|{{ x | slice(4, 'f') | list }}|{{ [1, 2] | sum(start=10) }}|{{ 2.567 | round(1, 'floor') }}|{{ 2.561 | round(2, 'ceil') }}|{{ d | dictsort(false, 'value') | first if false else 1 }}"),
     // Generation blocks.
     ("generation-loop", "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"),
     ("generation-ws", "x\n  {%- generation %}\n  body\n  {% endgeneration -%}\n  y\n{% generation -%}   z   {%- endgeneration %}\nw"),
@@ -211,4 +212,162 @@ pub const CONSTRUCTS: &[(&str, &str)] = &[
     ("generation-empty", "a{% generation %}{% endgeneration %}b{% generation %}{{ '' }}{% endgeneration %}"),
     ("generation-raise", "{% generation %}x{{ raise_exception('inside') }}{% endgeneration %}"),
     ("generation-unicode", "😀{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}|{% endfor %}"),
+];
+
+/// Larger templates in the style of recent models' (written for this test,
+/// not copied), rendered like the corpus templates on every synthetic
+/// conversation: reasoning split out of the content, tools as typed
+/// signatures through recursive macros, generation blocks. (name, source).
+pub const EXTRA_TEMPLATES: &[(&str, &str)] = &[
+    (
+        "extra:reasoning-tools",
+        r##"{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools><|im_end|>\n" }}
+{%- elif messages and messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- generation %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- content }}
+            {%- endif %}
+        {%- else %}
+            {{- content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>' }}
+        {%- endgeneration %}
+        {{- '\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}
+"##,
+    ),
+    (
+        "extra:typed-signatures",
+        r##"{#- Tools as typed signatures, through a recursive macro. -#}
+{%- macro render_type(spec, required=[]) -%}
+    {%- if spec.type == "object" and spec.properties is defined -%}
+        {{- "{\n" -}}
+        {%- for name, prop in spec.properties | items -%}
+            {{- "  " ~ name -}}
+            {%- if name not in required %}{{ "?" }}{% endif -%}
+            {{- ": " ~ render_type(prop, prop.required | default([])) -}}
+            {%- if prop.description is defined %}{{ " // " ~ prop.description | trim }}{% endif -%}
+            {{- ",\n" if not loop.last else "\n" -}}
+        {%- endfor -%}
+        {{- "}" -}}
+    {%- elif spec.type == "array" -%}
+        {{- render_type(spec['items'] | default({'type': 'any'})) ~ "[]" -}}
+    {%- elif spec.enum is defined -%}
+        {{- spec.enum | map("tojson") | join(" | ") -}}
+    {%- elif spec.type in ["integer", "number"] -%}
+        {{- "number" -}}
+        {%- if spec.default is defined %}{{ " = " ~ spec.default | string }}{% endif -%}
+    {%- else -%}
+        {{- spec.type | default("any") -}}
+    {%- endif -%}
+{%- endmacro -%}
+{{- bos_token -}}
+{%- if tools is not none and tools | length > 0 -%}
+<|system|>
+{% for tool in tools -%}
+{%- set f = tool.function -%}
+// {{ f.description | default("") | replace("\n", " ") }}
+type {{ f.name }} = (_: {{ render_type(f.parameters, f.parameters.required | default([])) }}) => any;
+{% endfor -%}
+<|end|>
+{% endif -%}
+{%- for message in messages -%}
+    {%- if message.role == "assistant" -%}
+<|assistant|>
+{% generation -%}
+{%- if message.content -%}{{ message.content | trim }}{%- endif -%}
+{%- for call in message.tool_calls | default([]) %}
+<|call|>{{ call.function.name }}({{ call.function.arguments | tojson(sort_keys=true) }})
+{%- endfor %}
+<|end|>{{ eos_token }}
+{% endgeneration -%}
+    {%- elif message.role == "tool" -%}
+<|tool|>{{ message.content if message.content is string else message.content | tojson(indent=2) }}<|end|>
+{% else -%}
+<|{{ message.role }}|>
+{{ message.content | string | trim }}<|end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|assistant|>
+{% endif -%}
+"##,
+    ),
 ];
