@@ -802,25 +802,47 @@ if torch is not None:
                         checkpoint = {..., "data": data.state_dict(batches=step)}
                 data.set_epoch(data.epoch + 1)
 
+        Fine-tuning: with `labels=True` each row comes as a dict of int64
+        tensors for a model of context C = seq_len - 1 (pack with `--seq-len
+        C+1`), the shift done once, here:
+
+          - `input_ids`: row[:-1];
+          - `labels`: labels[j] is the target of position j, row[j + 1], or
+            -100 where it must not be trained on: where the loss mask of token
+            j + 1 is 0 (a dataset from `prep tokenize --chat`; a dataset
+            without masks trains on every document token), where token j + 1
+            starts another piece than token j's (no label crosses a document
+            boundary, whatever the tokens are: the segment index says where
+            documents end, not eos), and on padding;
+          - `position_ids`: 0 at the start of every piece and of the padding
+            (prep.attention.position_ids);
+          - `cu_seqlens` (int32) and `max_seqlen`: the pieces' boundaries
+            for flash-attention's varlen kernels, the padding one more
+            sequence (prep.attention.cu_seqlens). cu_seqlens differs in length
+            from row to row: batch with `batch_size=None` in the DataLoader
+            and a collate of your own, or concatenate rows yourself.
+
         Attributes: `dataset` (the `Dataset`), `seed`, `epoch`, `rank`,
-        `world_size`, `batch_size`, `targets`.
+        `world_size`, `batch_size`, `targets`, `labels`.
         """
 
         def __init__(self, path: os.PathLike | str | Dataset, seed: int, epoch: int = 0,
                      rank: int = 0, world_size: int = 1, batch_size: int = 1,
-                     targets: bool = False):
+                     targets: bool = False, labels: bool = False):
             super().__init__()
             self.dataset = path if isinstance(path, Dataset) else Dataset(path)
             if self.dataset.seq_len is None:
                 raise ValueError(f"{self.dataset.path}: a {self.dataset.kind} dataset; "
                                  f"PackedDataset reads packed datasets (prep pack)")
-            if targets and self.dataset.seq_len < 2:
-                raise ValueError("targets=True needs rows of at least 2 tokens")
+            if targets and labels:
+                raise ValueError("targets=True and labels=True are two forms of the same pairs; pass one")
+            if (targets or labels) and self.dataset.seq_len < 2:
+                raise ValueError("targets=True and labels=True need rows of at least 2 tokens")
             batch_size = operator.index(batch_size)
             if batch_size < 1:
                 raise ValueError(f"batch_size must be at least 1, not {batch_size}")
             self.seed, self.rank, self.world_size = seed, rank, world_size
-            self.batch_size, self.targets = batch_size, bool(targets)
+            self.batch_size, self.targets, self.labels = batch_size, bool(targets), bool(labels)
             self.epoch = epoch
             self._start = 0  # position this pass starts from
             self._yielded = 0  # rows this process's iterator has yielded in this pass
@@ -851,9 +873,41 @@ if torch is not None:
                                     dtype=np.int64)
                 positions = (start + batches[:, None] * b + lanes).ravel()
                 for i in sampler.at(positions[positions < end]).tolist():
-                    row = torch.from_numpy(ds[i].astype(np.int64))
                     self._yielded += 1
+                    if self.labels:
+                        yield self.example(i)
+                        continue
+                    row = torch.from_numpy(ds[i].astype(np.int64))
                     yield (row[:-1], row[1:]) if targets else row
+
+        def example(self, i: int) -> dict:
+            """Row `i` as `labels=True` yields it (see the class docs)."""
+            ds = self.dataset
+            row = ds[i].astype(np.int64)
+            n = len(row) - 1
+            # The pieces end to end (as `segments` checks them), cut at n,
+            # the padding one more piece: what prep.attention computes.
+            lengths = ds.segments(i)["length"].astype(np.int64)
+            ends = np.cumsum(lengths)
+            piece = np.full(len(row), -1, dtype=np.int64)  # -1: padding
+            piece[:int(ends[-1]) if len(ends) else 0] = np.repeat(np.arange(len(lengths)), lengths)
+            trained = (piece[1:] == piece[:-1]) & (piece[1:] >= 0)
+            if ds.has_loss_mask:
+                trained &= ds.loss_mask(i)[1:] == 1
+            cut = np.minimum(ends, n)
+            cut = np.diff(np.concatenate(([0], cut)))
+            cut = cut[cut > 0]
+            if cut.sum() < n:
+                cut = np.append(cut, n - cut.sum())
+            cu = np.concatenate(([0], np.cumsum(cut))).astype(np.int32)
+            positions = np.arange(n, dtype=np.int64) - np.repeat(cu[:-1].astype(np.int64), cut)
+            return {
+                "input_ids": torch.from_numpy(row[:-1].copy()),
+                "labels": torch.from_numpy(np.where(trained, row[1:], -100)),
+                "position_ids": torch.from_numpy(positions),
+                "cu_seqlens": torch.from_numpy(cu),
+                "max_seqlen": int(cut.max()) if len(cut) else 0,
+            }
 
         def set_epoch(self, epoch: int) -> None:
             """Start epoch `epoch` from its first position (the next iteration reads it)."""

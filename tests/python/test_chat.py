@@ -599,3 +599,50 @@ def test_a_newer_version_is_refused(chat_dataset, tmp_path):
     _edit(root, lambda m: m.update(version=3))
     with pytest.raises(reader.UnsupportedVersion, match=r"format version 3, but this reader reads version 2"):
         reader.Dataset(root)
+
+
+# --- Packed chat rows for fine-tuning: labels ------------------------------------------------------
+
+_spec = importlib.util.spec_from_file_location("prep_attention", REPO / "python" / "prep" / "attention.py")
+attention = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(attention)
+
+
+@pytest.mark.parametrize("mode", ["bestfit", "concat"])
+def test_packed_labels_follow_each_documents_mask(chat_dataset, tmp_path, mode):
+    """PackedDataset(labels=True): every label is the next token of its own
+    document where that token's mask is 1, else -100, computed here from the
+    documents alone; positions and cu_seqlens are prep.attention's."""
+    torch = pytest.importorskip("torch")
+    docs, results = chat_dataset
+    packed = tmp_path / "packed"
+    seq_len = 65
+    proc = subprocess.run([str(PREP_BIN), "pack", str(docs), str(packed), "--seq-len", str(seq_len),
+                           "--mode", mode, "--pad", "0", "--no-sep", "--quiet"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = reader.PackedDataset(packed, seed=3, labels=True)
+    ds = data.dataset
+    assert ds.has_loss_mask
+    seen = 0
+    for i in range(len(ds)):
+        ex = data.example(i)
+        pieces = ds.segments(i)
+        want = np.full(seq_len - 1, -100, dtype=np.int64)
+        for p in pieces:
+            ids, mask = results[int(p["doc"])].ids, results[int(p["doc"])].mask
+            for k in range(1, int(p["length"])):
+                at = int(p["start"]) + k - 1  # position whose target is the piece's token k
+                if at < seq_len - 1 and mask[int(p["doc_offset"]) + k]:
+                    want[at] = ids[int(p["doc_offset"]) + k]
+        assert ex["labels"].tolist() == want.tolist(), f"row {i}"
+        assert ex["input_ids"].tolist() == ds[i][:-1].tolist()
+        assert ex["position_ids"].tolist() == attention.position_ids(pieces, seq_len - 1).tolist()
+        cu, max_len = attention.cu_seqlens(pieces, seq_len - 1)
+        assert ex["cu_seqlens"].tolist() == cu.tolist() and ex["max_seqlen"] == max_len
+        assert ex["labels"].dtype == torch.int64
+        seen += int((ex["labels"] != -100).sum())
+    assert seen > 0
+    # Through the iterator too: the sampler's order, dicts of tensors.
+    first = next(iter(data))
+    assert set(first) == {"input_ids", "labels", "position_ids", "cu_seqlens", "max_seqlen"}
