@@ -13,7 +13,7 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -296,6 +296,11 @@ bench-mix: build $(VENV)/.installed
 
 # Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
 # padding on the real corpus (../shared/corpora, tokenized once into $(TARGET_DIR)/bench).
+# prep tokenize --chat beside the Python reference (transformers' apply_chat_template
+# and tokenizers) on the same conversations, with and without masks, in one run.
+bench-chat: build $(VENV)/.installed
+	$(VPY) tools/bench_chat.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+
 bench-pack: build $(VENV)/.installed
 	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 	$(CARGO) run --release --example bench_bestfit
