@@ -118,7 +118,7 @@ struct ChatFlags {
     /// each with the chat template exactly as transformers'
     /// apply_chat_template does, tokenize the text with no special token of
     /// prep's own, and write a loss mask (shard-NNNNN.mask) beside the tokens.
-    #[arg(long, conflicts_with_all = ["shuffle_seed", "text_key"])]
+    #[arg(long, conflicts_with = "text_key")]
     chat: bool,
 
     /// The chat template: a .jinja file, a tokenizer_config.json (its

@@ -532,6 +532,11 @@ impl DatasetWriter {
         self
     }
 
+    /// The token type of the shards.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
     /// Whether the shards carry loss masks.
     pub fn is_masked(&self) -> bool {
         self.masked

@@ -241,6 +241,10 @@ pub struct Base {
     pub eos_appended: bool,
     /// The tokenizer, whose copy lies in the part's directory.
     pub tokenizer: TokenizerInfo,
+    /// The documents carry loss masks: each record in the data file is its
+    /// tokens followed by its mask, a byte per token.
+    #[serde(default)]
+    pub loss_mask: bool,
 }
 
 impl Base {
@@ -252,6 +256,7 @@ impl Base {
             special_tokens: manifest.special_tokens,
             bos_prepended: manifest.bos_prepended,
             eos_appended: manifest.eos_appended,
+            loss_mask: manifest.has_loss_mask(),
             tokenizer: manifest.tokenizer,
         }
     }
@@ -262,7 +267,7 @@ impl Base {
 pub struct Region {
     /// Where it starts in the data file.
     pub offset: u64,
-    /// Its size: 24 bytes per document plus its tokens.
+    /// Its size: 24 bytes per document plus its tokens (and their masks).
     pub bytes: u64,
     /// Documents in it.
     pub records: u64,
@@ -642,7 +647,7 @@ pub fn gather(
         config,
         &mut output,
         journal,
-        first.base.dtype,
+        (first.base.dtype, first.base.loss_mask),
         batch,
         progress,
     )?;
@@ -692,7 +697,7 @@ fn sort_and_write(
     config: &GatherConfig,
     output: &mut Output,
     journal: Journal,
-    dtype: Dtype,
+    (dtype, masked): (Dtype, bool),
     batch: Batch,
     progress: &dyn Progress,
 ) -> Result<Vec<ShardInfo>, ShuffleError> {
@@ -702,7 +707,8 @@ fn sort_and_write(
     let local = output.dir().to_path_buf();
     let mut sorter = Gather {
         pool: &pool,
-        writer: DatasetWriter::new(&local, dtype, config.writing.shard_size, Vec::new()),
+        writer: DatasetWriter::new(&local, dtype, config.writing.shard_size, Vec::new())
+            .masked(masked),
         journal,
         output,
         tmp: local.join(TMP_DIR),

@@ -314,9 +314,11 @@ fn plan(
         None => crate::run::job_fingerprint("shuffle", &options, inputs),
     };
     let n_docs: u64 = datasets.iter().map(Dataset::len).sum();
+    // A document's bytes as the shuffle moves them: its tokens, and its
+    // loss mask after them when the inputs have masks (see [`walk`]).
     let token_bytes: u64 = datasets
         .iter()
-        .map(|d| d.n_tokens() * dtype.size() as u64)
+        .map(|d| d.n_tokens() * record_unit(d, dtype))
         .sum();
     Plan {
         options,
@@ -376,7 +378,8 @@ fn shuffle_into(
             base.dtype,
             config.writing.shard_size,
             journal.shard_infos(),
-        ),
+        )
+        .masked(base.has_loss_mask()),
         journal,
         output: &mut output,
         tmp: tmp.clone(),
@@ -565,11 +568,32 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
         .collect::<Result<Vec<_>, _>>()?;
     let datasets = local
         .iter()
-        .map(|l| Dataset::open_unmasked(l.dir(), "prep shuffle"))
+        .map(|l| Dataset::open(l.dir()))
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
     for (ds, path) in datasets.iter().zip(paths).skip(1) {
         crate::run::same_documents("shuffle", first, &base, path, ds.manifest())?;
+        if ds.manifest().has_loss_mask() != base.has_loss_mask() {
+            return Err(ShuffleError::Format(
+                crate::format::FormatError::BadManifest {
+                    path: path.join(crate::format::MANIFEST_FILE),
+                    message: format!(
+                        "{} loss masks and {} does not: shuffled together, some documents would \
+                     lose theirs",
+                        if base.has_loss_mask() {
+                            first.display().to_string()
+                        } else {
+                            path.display().to_string()
+                        },
+                        if base.has_loss_mask() {
+                            path.display().to_string()
+                        } else {
+                            first.display().to_string()
+                        },
+                    ),
+                },
+            ));
+        }
     }
     let info = paths
         .iter()
@@ -638,8 +662,27 @@ fn for_each_length(
     walk(datasets, range, false, |g, len, _| f(g, len))
 }
 
-/// [`for_each_document`] and [`for_each_length`]: `f(g, bytes, tokens)`,
-/// `tokens` empty unless `read_tokens`.
+/// Bytes a document moves per token: its token's, and one more for its
+/// mask byte when the dataset has loss masks.
+pub(crate) fn record_unit(ds: &Dataset, dtype: Dtype) -> u64 {
+    dtype.size() as u64 + u64::from(ds.manifest().has_loss_mask())
+}
+
+/// A moved document's tokens and (from inputs with loss masks) mask: the
+/// record [`walk`] hands out, split again.
+pub(crate) fn split_record(record: &[u8], masked: bool, size: usize) -> (&[u8], Option<&[u8]>) {
+    if !masked {
+        return (record, None);
+    }
+    let n = record.len() / (size + 1);
+    let (tokens, mask) = record.split_at(n * size);
+    (tokens, Some(mask))
+}
+
+/// [`for_each_document`] and [`for_each_length`]: `f(g, bytes, record)`,
+/// `record` empty unless `read_tokens`. A document's record is its tokens'
+/// bytes, followed by its loss mask (a byte per token) when the dataset has
+/// masks; `bytes` is the record's length either way.
 fn walk(
     datasets: &[Dataset],
     range: Range<u64>,
@@ -651,6 +694,7 @@ fn walk(
     for ds in datasets {
         let dir = ds.dir();
         let size = ds.dtype().size() as u64;
+        let unit = record_unit(ds, ds.dtype());
         for shard in &ds.manifest().shards {
             let (lo, hi) = (
                 range.start.max(first),
@@ -679,14 +723,22 @@ fn walk(
             } else {
                 None
             };
+            let mask_name = shard.mask.as_deref().filter(|_| read_tokens);
+            let mut mask = mask_name.map(|name| open(name, prev)).transpose()?;
             for g in lo..hi {
                 idx.read_exact(&mut word).map_err(io(&shard.idx))?;
                 let end = u64::from_le_bytes(word);
                 // Dataset::open checked the offsets: they never decrease.
-                let len = (end - prev) * size;
+                let len = (end - prev) * unit;
                 if let Some(bin) = &mut bin {
+                    let token_bytes = ((end - prev) * size) as usize;
                     record.resize(len as usize, 0);
-                    bin.read_exact(&mut record).map_err(io(&shard.bin))?;
+                    bin.read_exact(&mut record[..token_bytes])
+                        .map_err(io(&shard.bin))?;
+                    if let (Some(mask), Some(name)) = (&mut mask, mask_name) {
+                        mask.read_exact(&mut record[token_bytes..])
+                            .map_err(io(name))?;
+                    }
                 }
                 f(g, len, &record)?;
                 prev = end;
@@ -956,8 +1008,15 @@ impl Gather<'_> {
             use rayon::slice::ParallelSliceMut;
             entries.par_sort_unstable_by_key(|e| (e.key, e.g));
         });
+        let masked = self.writer.is_masked();
+        let size = self.writer.dtype().size();
         for (i, e) in entries.iter().enumerate().skip(skip) {
-            if let Some(sealed) = self.writer.push_raw(&data[e.offset..e.offset + e.len])? {
+            let record = &data[e.offset..e.offset + e.len];
+            let sealed = match split_record(record, masked, size) {
+                (tokens, Some(mask)) => self.writer.push_raw_masked(tokens, mask)?,
+                (tokens, None) => self.writer.push_raw(tokens)?,
+            };
+            if let Some(sealed) = sealed {
                 self.journal.shards.push(Done {
                     shard: sealed.clone(),
                     at: Checkpoint {

@@ -201,16 +201,91 @@ fn stages_that_cannot_carry_masks_refuse_them() {
     ok(&mut chat(&t, CHATML, ROWS, &out));
     let err = fails(
         t.prep()
-            .args(["shuffle", "--seed", "1", "--quiet"])
+            .args(["split", "--quiet", "--val", "0.5", "--seed", "1"])
             .arg(&out)
-            .arg(t.path("shuffled")),
+            .arg(t.path("split")),
         2,
     );
     assert!(
-        err.contains("loss masks") && err.contains("prep shuffle"),
+        err.contains("loss masks") && err.contains("prep split"),
         "{err}"
     );
-    assert!(!t.path("shuffled").join("manifest.json").exists());
+    assert!(!t.path("split").exists() || !t.path("split").join("manifest.json").exists());
+}
+
+/// The (ids, mask) pairs of `dir`, sorted: what a shuffle must keep.
+fn sorted_pairs(dir: &Path) -> Vec<(Vec<u32>, Vec<u8>)> {
+    let mut pairs = masked_records(dir);
+    pairs.sort();
+    pairs
+}
+
+#[test]
+fn shuffles_keep_each_documents_mask() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(chat(&t, CHATML, &many_rows(80), &docs).args(["--shard-size", "300B"]));
+    let want = sorted_pairs(&docs);
+    let shuffle = |out: &Path, extra: &[&str]| {
+        ok(t.prep()
+            .args(["shuffle", "--seed", "7", "--quiet"])
+            .arg(&docs)
+            .arg(out)
+            .args(extra));
+        ok(t.prep().arg("validate").arg(out));
+        masked_records(out)
+    };
+    let in_memory = shuffle(&t.path("mem"), &[]);
+    // A budget far below the dataset: through bucket files.
+    let buckets = shuffle(&t.path("buckets"), &["--memory", "1KiB"]);
+    assert_eq!(in_memory, buckets);
+    let mut sorted = in_memory.clone();
+    sorted.sort();
+    assert_eq!(sorted, want, "the same documents, each with its own mask");
+    assert_ne!(
+        in_memory,
+        masked_records(&docs),
+        "an order other than the input's"
+    );
+
+    // Scatter and gather on many machines: the buckets in order are the shuffle.
+    let work = t.path("work");
+    for i in 0..2 {
+        ok(t.prep()
+            .args([
+                "shuffle",
+                "--quiet",
+                "--scatter",
+                "--seed",
+                "7",
+                "--buckets",
+                "2",
+                "--part",
+            ])
+            .arg(format!("{i}/2"))
+            .arg(&docs)
+            .arg(&work));
+    }
+    let mut gathered = Vec::new();
+    for j in 0..2 {
+        let out = t.path(&format!("gathered-{j}"));
+        ok(t.prep()
+            .args(["shuffle", "--quiet", "--gather", "--bucket", &j.to_string()])
+            .arg(&work)
+            .arg(&out));
+        gathered.extend(masked_records(&out));
+    }
+    assert_eq!(gathered, in_memory);
+
+    // Tokenize and shuffle in one command: the same dataset.
+    let fused = t.path("fused");
+    ok(chat(&t, CHATML, &many_rows(80), &fused).args([
+        "--shard-size",
+        "300B",
+        "--shuffle-seed",
+        "7",
+    ]));
+    assert_eq!(masked_records(&fused), in_memory);
 }
 
 /// Rows of one or two assistant turns of varied lengths.
