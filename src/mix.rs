@@ -429,7 +429,7 @@ fn check_sources(config: &MixConfig) -> Result<(), MixError> {
 fn open_sources(config: &MixConfig, local: &[Local]) -> Result<Vec<Dataset>, MixError> {
     let datasets = local
         .iter()
-        .map(|l| Dataset::open_unmasked(l.dir(), "prep mix"))
+        .map(|l| Dataset::open(l.dir()))
         .collect::<Result<Vec<_>, _>>()?;
     let first = &config.sources[0].dir;
     let base = datasets[0].manifest();
@@ -499,7 +499,8 @@ fn write_records(
         dtype,
         config.writing.shard_size,
         journal.shard_infos(),
-    );
+    )
+    .masked(datasets[0].manifest().has_loss_mask());
     let total_bytes: u64 = records
         .iter()
         .map(|&g| {
@@ -510,15 +511,15 @@ fn write_records(
     let mut bytes = 0u64;
     for (p, &g) in (written..).zip(&records[written as usize..]) {
         let (s, d) = drawn[g as usize];
-        let record = datasets[s as usize].record_bytes(d)?;
-        if let Some(sealed) = writer.push_raw(record)? {
+        let record_len = datasets[s as usize].record_bytes(d)?.len();
+        if let Some(sealed) = writer.push_record(&datasets[s as usize], d)? {
             journal.shards.push(Done {
                 shard: sealed.clone(),
                 at: (),
             });
             output.save(&journal)?;
         }
-        bytes += record.len() as u64;
+        bytes += record_len as u64;
         if p.is_multiple_of(4096) {
             progress.update(&ProgressSnapshot {
                 input_bytes: bytes,

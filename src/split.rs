@@ -210,7 +210,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     check_shares(config)?;
     crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
     let local = crate::fetch::Local::of(&config.input)?;
-    let input = Dataset::open_unmasked(local.dir(), "prep split")?;
+    let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
     if base.kind != "documents" {
         return Err(SplitError::NotDocuments {
@@ -301,6 +301,7 @@ fn open_side(
             config.writing.shard_size,
             journal.shard_infos(),
         )
+        .masked(base.has_loss_mask())
     });
     Ok(SideWriter {
         side,
@@ -343,7 +344,7 @@ fn write_sides(
             .writer
             .as_mut()
             .expect("only complete sides have no writer");
-        if let Some(sealed) = writer.push_raw(record)? {
+        if let Some(sealed) = writer.push_record(input, g)? {
             w.journal.shards.push(Done {
                 shard: sealed.clone(),
                 at: g,

@@ -659,7 +659,8 @@ impl Manifest {
 
     /// The first way `other` reads differently from this dataset, as (what,
     /// this value, the other's): tokenizer, dtype, vocabulary, kind, special
-    /// tokens and their placement, row length and packing. Datasets that
+    /// tokens and their placement, row length and packing, loss masks or
+    /// none. Datasets that
     /// differ in none of these can be mixed or joined.
     pub fn reading_difference(&self, other: &Manifest) -> Option<(&'static str, String, String)> {
         let specials = |m: &Manifest| {
@@ -676,7 +677,14 @@ impl Manifest {
                 packing.map(|p| (&p.mode, p.seed, p.window, p.separator))
             )
         };
-        let pairs: [(&'static str, String, String); 6] = [
+        let masks = |m: &Manifest| {
+            if m.has_loss_mask() {
+                "loss masks".to_owned()
+            } else {
+                "no loss masks".to_owned()
+            }
+        };
+        let pairs: [(&'static str, String, String); 7] = [
             (
                 "tokenizers",
                 self.tokenizer.xxh3.clone(),
@@ -691,6 +699,7 @@ impl Manifest {
             ("kinds", self.kind.clone(), other.kind.clone()),
             ("special tokens", specials(self), specials(other)),
             ("packings", shape(self), shape(other)),
+            ("loss masks", masks(self), masks(other)),
         ];
         pairs.into_iter().find(|(_, a, b)| a != b)
     }

@@ -565,6 +565,29 @@ impl DatasetWriter {
         })
     }
 
+    /// Appends record `index` of `ds` as it is: its bytes, and its loss
+    /// mask when this writer's shards carry masks (both or neither must);
+    /// returns the shard completed to make room for it, if one was.
+    pub fn push_record(
+        &mut self,
+        ds: &super::Dataset,
+        index: u64,
+    ) -> Result<Option<&ShardInfo>, FormatError> {
+        let bytes = ds.record_bytes(index)?;
+        match (ds.loss_mask(index)?, self.masked) {
+            (Some(mask), true) => self.push_raw_masked(bytes, mask),
+            (None, false) => self.push_raw(bytes),
+            (mask, _) => Err(FormatError::Mismatch {
+                path: ds.dir().into(),
+                message: format!(
+                    "record {index} {} a loss mask, and the dataset it is written to {}",
+                    if mask.is_some() { "has" } else { "has no" },
+                    if self.masked { "has them" } else { "has none" }
+                ),
+            }),
+        }
+    }
+
     /// The file stem of shard number `n`.
     pub fn shard_stem(n: usize) -> String {
         format!("shard-{n:05}")

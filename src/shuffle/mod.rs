@@ -573,27 +573,6 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
     let base = datasets[0].manifest().clone();
     for (ds, path) in datasets.iter().zip(paths).skip(1) {
         crate::run::same_documents("shuffle", first, &base, path, ds.manifest())?;
-        if ds.manifest().has_loss_mask() != base.has_loss_mask() {
-            return Err(ShuffleError::Format(
-                crate::format::FormatError::BadManifest {
-                    path: path.join(crate::format::MANIFEST_FILE),
-                    message: format!(
-                        "{} loss masks and {} does not: shuffled together, some documents would \
-                     lose theirs",
-                        if base.has_loss_mask() {
-                            first.display().to_string()
-                        } else {
-                            path.display().to_string()
-                        },
-                        if base.has_loss_mask() {
-                            path.display().to_string()
-                        } else {
-                            first.display().to_string()
-                        },
-                    ),
-                },
-            ));
-        }
     }
     let info = paths
         .iter()

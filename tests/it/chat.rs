@@ -195,22 +195,88 @@ fn a_flipped_mask_byte_fails_validate() {
 }
 
 #[test]
-fn stages_that_cannot_carry_masks_refuse_them() {
+fn export_refuses_masks_it_cannot_write() {
     let t = TestDir::new();
     let out = t.path("out");
     ok(&mut chat(&t, CHATML, ROWS, &out));
     let err = fails(
         t.prep()
-            .args(["split", "--quiet", "--val", "0.5", "--seed", "1"])
+            .args(["export", "--quiet", "--to", "nanogpt"])
             .arg(&out)
-            .arg(t.path("split")),
+            .arg(t.path("train.bin")),
         2,
     );
     assert!(
-        err.contains("loss masks") && err.contains("prep split"),
+        err.contains("loss masks") && err.contains("prep export"),
         "{err}"
     );
-    assert!(!t.path("split").exists() || !t.path("split").join("manifest.json").exists());
+    assert!(!t.path("train.bin").exists());
+}
+
+#[test]
+fn split_and_mix_keep_each_documents_mask() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(chat(&t, CHATML, &many_rows(90), &docs).args(["--shard-size", "300B"]));
+    let split = t.path("split");
+    ok(t.prep()
+        .args(["split", "--quiet", "--val", "0.3", "--seed", "5"])
+        .arg(&docs)
+        .arg(&split));
+    let (train, val) = (
+        masked_records(&split.join("train")),
+        masked_records(&split.join("val")),
+    );
+    assert!(!train.is_empty() && !val.is_empty());
+    let mut both: Vec<_> = train.into_iter().chain(val).collect();
+    both.sort();
+    assert_eq!(
+        both,
+        sorted_pairs(&docs),
+        "every document on one side, with its mask"
+    );
+
+    let mix = t.path("mix");
+    let other = t.path("other");
+    ok(&mut chat(&t, CHATML, &many_rows(30), &other));
+    ok(t.prep()
+        .args(["mix", "--quiet", "--seed", "2", "--tokens", "1500"])
+        .arg(&mix)
+        .arg("--source")
+        .arg(format!("{}:0.7", docs.display()))
+        .arg("--source")
+        .arg(format!("{}:0.3", other.display())));
+    let sources: std::collections::HashSet<_> = masked_records(&docs)
+        .into_iter()
+        .chain(masked_records(&other))
+        .collect();
+    let mixed = masked_records(&mix);
+    assert!(!mixed.is_empty());
+    assert!(
+        mixed.iter().all(|pair| sources.contains(pair)),
+        "a mixed record lost its mask"
+    );
+    ok(t.prep().arg("validate").arg(&mix));
+
+    // Sources that differ in having masks do not mix.
+    let plain = t.path("plain");
+    ok(&mut tokenize_with(
+        &t,
+        &tokenizer(&t),
+        &[t.write("plain.jsonl", "{\"text\": \"a b\"}\n")],
+        &plain,
+    ));
+    let err = fails(
+        t.prep()
+            .args(["mix", "--quiet", "--seed", "2", "--tokens", "10"])
+            .arg(t.path("mixed-kinds"))
+            .arg("--source")
+            .arg(format!("{}:0.5", docs.display()))
+            .arg("--source")
+            .arg(format!("{}:0.5", plain.display())),
+        2,
+    );
+    assert!(err.contains("loss masks"), "{err}");
 }
 
 /// The (ids, mask) pairs of `dir`, sorted: what a shuffle must keep.
