@@ -1,6 +1,6 @@
 """Read the token files of other trainers with numpy alone, to check `prep export`.
 
-Independent readers of the four formats `prep export` writes, written from
+Independent readers of the five formats `prep export` writes, written from
 the formats' public descriptions (the trainers' own readers and writers), not
 from prep's code. Each reader checks everything its trainer checks and the
 file sizes the layout implies, and raises `ValueError` naming the file on any
@@ -26,6 +26,9 @@ The formats:
 - **datatrove** (datatrove's `DocumentTokenizer` output, read by nanotron):
   `PREFIX.ds` tokens, `PREFIX.ds.index` document ends and
   `PREFIX.ds.metadata`; see `read_datatrove`.
+- **olmo-core** (OLMo-core's fine-tuning input as open-instruct writes it):
+  a directory of token id parts, label mask parts and document boundary
+  files; see `read_olmo_core`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "read_llmc_shards",
     "read_megatron",
     "read_nanogpt",
+    "read_olmo_core",
 ]
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -382,3 +386,52 @@ def read_datatrove(prefix: str | os.PathLike) -> tuple[list[np.ndarray], dict]:
     starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
     docs = [tokens[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
     return docs, metadata
+
+
+def read_olmo_core(directory: str | os.PathLike, vocab_size: int
+                   ) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[list[tuple[int, int]]]]:
+    """OLMo-core fine-tuning files, as open-instruct's converter writes them.
+
+    `directory` holds `token_ids_part_NNNN.npy` (raw little-endian ids, no
+    header: OLMo-core memory-maps them with the smallest unsigned dtype that
+    holds `vocab_size - 1`), optionally `labels_mask_part_NNNN.npy` (raw
+    bools, one per token, read as OLMo-core's `label_mask_paths`: np.bool_
+    memmaps of the same parts) and `token_ids_part_NNNN.csv.gz` (the parts'
+    document boundaries, a `start,end` line per document, offsets within the
+    part). Parts are numbered from 0 without gaps. Returns the parts' ids, their
+    masks (None when there are no mask files) and their boundaries.
+    """
+    import gzip
+
+    directory = Path(directory)
+    dtype = next(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                 if vocab_size - 1 <= np.iinfo(t).max)
+    names = sorted(p.name for p in directory.glob("token_ids_part_*.npy"))
+    want = [f"token_ids_part_{i:04d}.npy" for i in range(len(names))]
+    if names != want:
+        raise ValueError(f"{directory}: token id parts {names} are not numbered 0000 up without gaps")
+    masked = (directory / "labels_mask_part_0000.npy").exists()
+    ids, masks, bounds = [], [] if masked else None, []
+    for i, name in enumerate(names):
+        path = directory / name
+        if path.stat().st_size % dtype.itemsize:
+            raise ValueError(f"{path}: {path.stat().st_size} bytes are not whole {dtype} ids")
+        part = _map(path, dtype)
+        ids.append(part)
+        if masked:
+            mpath = directory / f"labels_mask_part_{i:04d}.npy"
+            mask = _map(mpath, np.dtype(np.bool_))
+            if len(mask) != len(part):
+                raise ValueError(f"{mpath}: {len(mask)} mask entries for {len(part)} ids")
+            masks.append(mask)
+        cpath = directory / f"token_ids_part_{i:04d}.csv.gz"
+        lines = gzip.decompress(cpath.read_bytes()).decode().splitlines()
+        spans = [tuple(int(x) for x in line.split(",")) for line in lines]
+        last = 0
+        for start, end in spans:
+            if not last <= start < end <= len(part):
+                raise ValueError(f"{cpath}: document {start},{end} is out of order or outside "
+                                 f"the part's {len(part)} ids")
+            last = end
+        bounds.append(spans)
+    return ids, masks, bounds

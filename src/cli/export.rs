@@ -29,7 +29,8 @@ pub(crate) struct Args {
     #[arg(long = "to", value_enum)]
     to: FormatArg,
 
-    /// Output: a path prefix (megatron, datatrove), a file (nanogpt) or a directory (llmc).
+    /// Output: a path prefix (megatron, datatrove), a file (nanogpt) or a
+    /// directory (llmc, olmo-core).
     #[arg(value_name = "OUT")]
     output: PathBuf,
 
@@ -80,6 +81,9 @@ pub(crate) enum FormatArg {
     Llmc,
     /// datatrove / nanotron (.ds, .ds.index, .ds.metadata).
     Datatrove,
+    /// OLMo-core fine-tuning files (token ids, label masks, document
+    /// boundaries), as open-instruct writes them.
+    OlmoCore,
 }
 
 impl FormatArg {
@@ -89,6 +93,7 @@ impl FormatArg {
             FormatArg::Nanogpt => Format::NanoGpt,
             FormatArg::Llmc => Format::Llmc,
             FormatArg::Datatrove => Format::Datatrove,
+            FormatArg::OlmoCore => Format::OlmoCore,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod datatrove;
 pub mod llmc;
 pub mod megatron;
 pub mod nanogpt;
+pub mod olmocore;
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,9 @@ pub enum Format {
     Llmc,
     /// datatrove / nanotron: `PREFIX.ds` + `.ds.index` + `.ds.metadata`.
     Datatrove,
+    /// OLMo-core's fine-tuning files (ids, label masks, document
+    /// boundaries), as open-instruct writes them; export only.
+    OlmoCore,
 }
 
 impl Format {
@@ -46,6 +50,7 @@ impl Format {
             Format::NanoGpt => "nanogpt",
             Format::Llmc => "llmc",
             Format::Datatrove => "datatrove",
+            Format::OlmoCore => "olmo-core",
         }
     }
 }
@@ -191,9 +196,12 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
         return export_to_store(config, url);
     }
     let local = crate::fetch::Local::of(&config.input)?;
-    let ds = Dataset::open_unmasked(local.dir(), "prep export")?;
+    let ds = match config.format {
+        Format::OlmoCore => Dataset::open(local.dir())?,
+        _ => Dataset::open_unmasked(local.dir(), "prep export")?,
+    };
     let dir = match config.format {
-        Format::Llmc => config.output.as_path(),
+        Format::Llmc | Format::OlmoCore => config.output.as_path(),
         _ => config.output.parent().unwrap_or(Path::new("")),
     };
     let made: Vec<PathBuf> = dir
@@ -206,6 +214,7 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
         Format::NanoGpt => nanogpt::export(&ds, config),
         Format::Llmc => llmc::export(&ds, config),
         Format::Datatrove => datatrove::export(&ds, config),
+        Format::OlmoCore => olmocore::export(&ds, config),
     };
     if result.is_err() {
         // Deepest first; `remove_dir` leaves a directory that is not empty.
@@ -631,6 +640,13 @@ impl RecordSink for ImportWriter {
 /// written so far are removed again (an import is redone, not resumed), so a
 /// bad input leaves no half-made dataset behind.
 pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
+    if config.format == Format::OlmoCore {
+        return Err(InteropError::Unsupported(
+            "prep import reads megatron, nanogpt, llmc and datatrove files; olmo-core is an \
+             export format only"
+                .into(),
+        ));
+    }
     let options = json!({
         "format": config.format.name(),
         "eos": config.eos,
@@ -709,6 +725,7 @@ fn import_into(
             Format::Datatrove => datatrove::import(input, &mut sink)?,
             Format::NanoGpt => nanogpt::import(input, config, &mut sink)?,
             Format::Llmc => llmc::import(group, config, &mut sink)?,
+            Format::OlmoCore => unreachable!("refused above"),
         };
         for f in files {
             let bytes = std::fs::metadata(&f).map_err(io(&f))?.len();
@@ -789,6 +806,7 @@ fn source_token_size(config: &ImportConfig) -> Result<usize, InteropError> {
             Format::Datatrove => datatrove::token_size(input)?,
             Format::NanoGpt => 2,
             Format::Llmc => llmc::token_size(input)?,
+            Format::OlmoCore => unreachable!("refused by import"),
         };
         if size.is_some_and(|prev| prev != s) {
             return Err(bad(

@@ -558,3 +558,62 @@ fn inspect_prints_the_mask_beside_the_ids() {
     let mask: Vec<u8> = serde_json::from_value(v["record"]["loss_mask"].clone()).unwrap();
     assert_eq!((&ids, &mask), (want_ids, want_mask));
 }
+
+#[test]
+fn olmo_core_parts_cut_records_and_list_both_pieces() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(chat(&t, CHATML, &many_rows(20), &docs).args(["--shard-size", "200B"]));
+    let ds = Dataset::open(&docs).unwrap();
+    let out = t.path("olmo");
+    let config = prep::interop::ExportConfig::new(&docs, prep::interop::Format::OlmoCore, &out);
+    let part = 37u64;
+    prep::interop::olmocore::export_in_parts(&ds, &config, part).unwrap();
+    let (ids, masks): (Vec<u32>, Vec<u8>) = masked_records(&docs)
+        .into_iter()
+        .flat_map(|(i, m)| i.into_iter().zip(m))
+        .unzip();
+    let n_parts = ids.len().div_ceil(part as usize);
+    let mut got_ids = Vec::new();
+    let mut got_masks = Vec::new();
+    let mut pieces = Vec::new();
+    for p in 0..n_parts {
+        let bytes = std::fs::read(out.join(format!("token_ids_part_{p:04}.npy"))).unwrap();
+        got_ids.extend(
+            bytes
+                .chunks(2)
+                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]]))),
+        );
+        got_masks.extend(std::fs::read(out.join(format!("labels_mask_part_{p:04}.npy"))).unwrap());
+        let gz = std::fs::read(out.join(format!("token_ids_part_{p:04}.csv.gz"))).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text)
+            .unwrap();
+        for line in text.lines() {
+            let (a, b) = line.split_once(',').unwrap();
+            let base = p as u64 * part;
+            pieces.push((
+                base + a.parse::<u64>().unwrap(),
+                base + b.parse::<u64>().unwrap(),
+            ));
+        }
+    }
+    assert!(!out
+        .join(format!("token_ids_part_{n_parts:04}.npy"))
+        .exists());
+    assert_eq!((got_ids, got_masks), (ids, masks));
+    // The records' spans, each cut where a part ends.
+    let mut want = Vec::new();
+    let mut at = 0u64;
+    for r in 0..ds.len() {
+        let end = at + ds.record_len(r).unwrap();
+        let mut a = at;
+        while a < end {
+            let b = end.min((a / part + 1) * part);
+            want.push((a, b));
+            a = b;
+        }
+        at = end;
+    }
+    assert_eq!(pieces, want);
+}

@@ -646,3 +646,29 @@ def test_packed_labels_follow_each_documents_mask(chat_dataset, tmp_path, mode):
     # Through the iterator too: the sampler's order, dicts of tensors.
     first = next(iter(data))
     assert set(first) == {"input_ids", "labels", "position_ids", "cu_seqlens", "max_seqlen"}
+
+
+# --- Export to OLMo-core's fine-tuning files ----------------------------------------------------
+
+sys.path.insert(0, str(REPO / "tools"))
+import interop_read  # noqa: E402
+
+
+def test_olmo_core_export_keeps_tokens_masks_and_boundaries(chat_dataset, tmp_path):
+    docs, results = chat_dataset
+    out = tmp_path / "olmo"
+    proc = subprocess.run([str(PREP_BIN), "export", "--to", "olmo-core", "--quiet", str(docs), str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    vocab = json.loads((docs / "manifest.json").read_text())["vocab_size"]
+    ids, masks, bounds = interop_read.read_olmo_core(out, vocab)
+    assert len(ids) == 1 and masks is not None
+    assert ids[0].tolist() == [t for r in results for t in r.ids]
+    assert masks[0].astype(np.uint8).tolist() == [m for r in results for m in r.mask.tolist()]
+    lengths = [len(r.ids) for r in results]
+    ends = np.cumsum(lengths)
+    assert bounds[0] == [(int(e - n), int(e)) for e, n in zip(ends, lengths) if n], "one line per document"
+    # An existing export is not overwritten.
+    again = subprocess.run([str(PREP_BIN), "export", "--to", "olmo-core", "--quiet", str(docs), str(out)],
+                           capture_output=True, text=True)
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr
