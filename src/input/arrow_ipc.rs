@@ -36,6 +36,8 @@ pub(crate) struct ArrowSource {
     /// The arrays on the path to the text in the batch being handed out
     /// (top-level column first, the text last), its length and position.
     chain: Vec<ArrayRef>,
+    /// Whole rows as JSON objects, when whole rows are read.
+    rows: Vec<Vec<u8>>,
     len: usize,
     pos: usize,
     /// 0-based index in the file of the next row; record batches read so far.
@@ -79,17 +81,22 @@ fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batch
 impl ArrowSource {
     /// Opens `path` and checks that `key` names a string column.
     pub(crate) fn open(path: &Path, key: &TextKey) -> Result<ArrowSource, InputError> {
-        let (schema, _) = open(path, None)?;
-        let names = resolve(schema.fields(), key, path)?;
-        // `resolve` found names[0] among the top-level fields.
-        let column = schema.index_of(&names[0]).ok();
-        let (_, batches) = open(path, column.map(|c| vec![c]))?;
+        let (schema, batches) = open(path, None)?;
+        let (names, batches) = if key.is_whole_row() {
+            (Vec::new(), batches)
+        } else {
+            let names = resolve(schema.fields(), key, path)?;
+            // `resolve` found names[0] among the top-level fields.
+            let column = schema.index_of(&names[0]).ok();
+            (names.clone(), open(path, column.map(|c| vec![c]))?.1)
+        };
         Ok(ArrowSource {
             path: path.to_owned(),
             key: key.as_str().to_owned(),
             batches,
             names,
             chain: Vec::new(),
+            rows: Vec::new(),
             len: 0,
             pos: 0,
             row: 0,
@@ -113,13 +120,26 @@ impl ArrowSource {
                 }
             };
             self.batch += 1;
-            self.chain = self.decode(&batch)?;
+            if self.names.is_empty() {
+                self.rows =
+                    super::parquet::json_rows(&batch).map_err(|source| InputError::ArrowRead {
+                        path: self.path.clone(),
+                        batch: self.batch,
+                        row: self.row,
+                        cause: source,
+                    })?;
+            } else {
+                self.chain = self.decode(&batch)?;
+            }
             self.len = batch.num_rows();
             self.pos = 0;
         }
         let pos = self.pos;
         self.pos += 1;
-        let payload = row_payload(&self.chain, pos, &self.key);
+        let payload = match self.rows.get_mut(pos) {
+            Some(row) => Payload::Json(std::mem::take(row)),
+            None => row_payload(&self.chain, pos, &self.key),
+        };
         let row = self.row;
         self.row += 1;
         Ok(Some((Location::FileRow(row), payload)))

@@ -358,6 +358,8 @@ pub enum DocError {
 pub struct TextKey {
     dotted: String,
     parts: Vec<String>,
+    /// Whole rows are read, not a text field (see [`TextKey::whole_row`]).
+    whole: bool,
 }
 
 impl TextKey {
@@ -367,7 +369,24 @@ impl TextKey {
         TextKey {
             dotted: key.to_owned(),
             parts: key.split('.').map(str::to_owned).collect(),
+            whole: false,
         }
+    }
+
+    /// Not a field but the whole row, for readers of rows (chat mode): a
+    /// JSONL line as it is, a Parquet or Arrow row as the JSON object of
+    /// its columns (nulls left out), as arrow's JSON writer writes it.
+    pub fn whole_row() -> TextKey {
+        TextKey {
+            dotted: "(whole row)".into(),
+            parts: Vec::new(),
+            whole: true,
+        }
+    }
+
+    /// Whether whole rows are read (see [`TextKey::whole_row`]).
+    pub fn is_whole_row(&self) -> bool {
+        self.whole
     }
 
     /// The key as given, in dotted form.

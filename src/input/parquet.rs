@@ -52,6 +52,8 @@ struct Decoded {
     /// The top-level column, the struct fields below it, the text leaf last.
     /// A row is null if any of them is null there.
     chain: Vec<ArrayRef>,
+    /// Whole rows as JSON objects, when whole rows are read.
+    rows: Vec<Vec<u8>>,
     len: usize,
     pos: usize,
 }
@@ -103,18 +105,22 @@ impl ParquetSource {
             path: path.to_owned(),
             cause: source,
         };
-        let names = resolve(builder.schema().fields(), key, path)?;
-
-        // Parquet leaf paths are the Arrow field names from the top, so the
-        // leaves under `names` are exactly the text column.
-        let schema = builder.parquet_schema();
-        let leaves = schema
-            .columns()
-            .iter()
-            .enumerate()
-            .filter(|(_, column)| column.path().parts().starts_with(&names))
-            .map(|(index, _)| index);
-        let mask = ProjectionMask::leaves(schema, leaves);
+        let (names, mask) = if key.is_whole_row() {
+            (Vec::new(), ProjectionMask::all())
+        } else {
+            let names = resolve(builder.schema().fields(), key, path)?;
+            // Parquet leaf paths are the Arrow field names from the top, so
+            // the leaves under `names` are exactly the text column.
+            let schema = builder.parquet_schema();
+            let leaves = schema
+                .columns()
+                .iter()
+                .enumerate()
+                .filter(|(_, column)| column.path().parts().starts_with(&names))
+                .map(|(index, _)| index);
+            let mask = ProjectionMask::leaves(schema, leaves);
+            (names, mask)
+        };
 
         let all = builder.metadata().row_groups();
         let groups = groups.unwrap_or(0..all.len());
@@ -157,7 +163,10 @@ impl ParquetSource {
             if let Some(batch) = self.batch.as_mut().filter(|b| b.pos < b.len) {
                 let pos = batch.pos;
                 batch.pos += 1;
-                let payload = row_payload(&batch.chain, pos, &self.key);
+                let payload = match batch.rows.get_mut(pos) {
+                    Some(row) => Payload::Json(std::mem::take(row)),
+                    None => row_payload(&batch.chain, pos, &self.key),
+                };
                 let (row_group, row) = self.locate();
                 self.row += 1;
                 return Ok(Some((Location::Row { row_group, row }, payload)));
@@ -193,8 +202,22 @@ impl ParquetSource {
         (self.first_group + self.group, self.row - self.group_start)
     }
 
-    /// Finds the arrays on the path to the text in a projected batch.
+    /// Finds the arrays on the path to the text in a projected batch (or,
+    /// reading whole rows, writes each row as JSON).
     fn decode(&self, batch: &RecordBatch) -> Result<Decoded, InputError> {
+        if self.names.is_empty() {
+            let rows = json_rows(batch).map_err(|cause| InputError::ParquetRead {
+                path: self.path.clone(),
+                row_group: self.first_group + self.group,
+                cause,
+            })?;
+            return Ok(Decoded {
+                chain: Vec::new(),
+                rows,
+                len: batch.num_rows(),
+                pos: 0,
+            });
+        }
         let missing = || InputError::MissingColumn {
             path: self.path.clone(),
             column: self.key.clone(),
@@ -215,10 +238,28 @@ impl ParquetSource {
         }
         Ok(Decoded {
             chain,
+            rows: Vec::new(),
             len: batch.num_rows(),
             pos: 0,
         })
     }
+}
+
+/// Every row of `batch` as a JSON object of its columns, in schema order
+/// (nulls left out), as arrow's JSON writer writes it: the whole-row
+/// documents of Parquet and Arrow IPC inputs.
+pub(super) fn json_rows(batch: &RecordBatch) -> Result<Vec<Vec<u8>>, arrow::error::ArrowError> {
+    let mut out = Vec::new();
+    {
+        let mut writer = arrow::json::LineDelimitedWriter::new(&mut out);
+        writer.write(batch)?;
+        writer.finish()?;
+    }
+    Ok(out
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
 }
 
 /// Row `pos` of a record batch as a document: `chain` holds the arrays on

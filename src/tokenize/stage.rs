@@ -501,7 +501,11 @@ fn stream(
     let checkpoint = journal.shards.last().map(|k| k.at).unwrap_or_default();
     let shared = Arc::new(Shared {
         encoder: workers.encoder,
-        key: TextKey::parse(&config.text_key),
+        // Chat mode reads whole rows: a conversation is more than one field.
+        key: match config.chat {
+            Some(_) => TextKey::whole_row(),
+            None => TextKey::parse(&config.text_key),
+        },
         bos: workers.bos,
         eos: workers.eos,
         dedup: config.dedup,
@@ -807,14 +811,11 @@ fn chat_row(
         loc: doc.loc,
         error,
     };
+    // The reader hands chat mode every row as JSON (see TextKey::whole_row).
     let line = match &doc.payload {
         Payload::Json(line) => line,
-        Payload::Text(_) | Payload::Bad(_) => {
-            return bad(Bad::Chat(crate::chat::RowError::Malformed(
-                "chat mode reads JSONL rows; Parquet and Arrow conversations are not read yet"
-                    .into(),
-            )))
-        }
+        Payload::Bad(e) => return bad(Bad::Doc(e.clone())),
+        Payload::Text(_) => unreachable!("whole rows come as JSON"),
     };
     let hash = if shared.dedup { xxh3_128(line) } else { 0 };
     if replay {

@@ -672,3 +672,28 @@ def test_olmo_core_export_keeps_tokens_masks_and_boundaries(chat_dataset, tmp_pa
     again = subprocess.run([str(PREP_BIN), "export", "--to", "olmo-core", "--quiet", str(docs), str(out)],
                            capture_output=True, text=True)
     assert again.returncode == 2 and "exists" in again.stderr, again.stderr
+
+
+# --- Conversations from Parquet and Arrow ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["v1_sft_demo.jsonl", "alpaca_en_demo.json", "glaive_toolcall_en_demo.json"])
+def test_parquet_and_arrow_rows_read_as_their_jsonl(name, small_tokenizer, tmp_path):
+    """A conversation row of Parquet or Arrow (a datasets save_to_disk folder)
+    gives the ids and mask of the same row in JSONL."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    datasets = pytest.importorskip("datasets")
+    rows = dataset_rows(name)[:40]
+    template = FIXTURES / "chat" / "chatml.jinja"
+    outs = {}
+    jsonl = write_jsonl(tmp_path / "rows.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet", row_group_size=16)
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "hf"))
+    for kind, path in [("jsonl", jsonl), ("parquet", tmp_path / "rows.parquet"), ("arrow", tmp_path / "hf")]:
+        out = tmp_path / f"out-{kind}"
+        prep_ok(small_tokenizer, template, path, out, {}, "--skip-bad")
+        ids, masks, manifest = records(out)
+        outs[kind] = ([i.tolist() for i in ids], [m.tolist() for m in masks], manifest["provenance"]["chat"])
+    assert outs["jsonl"][0], "no record"
+    assert outs["parquet"] == outs["jsonl"]
+    assert outs["arrow"] == outs["jsonl"]
