@@ -222,6 +222,9 @@ impl Stream {
         };
         let manifest_path = files.path_of(crate::format::MANIFEST_FILE);
         let manifest = Manifest::parse(&manifest_path, &bytes)?;
+        // Rows stream as tokens alone: masks would be dropped.
+        let dir = std::path::Path::new(location);
+        manifest.refuse_loss_mask(dir, "streaming from storage")?;
         let identity = crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes));
         let Some(seq_len) = manifest.seq_len.filter(|_| manifest.kind == "packed") else {
             return Err(StreamError::NotPacked {
