@@ -338,7 +338,7 @@ bench-validate: build $(VENV)/.installed
 # any text (engine), with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each.
 # The stable toolchain takes the sanitizer flags with RUSTC_BOOTSTRAP=1.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := idx manifest seg sum engine
+FUZZ_TARGETS := idx manifest seg sum engine chat arrow
 fuzz:
 	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
 	for t in $(FUZZ_TARGETS); do \
