@@ -84,8 +84,13 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
     }
     debug_assert_eq!(idx.bytes(), 34 + 12 * s + 8 * (s + 1));
     super::write_all_tokens(ds, &mut bin)?;
-    let bytes = bin.bytes() + idx.bytes();
-    let files = vec![bin.commit()?, idx.commit()?];
+    let mask = match ds.manifest().has_loss_mask() {
+        true => Some(super::mask_file(&bin_path, ds, config.overwrite)?),
+        false => None,
+    };
+    let bytes = bin.bytes() + idx.bytes() + mask.as_ref().map_or(0, TmpFile::bytes);
+    let mut files = vec![bin.commit()?, idx.commit()?];
+    files.extend(mask.map(TmpFile::commit).transpose()?);
     Ok(ExportReport {
         files,
         records: s,

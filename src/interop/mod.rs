@@ -197,7 +197,7 @@ pub fn export(config: &ExportConfig) -> Result<ExportReport, InteropError> {
     }
     let local = crate::fetch::Local::of(&config.input)?;
     let ds = match config.format {
-        Format::OlmoCore => Dataset::open(local.dir())?,
+        Format::OlmoCore | Format::Megatron | Format::NanoGpt => Dataset::open(local.dir())?,
         _ => Dataset::open_unmasked(local.dir(), "prep export")?,
     };
     let dir = match config.format {
@@ -497,6 +497,100 @@ pub(crate) fn write_all_tokens(ds: &Dataset, out: &mut TmpFile) -> Result<(), In
         at = end;
     }
     check.finish()
+}
+
+/// The loss mask file beside the token file `tokens` of an export whose
+/// format has no place for masks (megatron, nanogpt): `NAME.mask` for
+/// `NAME.bin` (else the name with `.mask` added), a byte per token of the
+/// token file, 1 where trained on, and nothing else. The trainers do not
+/// read it; training code of one's own maps it beside the tokens.
+pub(crate) fn mask_file(
+    tokens: &Path,
+    ds: &Dataset,
+    overwrite: bool,
+) -> Result<TmpFile, InteropError> {
+    let name = tokens.to_string_lossy();
+    let path = match name.strip_suffix(".bin") {
+        Some(stem) => PathBuf::from(format!("{stem}.mask")),
+        None => PathBuf::from(format!("{name}.mask")),
+    };
+    let mut out = TmpFile::create(&path, overwrite)?;
+    write_all_masks(ds, &mut out)?;
+    out.close()?;
+    Ok(out)
+}
+
+/// Writes every record's loss mask, a byte per token in the order of the
+/// token stream, into `out`, checking each shard's mask bytes against the
+/// manifest as they pass: the mask file an export writes beside tokens
+/// whose format has no place for one.
+pub(crate) fn write_all_masks(ds: &Dataset, out: &mut TmpFile) -> Result<(), InteropError> {
+    let mut check = MaskCheck::new(ds);
+    for r in 0..ds.len() {
+        let mask = ds.loss_mask(r)?.unwrap_or(&[]);
+        check.pass(ds, mask)?;
+        out.write(mask)?;
+    }
+    check.finish(ds)
+}
+
+/// Checks each shard's mask bytes, as the export reads them, against the
+/// XXH3 the manifest records (the tokens are checked by [`ShardCheck`]).
+pub(crate) struct MaskCheck {
+    shard: usize,
+    /// Records of the shard still to come.
+    left: u64,
+    hasher: Xxh3,
+}
+
+impl MaskCheck {
+    pub(crate) fn new(ds: &Dataset) -> MaskCheck {
+        MaskCheck {
+            shard: 0,
+            left: ds.manifest().shards.first().map_or(0, |s| s.n_records),
+            hasher: Xxh3::new(),
+        }
+    }
+
+    /// The next record's mask, in stream order.
+    pub(crate) fn pass(&mut self, ds: &Dataset, mask: &[u8]) -> Result<(), InteropError> {
+        while self.left == 0 && self.shard < ds.manifest().shards.len() {
+            self.close(ds)?;
+        }
+        self.hasher.update(mask);
+        self.left = self.left.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Compares the finished shard's hash and moves to the next shard.
+    fn close(&mut self, ds: &Dataset) -> Result<(), InteropError> {
+        let info = &ds.manifest().shards[self.shard];
+        if let (Some(name), Some(listed)) = (&info.mask, &info.mask_xxh3) {
+            let found = checksum_hex(self.hasher.digest());
+            if &found != listed {
+                return Err(InteropError::Bad {
+                    path: ds.dir().join(name),
+                    message: format!("XXH3 is {found}, the manifest says {listed}"),
+                });
+            }
+        }
+        self.hasher = Xxh3::new();
+        self.shard += 1;
+        self.left = ds
+            .manifest()
+            .shards
+            .get(self.shard)
+            .map_or(0, |s| s.n_records);
+        Ok(())
+    }
+
+    /// Checks the shards whose masks have all passed.
+    pub(crate) fn finish(&mut self, ds: &Dataset) -> Result<(), InteropError> {
+        while self.shard < ds.manifest().shards.len() {
+            self.close(ds)?;
+        }
+        Ok(())
+    }
 }
 
 /// The largest id of a dataset, scanning only when the vocabulary does not

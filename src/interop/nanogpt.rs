@@ -1,7 +1,8 @@
 //! nanoGPT: one flat file of little-endian uint16 tokens, documents back to
 //! back (as nanoGPT's prepare scripts write `train.bin`), no header and no
 //! document boundaries. A dataset with ids above 65,535 (a uint32 dataset)
-//! is refused.
+//! is refused. A dataset with loss masks also gets `train.mask` beside it
+//! (see [`super::mask_file`]), which nanoGPT does not read.
 
 use std::path::{Path, PathBuf};
 
@@ -19,9 +20,15 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
     }
     let mut out = TmpFile::create(&config.output, config.overwrite)?;
     super::write_all_tokens(ds, &mut out)?;
-    let bytes = out.bytes();
+    let mask = match ds.manifest().has_loss_mask() {
+        true => Some(super::mask_file(&config.output, ds, config.overwrite)?),
+        false => None,
+    };
+    let bytes = out.bytes() + mask.as_ref().map_or(0, TmpFile::bytes);
+    let mut files = vec![out.commit()?];
+    files.extend(mask.map(TmpFile::commit).transpose()?);
     Ok(ExportReport {
-        files: vec![out.commit()?],
+        files,
         records: ds.len(),
         tokens: ds.n_tokens(),
         bytes,

@@ -19,10 +19,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::Xxh3;
-
-use super::{ExportConfig, ExportReport, InteropError, ShardCheck, TmpFile};
-use crate::format::{checksum_hex, Dataset};
+use super::{ExportConfig, ExportReport, InteropError, MaskCheck, ShardCheck, TmpFile};
+use crate::format::Dataset;
 
 /// Bytes of ids per part, as open-instruct writes them.
 const PART_BYTES: u64 = 1 << 30;
@@ -148,63 +146,4 @@ fn finish(
     csv.close()?;
     files.push(csv.commit()?);
     Ok(())
-}
-
-/// Checks each shard's mask bytes, as the export reads them, against the
-/// XXH3 the manifest records (the tokens are checked by [`ShardCheck`]).
-struct MaskCheck {
-    shard: usize,
-    /// Records of the shard still to come.
-    left: u64,
-    hasher: Xxh3,
-}
-
-impl MaskCheck {
-    fn new(ds: &Dataset) -> MaskCheck {
-        MaskCheck {
-            shard: 0,
-            left: ds.manifest().shards.first().map_or(0, |s| s.n_records),
-            hasher: Xxh3::new(),
-        }
-    }
-
-    /// The next record's mask, in stream order.
-    fn pass(&mut self, ds: &Dataset, mask: &[u8]) -> Result<(), InteropError> {
-        while self.left == 0 && self.shard < ds.manifest().shards.len() {
-            self.close(ds)?;
-        }
-        self.hasher.update(mask);
-        self.left = self.left.saturating_sub(1);
-        Ok(())
-    }
-
-    /// Compares the finished shard's hash and moves to the next shard.
-    fn close(&mut self, ds: &Dataset) -> Result<(), InteropError> {
-        let info = &ds.manifest().shards[self.shard];
-        if let (Some(name), Some(listed)) = (&info.mask, &info.mask_xxh3) {
-            let found = checksum_hex(self.hasher.digest());
-            if &found != listed {
-                return Err(InteropError::Bad {
-                    path: ds.dir().join(name),
-                    message: format!("XXH3 is {found}, the manifest says {listed}"),
-                });
-            }
-        }
-        self.hasher = Xxh3::new();
-        self.shard += 1;
-        self.left = ds
-            .manifest()
-            .shards
-            .get(self.shard)
-            .map_or(0, |s| s.n_records);
-        Ok(())
-    }
-
-    /// Checks the shards whose masks have all passed.
-    fn finish(&mut self, ds: &Dataset) -> Result<(), InteropError> {
-        while self.shard < ds.manifest().shards.len() {
-            self.close(ds)?;
-        }
-        Ok(())
-    }
 }

@@ -195,22 +195,66 @@ fn a_flipped_mask_byte_fails_validate() {
 }
 
 #[test]
-fn export_refuses_masks_it_cannot_write() {
+fn exports_write_masks_beside_tokens_or_refuse_them() {
     let t = TestDir::new();
     let out = t.path("out");
     ok(&mut chat(&t, CHATML, ROWS, &out));
+    let (ids, masks): (Vec<u32>, Vec<u8>) = masked_records(&out)
+        .into_iter()
+        .flat_map(|(i, m)| i.into_iter().zip(m))
+        .unzip();
+    let u16s = |bytes: Vec<u8>| -> Vec<u32> {
+        bytes
+            .chunks(2)
+            .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+            .collect()
+    };
+    // nanoGPT and Megatron have no mask format: the mask goes beside the tokens.
+    ok(t.prep()
+        .args(["export", "--quiet", "--to", "nanogpt"])
+        .arg(&out)
+        .arg(t.path("nano/train.bin")));
+    assert_eq!(u16s(std::fs::read(t.path("nano/train.bin")).unwrap()), ids);
+    assert_eq!(std::fs::read(t.path("nano/train.mask")).unwrap(), masks);
+    ok(t.prep()
+        .args(["export", "--quiet", "--to", "megatron"])
+        .arg(&out)
+        .arg(t.path("mega/chat")));
+    assert_eq!(u16s(std::fs::read(t.path("mega/chat.bin")).unwrap()), ids);
+    assert_eq!(std::fs::read(t.path("mega/chat.mask")).unwrap(), masks);
+    // llm.c and datatrove shards have no room for a mask either, and the
+    // export refuses rather than drop it.
+    for (to, dest) in [("llmc", "llmc"), ("datatrove", "dt/chat")] {
+        let err = fails(
+            t.prep()
+                .args(["export", "--quiet", "--to", to])
+                .arg(&out)
+                .arg(t.path(dest)),
+            2,
+        );
+        assert!(
+            err.contains("loss masks") && err.contains("prep export"),
+            "{err}"
+        );
+    }
+    assert!(!t.path("llmc").exists() && !t.path("dt").exists());
+    // A damaged mask stops the export, and leaves nothing behind.
+    let mask = out.join("shard-00000.mask");
+    let mut bytes = std::fs::read(&mask).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&mask, &bytes).unwrap();
     let err = fails(
         t.prep()
             .args(["export", "--quiet", "--to", "nanogpt"])
             .arg(&out)
-            .arg(t.path("train.bin")),
+            .arg(t.path("bad/train.bin")),
         2,
     );
     assert!(
-        err.contains("loss masks") && err.contains("prep export"),
+        err.contains("shard-00000.mask") && err.contains("XXH3"),
         "{err}"
     );
-    assert!(!t.path("train.bin").exists());
+    assert!(!t.path("bad").exists());
 }
 
 #[test]
