@@ -175,6 +175,10 @@ ifneq ($(PY_SLOW),)
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
 		$(VPY) -m pytest -q $(PY_SLOW)
 endif
+	# Every row of the chat corpus through every template (make test takes a sample).
+	$(CARGO) build --tests
+	PREP_CHAT_ROWS=all PREP_BIN=$(abspath $(DEBUG)) PREP_REQUIRE_TORCH=1 \
+		$(VPY) -m pytest -q tests/python/test_chat.py -k every_dataset
 
 # The Ray driver's environment: the reference one plus ray (about 25 s and
 # 430 MB on first use, so it is kept apart from the main venv).
