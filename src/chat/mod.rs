@@ -342,12 +342,18 @@ fn reply_span(
         .ok()
         .and_then(|c| c.as_str().map(|s| python_strip(s).to_owned()))
         .unwrap_or_default();
-    let needles: Vec<String> = if content.is_empty() {
+    let only_tool_calls = content.is_empty();
+    let needles: Vec<String> = if only_tool_calls {
         tool_call_names(message)
     } else {
         vec![content]
     };
     match needles.iter().find(|n| !span.contains(n.as_str())) {
+        Some(missing) if only_tool_calls && !whole.contains(missing.as_str()) => Err(format!(
+            "the template does not render the reply's tool calls (the name {:?} is nowhere \
+             in its text), so the reply would be trained as an empty turn",
+            missing.chars().take(40).collect::<String>()
+        )),
         Some(missing) => Err(format!(
             "the template renders the reply differently inside the whole conversation \
              (its text {:?} is not where the reply is)",
