@@ -69,17 +69,8 @@ impl Files<'_> {
         let (s, local) = ds.locate(doc)?;
         let size = ds.dtype().size() as u64;
         let start = (ds.shard_offsets(s)[local] + from) * size;
-        let path = || ds.dir().join(&ds.manifest().shards[s].bin);
-        let file = match self.open.entry(s) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(File::open(path()).map_err(|err| FormatError::io(path(), err))?)
-            }
-        };
-        let at = out.len();
-        out.resize(at + (len * size) as usize, 0);
-        file.read_exact_at(&mut out[at..], start)
-            .map_err(|err| FormatError::io(path(), err))
+        let path = ds.dir().join(&ds.manifest().shards[s].bin);
+        read_at(&mut self.open, s, &path, start, len * size, out)
     }
 
     /// Appends the loss mask of tokens `from .. from + len` of record `doc`
@@ -98,18 +89,30 @@ impl Files<'_> {
             .mask
             .as_deref()
             .expect("a masked input lists every mask");
-        let path = || ds.dir().join(name);
-        let file = match self.masks.entry(s) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(File::open(path()).map_err(|err| FormatError::io(path(), err))?)
-            }
-        };
-        let at = out.len();
-        out.resize(at + len as usize, 0);
-        file.read_exact_at(&mut out[at..], start)
-            .map_err(|err| FormatError::io(path(), err))
+        read_at(&mut self.masks, s, &ds.dir().join(name), start, len, out)
     }
+}
+
+/// Appends `len` bytes of shard `s`'s file at `path` from byte `start` to
+/// `out`, with a positioned read through the file `open` keeps for it.
+fn read_at(
+    open: &mut HashMap<usize, File>,
+    s: usize,
+    path: &Path,
+    start: u64,
+    len: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), FormatError> {
+    let file = match open.entry(s) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(File::open(path).map_err(|err| FormatError::io(path, err))?)
+        }
+    };
+    let at = out.len();
+    out.resize(at + len as usize, 0);
+    file.read_exact_at(&mut out[at..], start)
+        .map_err(|err| FormatError::io(path, err))
 }
 
 impl<'a> RowBuilder<'a> {
