@@ -53,3 +53,36 @@ mod tests {
         assert!(t.starts_with("20") && t.ends_with('Z'), "{t}");
     }
 }
+
+thread_local! {
+    /// Set while [`catch_panic`] runs its closure on this thread.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic inside it into `Err(message)`: for calls into
+/// a dependency that panics on malformed input (the Arrow IPC reader does,
+/// on a buffer length past the end of its message) instead of returning an
+/// error, so that a damaged input file is reported like any other bad input.
+/// The panic's own message is not printed while `f` runs (a hook installed
+/// once passes every other panic on to the hook before it).
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
+}

@@ -69,11 +69,17 @@ fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batch
         got == magic.len() && &magic == FILE_MAGIC
     };
     let file = File::open(path).map_err(io)?;
+    let damaged = |why: String| bad(ArrowError::IpcError(format!("the file is damaged: {why}")));
     if is_file {
-        let reader = FileReader::try_new_buffered(file, projection).map_err(bad)?;
+        let reader = crate::util::catch_panic(|| FileReader::try_new_buffered(file, projection))
+            .map_err(damaged)?
+            .map_err(bad)?;
         Ok((reader.schema(), Box::new(reader)))
     } else {
-        let reader = StreamReader::try_new(BufReader::new(file), projection).map_err(bad)?;
+        let reader =
+            crate::util::catch_panic(|| StreamReader::try_new(BufReader::new(file), projection))
+                .map_err(damaged)?
+                .map_err(bad)?;
         Ok((reader.schema(), Box::new(reader)))
     }
 }
@@ -107,7 +113,14 @@ impl ArrowSource {
     /// The next row's text (or [`DocError::Null`]), or `None` at the end of the file.
     pub(crate) fn next_doc(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
         while self.pos == self.len {
-            let batch = match self.batches.next() {
+            // The IPC reader panics on some damaged files (a buffer that
+            // claims more bytes than its message holds): an error here.
+            let next = crate::util::catch_panic(|| self.batches.next()).unwrap_or_else(|why| {
+                Some(Err(ArrowError::IpcError(format!(
+                    "the file is damaged: {why}"
+                ))))
+            });
+            let batch = match next {
                 None => return Ok(None),
                 Some(Ok(batch)) => batch,
                 Some(Err(source)) => {

@@ -586,3 +586,33 @@ fn several_paths_after_one_input_flag_are_the_same_run_as_one_flag_each() {
     assert_eq!(records(&expanded).len(), 6);
     assert_eq!(snapshot(&expanded), snapshot(&flags));
 }
+
+/// A damaged Arrow file found by the arrow fuzz target: a record batch whose
+/// buffer claims far more bytes than its message holds, on which the Arrow
+/// IPC reader panics. prep reports it as a bad input, naming the file, and
+/// prints no panic; in chat mode (whole rows) too.
+#[test]
+fn a_damaged_arrow_file_is_an_error_not_a_panic() {
+    let t = TestDir::new();
+    let input = t.path("damaged.arrow");
+    std::fs::copy(fixture("arrow/damaged-buffer-length.arrow"), &input).unwrap();
+    let err = fails(&mut tokenize_cmd(&t, &[&input], &t.path("out")), 2);
+    assert!(
+        err.contains("damaged.arrow") && err.contains("damaged"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!t.path("out").join("manifest.json").exists());
+    let template = t.write("t.jinja", "{% for m in messages %}{{ m.role }}{% endfor %}");
+    let err = fails(
+        tokenize_cmd(&t, &[&input], &t.path("chat"))
+            .arg("--chat")
+            .arg("--chat-template")
+            .arg(template),
+        2,
+    );
+    assert!(
+        err.contains("damaged.arrow") && !err.contains("panicked"),
+        "{err}"
+    );
+}
