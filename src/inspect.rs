@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::format::{Files, LazyDataset, ReadError};
+use crate::format::{Dataset, Files, ReadError};
 use crate::format::{FormatError, Manifest};
 
 /// The error printed with a hint after it: its cause is in its message,
@@ -217,7 +217,7 @@ pub fn inspect(
     record: Option<u64>,
     tokenizer: Option<&Path>,
 ) -> Result<Inspection, InspectError> {
-    let ds = LazyDataset::open(Files::new(dir).map_err(ReadError::from)?)?;
+    let ds = Dataset::open_in(Files::new(dir).map_err(ReadError::from)?)?;
     let m = ds.manifest().clone();
     let shards = shard_rows(&m);
     let scan = LengthScan::of(&ds)?;
@@ -263,7 +263,7 @@ struct LengthScan {
 
 impl LengthScan {
     /// Every record length of `ds`, read from its indexes.
-    fn of(ds: &LazyDataset) -> Result<LengthScan, ReadError> {
+    fn of(ds: &Dataset<Files>) -> Result<LengthScan, ReadError> {
         let mut scan = LengthScan {
             hist: LogLinear::new(),
             min: u64::MAX,
@@ -350,12 +350,12 @@ impl LengthScan {
 /// Record `index` (which exists): its ids, its text when a tokenizer
 /// loads, and a packed row's pieces.
 fn record_view(
-    ds: &LazyDataset,
+    ds: &Dataset<Files>,
     m: &Manifest,
     index: u64,
     tokenizer: Option<&Path>,
 ) -> Result<RecordView, InspectError> {
-    let ids = ds.record(index)?;
+    let ids = ds.record_ids(index)?;
     let text = match tokenizer_json(ds, tokenizer)? {
         Some((path, json)) => Some(decode(&path, &json, &ids)?),
         None => None,
@@ -364,7 +364,7 @@ fn record_view(
         "packed" => Some(ds.segments(index)?),
         _ => None,
     };
-    let loss_mask = ds.loss_mask(index)?;
+    let loss_mask = ds.loss_mask(index)?.map(|m| m.into_owned());
     Ok(RecordView {
         index,
         ids,
@@ -377,7 +377,7 @@ fn record_view(
 /// The tokenizer.json to decode with, and where it came from: `tokenizer`
 /// when given, else the dataset's own copy, if it has one.
 fn tokenizer_json(
-    ds: &LazyDataset,
+    ds: &Dataset<Files>,
     tokenizer: Option<&Path>,
 ) -> Result<Option<(PathBuf, Vec<u8>)>, InspectError> {
     match tokenizer {

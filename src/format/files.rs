@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use super::reader::check_row_index;
 use super::{
-    check_bin_len, check_idx_header, check_seg_header, BadChunk, ChunkSums, Dtype, FormatError,
-    IdxHeader, Manifest, MappedFile, SegHeader, Segment, ShardInfo, Tokens, IDX_HEADER_LEN,
-    MAX_MANIFEST_BYTES, SEGMENT_BYTES, SEG_HEADER_LEN,
+    BadChunk, ChunkSums, Dataset, Dtype, FormatError, MappedFile, Segment, ShardInfo, Tokens,
+    IDX_HEADER_LEN, MAX_MANIFEST_BYTES, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
 use crate::store::{Object, ObjectReader, StoreError};
 
@@ -639,87 +639,25 @@ impl<'a> TokenBlocks<'a> {
     }
 }
 
-/// A dataset in object storage opened to read single records and the
-/// record lengths, for `inspect` and `sample`: the manifest, and the
-/// reader's quick checks of each shard that need no pass over its data
-/// (index header against the manifest, sizes of the `.bin`, a packed
-/// shard's `.seg` header). Offsets are checked as
-/// [`LazyDataset::for_each_length`] reads them, a row's pieces as
-/// [`LazyDataset::segments`] reads them. Memory holds the manifest only.
-#[derive(Debug)]
-pub struct LazyDataset {
-    source: Files,
-    manifest: Manifest,
-    shards: Vec<LazyShard>,
-    /// `starts[s]` is the number of shard `s`'s first record; one extra
-    /// entry holds the total.
-    starts: Vec<u64>,
-}
-
-#[derive(Debug)]
-struct LazyShard {
-    idx: File,
-    bin: File,
-    seg: Option<(File, SegHeader)>,
-}
-
-impl LazyDataset {
-    /// Opens the dataset at `source` (an object-storage address).
-    ///
-    /// # Errors
-    /// [`FormatError::NoManifest`] when there is no manifest, the format's
-    /// errors for a manifest or shard header that breaks its rules, and the
-    /// store's failures naming the object.
-    pub fn open(source: Files) -> Result<LazyDataset, ReadError> {
-        let manifest_path = source.path_of(crate::format::MANIFEST_FILE);
-        let Some(bytes) = source.manifest_bytes("")? else {
-            return Err(source.no_manifest());
-        };
-        let manifest = Manifest::parse(&manifest_path, &bytes)?;
-        let mut shards = Vec::with_capacity(manifest.shards.len());
-        let mut starts = vec![0u64];
-        for info in &manifest.shards {
-            shards.push(open_shard(&source, &manifest, info)?);
-            starts.push(starts[starts.len() - 1] + info.n_records);
-        }
-        Ok(LazyDataset {
-            source,
-            manifest,
-            shards,
-            starts,
-        })
-    }
-
-    /// The manifest.
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-
-    /// Number of records.
-    pub fn len(&self) -> u64 {
-        self.manifest.n_records
-    }
-
-    /// True when the dataset has no record.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
+/// What a dataset read by range offers beside [`Dataset`]'s reads: the
+/// lengths of every record streamed from the indexes, and the dataset's
+/// copy of its tokenizer.
+impl Dataset<Files> {
     /// Calls `f` with the length in tokens of every record, in order, read
-    /// from the indexes alone (streamed), checking their offsets as the
-    /// reader does.
+    /// from the indexes alone (streamed), checking them whole as the mapped
+    /// reader does on open: the offsets, and a packed shard's row index.
     ///
     /// # Errors
     /// [`FormatError::IdxOffsets`] for offsets that break the rules; the
     /// transfer's failure.
     pub fn for_each_length(&self, mut f: impl FnMut(u64)) -> Result<(), ReadError> {
-        for (s, shard) in self.shards.iter().enumerate() {
-            let info = &self.manifest.shards[s];
+        let files = self.storage();
+        for (shard, info) in self.shards.iter().zip(&self.manifest().shards) {
             let mut rules = crate::format::OffsetRules::new(info.n_tokens);
             let mut offsets = Entries::<8>::new(&shard.idx, IDX_HEADER_LEN as u64..shard.idx.len());
             let mut previous = None;
             let bad = |v: crate::format::OffsetViolation| FormatError::IdxOffsets {
-                path: self.source.path_of(&info.idx),
+                path: files.path_of(&info.idx),
                 position: v.position,
                 found: v.found,
                 expected: v.expected,
@@ -737,158 +675,16 @@ impl LazyDataset {
                 return Err(bad(v).into());
             }
             if let (Some((seg, header)), Some(name)) = (&shard.seg, &info.seg) {
-                self.check_row_index(seg, header, name)?;
+                let mut rows =
+                    Entries::<8>::new(seg, SEG_HEADER_LEN as u64..header.segments_offset() as u64);
+                check_row_index(
+                    &files.path_of(name),
+                    std::iter::from_fn(|| rows.next_u64().transpose()),
+                    header.n_segments,
+                )?;
             }
         }
         Ok(())
-    }
-
-    /// A packed shard's row index runs from 0 to the number of segments
-    /// without decreasing, as the mapped reader checks it on open (streamed
-    /// here).
-    fn check_row_index(&self, seg: &File, header: &SegHeader, name: &str) -> Result<(), ReadError> {
-        let mut rows =
-            Entries::<8>::new(seg, SEG_HEADER_LEN as u64..header.segments_offset() as u64);
-        let (mut first, mut last, mut ok) = (None, None, true);
-        while let Some(at) = rows.next_u64()? {
-            first.get_or_insert(at);
-            ok &= last.is_none_or(|l| l <= at);
-            last = Some(at);
-        }
-        if !(ok && first == Some(0) && last == Some(header.n_segments)) {
-            return Err(FormatError::Mismatch {
-                path: self.source.path_of(name),
-                message:
-                    "the row index does not run from 0 to the number of segments without decreasing"
-                        .into(),
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// The shard holding record `index`, and the record's number within it.
-    fn locate(&self, index: u64) -> Result<(usize, u64), ReadError> {
-        if index >= self.len() {
-            return Err(FormatError::RecordOutOfRange {
-                index,
-                len: self.len(),
-            }
-            .into());
-        }
-        let s = self.starts.partition_point(|&start| start <= index) - 1;
-        Ok((s, index - self.starts[s]))
-    }
-
-    /// Record `index`'s tokens: two ranged GETs, its index entries then
-    /// its tokens.
-    ///
-    /// # Errors
-    /// [`FormatError::RecordOutOfRange`]; [`FormatError::IdxOffsets`] for
-    /// entries that do not bound a range of the `.bin`; the store's failure.
-    pub fn record(&self, index: u64) -> Result<Vec<u32>, ReadError> {
-        let (s, lo, hi) = self.token_range(index)?;
-        let shard = &self.shards[s];
-        let size = self.manifest.dtype.size() as u64;
-        let bytes = shard.bin.read(lo * size..hi * size)?;
-        Ok(match self.manifest.dtype {
-            Dtype::U16 => bytes
-                .chunks_exact(2)
-                .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            Dtype::U32 => bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        })
-    }
-
-    /// Record `index`'s loss mask (one byte per token), read from its
-    /// shard's `.mask`; `None` for a dataset without masks.
-    ///
-    /// # Errors
-    /// As [`LazyDataset::record`]'s, and a `.mask` that is missing.
-    pub fn loss_mask(&self, index: u64) -> Result<Option<Vec<u8>>, ReadError> {
-        let (s, lo, hi) = self.token_range(index)?;
-        let Some(name) = &self.manifest.shards[s].mask else {
-            return Ok(None);
-        };
-        let file = self.source.open_required(name)?;
-        Ok(Some(file.read(lo..hi)?.into_owned()))
-    }
-
-    /// The shard of record `index` and the record's token range in it,
-    /// from its two index entries (checked to bound a range of the `.bin`).
-    fn token_range(&self, index: u64) -> Result<(usize, u64, u64), ReadError> {
-        let (s, local) = self.locate(index)?;
-        let shard = &self.shards[s];
-        let info = &self.manifest.shards[s];
-        let at = IDX_HEADER_LEN as u64 + 8 * local;
-        let entries = shard.idx.read(at..at + 16)?;
-        let word = |i: usize| u64::from_le_bytes(entries[i..i + 8].try_into().expect("8 bytes"));
-        let (lo, hi) = (word(0), word(8));
-        if hi < lo || hi > info.n_tokens {
-            return Err(FormatError::IdxOffsets {
-                path: self.source.path_of(&info.idx),
-                position: local + 1,
-                found: hi,
-                expected: format!("between offsets[{local}] = {lo} and {}", info.n_tokens),
-            }
-            .into());
-        }
-        Ok((s, lo, hi))
-    }
-
-    /// The document pieces of row `index` of a packed dataset, checked as
-    /// [`crate::format::Dataset::segments`] checks them.
-    ///
-    /// # Errors
-    /// As [`crate::format::Dataset::segments`]'s, and the store's failure.
-    pub fn segments(&self, index: u64) -> Result<Vec<Segment>, ReadError> {
-        let (s, local) = self.locate(index)?;
-        let info = &self.manifest.shards[s];
-        let Some((seg, header)) = &self.shards[s].seg else {
-            return Err(FormatError::Mismatch {
-                path: self.source.path_of(&info.idx),
-                message: "this shard has no segment index (only packed datasets have one)".into(),
-            }
-            .into());
-        };
-        let seg_path = self.source.path_of(info.seg.as_deref().unwrap_or(""));
-        let at = SEG_HEADER_LEN as u64 + 8 * local;
-        let rows = seg.read(at..at + 16)?;
-        let word = |i: usize| u64::from_le_bytes(rows[i..i + 8].try_into().expect("8 bytes"));
-        let (first, end) = (word(0), word(8));
-        let range = crate::format::row_window(local, first, end, header.n_segments)
-            .map_err(|(_, message)| FormatError::Mismatch {
-                path: seg_path.clone(),
-                message,
-            })?
-            .ok_or_else(|| FormatError::Mismatch {
-                path: seg_path.clone(),
-                message: format!(
-                    "row {local}'s entries end at {end}, past the {} segments",
-                    header.n_segments
-                ),
-            })?;
-        let base = header.segments_offset() as u64;
-        let bytes = seg.read(
-            base + range.start * SEGMENT_BYTES as u64..base + range.end * SEGMENT_BYTES as u64,
-        )?;
-        let pieces: Vec<Segment> = bytes
-            .chunks_exact(SEGMENT_BYTES)
-            .map(|c| Segment::decode(c.try_into().expect("24 bytes")))
-            .collect();
-        match crate::format::row_violation(&pieces, header.seq_len) {
-            None => Ok(pieces),
-            Some((k, message)) => Err(FormatError::BadSegment {
-                path: seg_path,
-                row: local,
-                entry: first + k as u64,
-                message,
-            }
-            .into()),
-        }
     }
 
     /// The dataset's copy of its tokenizer, as stored (`None` when the
@@ -897,47 +693,15 @@ impl LazyDataset {
     /// # Errors
     /// The store's failure.
     pub fn tokenizer_copy(&self) -> Result<Option<(PathBuf, Vec<u8>)>, ReadError> {
-        let Some(name) = &self.manifest.tokenizer.file else {
+        let Some(name) = &self.manifest().tokenizer.file else {
             return Ok(None);
         };
-        let Some(file) = self.source.open(name)? else {
+        let Some(file) = self.storage().open(name)? else {
             return Ok(None);
         };
         let bytes = file.read(0..file.len())?.into_owned();
-        Ok(Some((self.source.path_of(name), bytes)))
+        Ok(Some((self.storage().path_of(name), bytes)))
     }
-}
-
-/// The quick checks of one shard, as the mapped reader makes them on open.
-fn open_shard(
-    source: &Files,
-    manifest: &Manifest,
-    info: &ShardInfo,
-) -> Result<LazyShard, ReadError> {
-    let dtype = manifest.dtype;
-    let must = |name: &str| source.open_required(name);
-    let idx = must(&info.idx)?;
-    let head = idx.read(0..IDX_HEADER_LEN as u64)?;
-    let header = IdxHeader::parse_head(&source.path_of(&info.idx), &head, idx.len())?;
-    check_idx_header(&source.path_of(&info.idx), &header, dtype, info)?;
-    let bin = must(&info.bin)?;
-    check_bin_len(&source.path_of(&info.bin), bin.len(), &header, dtype)?;
-    let seg = match &info.seg {
-        None => None,
-        Some(name) => {
-            let seg = must(name)?;
-            let head = seg.read(0..SEG_HEADER_LEN as u64)?;
-            let header_seg = SegHeader::parse_head(&source.path_of(name), &head, seg.len())?;
-            check_seg_header(
-                &source.path_of(name),
-                &header_seg,
-                header.n_records,
-                manifest,
-            )?;
-            Some((seg, header_seg))
-        }
-    };
-    Ok(LazyShard { idx, bin, seg })
 }
 
 /// The number of records of the dataset at `location` (a directory, or an
@@ -948,7 +712,7 @@ fn open_shard(
 /// What opening the dataset meets ([`crate::format::Dataset::open`]'s
 /// errors; for a store also its failures, naming the object).
 pub fn record_count(location: &Path) -> Result<u64, ReadError> {
-    let ds = LazyDataset::open(Files::new(location)?)?;
+    let ds = Dataset::open_in(Files::new(location)?)?;
     ds.for_each_length(|_| {})?;
     Ok(ds.len())
 }

@@ -8,20 +8,21 @@ use memmap2::Mmap;
 use super::FormatError;
 
 /// A read-only file mapping (or nothing, for an empty file, which cannot be mapped).
+/// Public only as the file type of [`super::Mapped`] storage; not nameable outside.
 #[derive(Debug)]
-pub(crate) struct Mapped {
+pub struct Mapping {
     map: Option<Mmap>,
 }
 
-impl Mapped {
+impl Mapping {
     /// Maps `path` read-only.
-    pub(crate) fn open(path: &Path) -> Result<Mapped, FormatError> {
+    pub(crate) fn open(path: &Path) -> Result<Mapping, FormatError> {
         let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         if len == 0 {
-            return Ok(Mapped { map: None });
+            return Ok(Mapping { map: None });
         }
-        // SAFETY: the mapping is read-only and lives as long as `Mapped`. What
+        // SAFETY: the mapping is read-only and lives as long as `Mapping`. What
         // mapping cannot rule out is another process truncating or rewriting
         // the file while it is mapped: reads could then see changed bytes or
         // fault (SIGBUS). prep never modifies a file in place (it writes
@@ -29,7 +30,7 @@ impl Mapped {
         // user or another tool rewrites a dataset while it is being read,
         // which the documentation warns against.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| FormatError::io(path, e))?;
-        Ok(Mapped { map: Some(map) })
+        Ok(Mapping { map: Some(map) })
     }
 
     /// The file's bytes.

@@ -16,8 +16,7 @@ mod sums;
 mod writer;
 
 pub use files::{
-    record_count, Chunks, Entries, File, Files, LazyDataset, ReadError, TokenBlock, TokenBlocks,
-    LOCAL_CHUNK,
+    record_count, Chunks, Entries, File, Files, ReadError, TokenBlock, TokenBlocks, LOCAL_CHUNK,
 };
 pub use index::{
     check_index, offset_violations, IdxHeader, OffsetRules, OffsetViolation, IDX_HEADER_LEN,
@@ -29,9 +28,8 @@ pub use manifest::{
     Provenance, ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, MASKED_VERSION, MAX_MANIFEST_BYTES, PLAIN_VERSION,
 };
-pub(crate) use mmap::Mapped as MappedFile;
-pub(crate) use reader::{check_bin_len, check_idx_header, check_seg_header};
-pub use reader::{Dataset, Tokens};
+pub(crate) use mmap::Mapping as MappedFile;
+pub use reader::{Dataset, Mapped, Storage, Tokens};
 pub use segments::{
     check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,
     SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,

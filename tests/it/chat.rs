@@ -477,6 +477,40 @@ fn packed_rows_carry_their_pieces_masks() {
         if mode == "bestfit" {
             assert_eq!(trained, all, "bestfit keeps every token");
         }
+        same_through_both_storages(&packed);
+    }
+    same_through_both_storages(&docs);
+}
+
+/// The one dataset type reads the same records, masks and pieces whether
+/// its files are mapped whole or read by range.
+fn same_through_both_storages(dir: &Path) {
+    use prep::format::Files;
+    let mapped = Dataset::open(dir).unwrap();
+    let ranged = Dataset::open_in(Files::new(dir).unwrap()).unwrap();
+    assert_eq!(mapped.len(), ranged.len());
+    let mut lengths = Vec::new();
+    ranged.for_each_length(|n| lengths.push(n)).unwrap();
+    assert_eq!(lengths, mapped.record_lengths().collect::<Vec<_>>());
+    for r in 0..mapped.len() {
+        assert_eq!(
+            ranged.record_ids(r).unwrap(),
+            mapped.record(r).unwrap().to_vec()
+        );
+        assert_eq!(
+            *ranged.record_bytes(r).unwrap(),
+            *mapped.record_bytes(r).unwrap()
+        );
+        assert_eq!(ranged.record_len(r).unwrap(), mapped.record_len(r).unwrap());
+        assert_eq!(
+            ranged.loss_mask(r).unwrap().as_deref(),
+            mapped.loss_mask(r).unwrap()
+        );
+        match (mapped.segments(r), ranged.segments(r)) {
+            (Ok(a), Ok(b)) => assert_eq!(a, &b[..], "row {r}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("row {r}: {a:?} but {b:?}"),
+        }
     }
 }
 

@@ -201,10 +201,7 @@ fn a_sum_path_outside_the_dataset_or_a_partial_listing_is_refused() {
     ] {
         assert!(good.contains(from), "{good}");
         std::fs::write(&path, good.replacen(from, to, 1)).unwrap();
-        let err = Dataset::open(dir.path())
-            .err()
-            .expect("refused")
-            .to_string();
+        let err = Dataset::open(dir.path()).expect_err("refused").to_string();
         assert!(err.contains(words), "{err}");
     }
 }
@@ -228,7 +225,7 @@ fn a_manifest_of_a_newer_version_is_refused_by_name() {
             .unwrap()
             .replacen("\"version\": 1", "\"version\": 7", 1);
     std::fs::write(&path, text).unwrap();
-    let err = Dataset::open(dir.path()).err().expect("refused");
+    let err = Dataset::open(dir.path()).expect_err("refused");
     assert!(
         matches!(
             err,
@@ -252,7 +249,7 @@ fn a_manifest_cannot_point_outside_the_dataset() {
         manifest(Dtype::U16, shards).to_json().as_bytes(),
     )
     .unwrap();
-    let err = Dataset::open(dir.path()).err().expect("refused");
+    let err = Dataset::open(dir.path()).expect_err("refused");
     assert!(
         err.to_string().contains("not a plain relative path"),
         "{err}"
@@ -266,7 +263,7 @@ fn a_bin_of_the_wrong_size_is_refused() {
     let bin = dir.path().join(&shards[0].bin);
     let bytes = std::fs::read(&bin).unwrap();
     std::fs::write(&bin, &bytes[..bytes.len() - 4]).unwrap();
-    let err = Dataset::open(dir.path()).err().expect("refused");
+    let err = Dataset::open(dir.path()).expect_err("refused");
     assert!(matches!(err, FormatError::Mismatch { .. }), "{err}");
     assert!(
         err.to_string()
