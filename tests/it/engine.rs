@@ -16,6 +16,7 @@ use crate::common;
 
 use crate::common::engine::{read_zst, texts, Pair};
 
+use prep::engine::offsets::Offsets;
 use prep::engine::{EncodeState, FastTokenizer, Pattern};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -720,5 +721,144 @@ fn refused_split_patterns_name_the_construct() {
             Ok(_) => panic!("{pattern}: accepted"),
             Err(e) => assert!(e.0.contains(named), "{pattern}: {e}"),
         }
+    }
+}
+
+/// The pairs with HF's offset trim on: every pair's post-processor
+/// replaced by a trimming `ByteLevel`, with and without a prefix space
+/// (RoBERTa's and GPT-NeoX's files trim as shipped).
+fn trimming_pairs() -> Vec<Pair> {
+    let mut pairs = Vec::new();
+    for (name, json) in [
+        ("gpt2".to_owned(), serde_json::to_vec(&gpt2_json()).unwrap()),
+        ("cl100k".to_owned(), gpt2_with_split(CL100K, false)),
+    ] {
+        for prefix in [false, true] {
+            let mut j: Value = serde_json::from_slice(&json).unwrap();
+            j["post_processor"] = json!({"type": "Sequence", "processors": [
+                {"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": true, "use_regex": true},
+                {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+                 "pair": [{"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {}}
+            ]});
+            pairs.push(Pair::new(
+                &format!("{name}+trim(prefix {prefix})"),
+                &serde_json::to_vec(&j).unwrap(),
+            ));
+        }
+    }
+    pairs
+}
+
+/// `Offsets::of` against HF's own offsets: where it places a text's tokens
+/// it places each exactly where HF does, and it places them wherever the
+/// tokenizer neither normalizes the text nor inserts a space. Returns how
+/// many texts each pair placed.
+fn offsets_agree(pairs: &[(Pair, Offsets)], text: &str) -> Result<Vec<bool>, String> {
+    let mut out = Vec::new();
+    pairs
+        .iter()
+        .map(|(pair, table)| {
+            let encoding = pair.hf.encode(text, false).unwrap();
+            let placed = table.of(encoding.get_ids(), text, &mut out);
+            if placed && out != encoding.get_offsets() {
+                let at = out
+                    .iter()
+                    .zip(encoding.get_offsets())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                return Err(format!(
+                    "{}: offsets differ at token {at} ({:?}) on {text:?}: ours {:?}, HF {:?}",
+                    pair.name,
+                    pair.hf.id_to_token(encoding.get_ids()[at]),
+                    out.get(at),
+                    encoding.get_offsets().get(at)
+                ));
+            }
+            Ok(placed)
+        })
+        .collect()
+}
+
+/// The pairs whose offsets are checked, with their tables: the split
+/// patterns, every real byte-level file, the trimming pairs, the
+/// vocabularies spelled with a prefix or suffix, and the normalizers.
+fn offset_pairs() -> Vec<(Pair, Offsets)> {
+    let gpt2 = serde_json::to_vec(&gpt2_json()).unwrap();
+    let mut pairs = vec![
+        Pair::new("gpt2", &gpt2),
+        Pair::new("deepseek-v3", &deepseek_json()),
+        Pair::new("cl100k", &gpt2_with_split(CL100K, false)),
+        Pair::new("o200k", &gpt2_with_split(O200K, false)),
+    ];
+    let affixed = ["clip", "qwen+subword-prefix", "made-up+prefix+suffix"];
+    let edited = edited()
+        .into_iter()
+        .filter(|(name, _)| affixed.contains(&name.as_str()) || name.starts_with("gpt2+nfkc"));
+    for (name, json) in byte_level_files().into_iter().chain(edited) {
+        let real = !name.contains('+') && !name.contains("-Isolated") && !name.contains("-Removed");
+        let new = !pairs.iter().any(|p| p.name == name);
+        if new && (real || affixed.contains(&name.as_str()) || name.starts_with("gpt2+nfkc")) {
+            pairs.push(Pair::new(&name, &json));
+        }
+    }
+    pairs
+        .into_iter()
+        .chain(trimming_pairs())
+        .map(|pair| {
+            let table =
+                Offsets::new(&pair.hf).unwrap_or_else(|| panic!("{}: no offset table", pair.name));
+            (pair, table)
+        })
+        .collect()
+}
+
+/// Whether `Offsets::of` must place every text for this pair: all but
+/// the tokenizers that change or drop text (Falcon's vocabulary lacks a
+/// few control bytes, which HF drops; GPT-NeoX normalizes to NFC; CLIP and
+/// the normalizer variant lowercase; RoBERTa's `<mask>` takes the spaces
+/// before it).
+fn must_place(pair: &Pair) -> bool {
+    !(["falcon", "gpt-neox-20b", "clip", "roberta-base"].contains(&pair.name.as_str())
+        || pair.name.starts_with("gpt2+nfkc"))
+}
+
+#[test]
+fn offsets_are_hf_offsets_on_the_golden_texts() {
+    let corpus = read_zst(&common::fixture("golden/texts.jsonl.zst"));
+    let texts: Vec<String> = texts(&corpus)
+        .into_iter()
+        .filter(|t| t.len() < LONG_DOCUMENT)
+        .collect();
+    let pairs = offset_pairs();
+    let mut placed = vec![0usize; pairs.len()];
+    for text in &texts {
+        let got = offsets_agree(&pairs, text).unwrap_or_else(|e| panic!("{e}"));
+        for (n, p) in placed.iter_mut().zip(got) {
+            *n += usize::from(p);
+        }
+    }
+    for ((pair, _), n) in pairs.iter().zip(&placed) {
+        eprintln!("{}: {n} of {} texts placed", pair.name, texts.len());
+        if must_place(pair) {
+            assert_eq!(*n, texts.len(), "{} places every text", pair.name);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn offsets_are_hf_offsets_on_adversarial_text(parts in proptest::collection::vec(fragment(), 0..24)) {
+        let text = parts.concat();
+        thread_local! {
+            static PAIRS: Vec<(Pair, Offsets)> = offset_pairs();
+        }
+        let placed = PAIRS.with(|pairs| offsets_agree(pairs, &text)).map_err(TestCaseError::fail)?;
+        PAIRS.with(|pairs| {
+            for ((pair, _), p) in pairs.iter().zip(placed) {
+                prop_assert!(p || !must_place(pair), "{} does not place {text:?}", pair.name);
+            }
+            Ok(())
+        })?;
     }
 }

@@ -39,6 +39,7 @@ mod bpe;
 mod cache;
 mod dfa;
 mod normalize;
+pub mod offsets;
 mod precompiled;
 mod pretok;
 pub mod scan;
@@ -355,6 +356,13 @@ impl FastTokenizer {
             Engine::WordPiece(s, _) => (steps(s), "WordPiece"),
         };
         format!("{normalizer}{pre}, {model}")
+    }
+
+    /// Whether this is a byte-level BPE tokenizer (GPT-2 and its
+    /// descendants), whose tokens each stand for fixed bytes
+    /// ([`offsets::Offsets`] places them on the text).
+    pub fn is_byte_level(&self) -> bool {
+        matches!(self.model, Engine::ByteLevel { .. })
     }
 
     /// Appends the ids of `text` to `out`: exactly HF tokenizers'
