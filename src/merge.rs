@@ -694,6 +694,7 @@ fn add_chat(a: ChatCounts, b: ChatCounts) -> ChatCounts {
         refused: a.refused + b.refused,
         unverifiable: a.unverifiable + b.unverifiable,
         too_long: a.too_long + b.too_long,
+        placed_by_hf: a.placed_by_hf + b.placed_by_hf,
         truncated: a.truncated + b.truncated,
     }
 }

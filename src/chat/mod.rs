@@ -20,8 +20,13 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use std::sync::Mutex;
+
 use minijinja::value::Value;
 use prep_chat::{Now, RenderError, RenderInput, Template};
+
+use crate::engine::offsets::Offsets;
+use crate::engine::{EncodeState, FastTokenizer};
 
 pub mod shape;
 
@@ -160,6 +165,16 @@ pub struct Chat {
     pub options: serde_json::Value,
     /// The xxh3 of the template text(s), for the fingerprint.
     pub template_xxh3: u64,
+    /// The fast engine, where it can place the mask (see [`Chat::use_fast`]).
+    fast: Option<FastEngine>,
+}
+
+/// The fast engine as chat mode runs it: the tokenizer, what places its
+/// tokens on the text, and one encoding state per worker thread.
+struct FastEngine {
+    tokenizer: Box<FastTokenizer>,
+    offsets: Offsets,
+    states: Vec<Mutex<EncodeState>>,
 }
 
 /// One rendered and tokenized conversation.
@@ -168,6 +183,8 @@ pub struct Encoded {
     pub trainable: u64,
     /// Bytes of rendered text.
     pub text_bytes: usize,
+    /// Whether HF tokenizers placed the mask in a run on the fast engine.
+    pub placed_by_hf: bool,
 }
 
 impl Chat {
@@ -218,7 +235,23 @@ impl Chat {
             source: found.describe(),
             options,
             template_xxh3,
+            fast: None,
         })
+    }
+
+    /// Encodes with the fast engine from now on, `threads` workers at a
+    /// time: each rendering is encoded by `tokenizer` (ids identical to HF
+    /// tokenizers') and its tokens placed on the text by `offsets`; a
+    /// rendering whose tokens are not its text byte for byte is encoded
+    /// again by HF tokenizers, for its offsets.
+    pub fn use_fast(&mut self, tokenizer: FastTokenizer, offsets: Offsets, threads: usize) {
+        self.fast = Some(FastEngine {
+            tokenizer: Box::new(tokenizer),
+            offsets,
+            states: (0..threads.max(1))
+                .map(|_| Mutex::new(EncodeState::default()))
+                .collect(),
+        });
     }
 
     /// Renders one JSON row and tokenizes it with `tokenizer`: its ids go
@@ -237,20 +270,54 @@ impl Chat {
         let row = prep_chat::value_from_json(row).map_err(RowError::Malformed)?;
         let conv = shape::conversation(&row, self.shape).map_err(RowError::Malformed)?;
         let (text, spans) = self.render_with_spans(&conv)?;
-        let encoding = tokenizer
-            .encode(text.as_str(), false)
-            .map_err(|e| RowError::Refused(format!("the tokenizer failed: {e}")))?;
         let start = mask.len();
-        tokens.extend_from_slice(encoding.get_ids());
-        match spans {
-            Some(spans) => mask_from_offsets(encoding.get_offsets(), &spans, mask),
-            None => mask.resize(start + encoding.get_ids().len(), 1),
+        let fast = self.encode_fast(&text, spans.as_deref(), tokens, mask);
+        if !fast {
+            let encoding = tokenizer
+                .encode(text.as_str(), false)
+                .map_err(|e| RowError::Refused(format!("the tokenizer failed: {e}")))?;
+            tokens.extend_from_slice(encoding.get_ids());
+            match spans {
+                Some(spans) => mask_from_offsets(encoding.get_offsets(), &spans, mask),
+                None => mask.resize(start + encoding.get_ids().len(), 1),
+            }
         }
         let trainable = mask[start..].iter().map(|&m| u64::from(m)).sum();
         Ok(Encoded {
             trainable,
             text_bytes: text.len(),
+            placed_by_hf: self.fast.is_some() && !fast,
         })
+    }
+
+    /// Encodes `text` with the fast engine and masks it by `spans` (every
+    /// token for `None`); `false`, with nothing pushed, when there is no
+    /// fast engine or its tokens are not the text byte for byte.
+    fn encode_fast(
+        &self,
+        text: &str,
+        spans: Option<&[Range<usize>]>,
+        tokens: &mut Vec<u32>,
+        mask: &mut Vec<u8>,
+    ) -> bool {
+        let Some(fast) = &self.fast else {
+            return false;
+        };
+        let slot = rayon::current_thread_index().unwrap_or(0) % fast.states.len();
+        let mut state = fast.states[slot].lock().unwrap_or_else(|e| e.into_inner());
+        let start = tokens.len();
+        fast.tokenizer.encode(text, &mut state, tokens);
+        let Some(spans) = spans else {
+            mask.resize(mask.len() + tokens.len() - start, 1);
+            return true;
+        };
+        let mut offsets = Vec::with_capacity(tokens.len() - start);
+        if !fast.offsets.of(&tokens[start..], text, &mut offsets) {
+            tokens.truncate(start);
+            return false;
+        }
+        mask_from_offsets(&offsets, spans, mask);
+        true
     }
 
     /// The whole rendering and its trained spans, as the policy says

@@ -306,6 +306,11 @@ pub struct ChatCounts {
     pub too_long: u64,
     /// Conversations over `--max-tokens`, truncated.
     pub truncated: u64,
+    /// Conversations written by a run on the fast engine whose tokens were
+    /// not their text byte for byte, so HF tokenizers placed their mask
+    /// (absent in manifests of preps before it).
+    #[serde(default)]
+    pub placed_by_hf: u64,
 }
 
 impl Provenance {

@@ -104,6 +104,8 @@ enum Outcome {
         text_bytes: usize,
         trainable: u64,
         truncated: bool,
+        /// Chat mode: HF tokenizers placed its mask (fast engine runs).
+        placed_by_hf: bool,
     },
     /// A conversation not written, counted by why: no token of it is
     /// trained on, or it is over `--max-tokens`.
@@ -225,12 +227,11 @@ impl Plan {
 pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     // One level of parallelism: ours. The tokenizer must not start its own.
     tokenizers::utils::parallelism::set_parallelism(false);
-    let chat = match &config.chat {
+    let mut chat = match &config.chat {
         Some(chat) => Some(chat_plan(config, chat)?),
         None => None,
     };
-    // Chat mode's masks need the tokens' offsets, which HF tokenizers gives.
-    let want_fast = config.engine != EngineChoice::Hf && chat.is_none();
+    let want_fast = config.engine != EngineChoice::Hf;
     let (tok, fast) = LoadedTokenizer::load_with_fast(&config.tokenizer, want_fast)?;
     let (eos, bos, eos_note) = match &chat {
         Some(chat) => (
@@ -246,24 +247,8 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);
-    let (encoder, engine, engine_note) = match &chat {
-        Some(_) if config.engine == EngineChoice::Fast => {
-            return Err(TokenizeError::Usage(
-                "--engine fast cannot run --chat yet: chat mode's loss masks need the tokens' \
-                 offsets, which the HF engine gives; use --engine auto or hf"
-                    .into(),
-            ))
-        }
-        Some(_) => {
-            let hf = (0..threads)
-                .map(|_| Mutex::new(tok.tokenizer.clone()))
-                .collect();
-            (
-                Encoder::Hf(hf),
-                "hf",
-                "engine hf (HF tokenizers): chat mode's loss masks need the tokens' offsets".into(),
-            )
-        }
+    let (encoder, engine, engine_note) = match &mut chat {
+        Some(chat) => chat_engine(config, &tok, fast, chat, threads)?,
         None => choose_engine(config, &tok, fast, threads)?,
     };
     let dtype = Dtype::for_vocab_size(tok.vocab_size);
@@ -284,6 +269,50 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         threads,
         chat,
     })
+}
+
+/// Chat mode's engine: the fast one where it can place the loss mask (a
+/// byte-level BPE tokenizer, whose tokens stand for fixed bytes), with HF
+/// tokenizers for the conversations it cannot place; else HF tokenizers,
+/// which gives every token's offsets.
+fn chat_engine(
+    config: &TokenizeConfig,
+    tok: &LoadedTokenizer,
+    fast: Option<Result<FastTokenizer, Unsupported>>,
+    chat: &mut crate::chat::Chat,
+    threads: usize,
+) -> Result<(Encoder, &'static str, String), TokenizeError> {
+    let hf = Encoder::Hf(
+        (0..threads)
+            .map(|_| Mutex::new(tok.tokenizer.clone()))
+            .collect(),
+    );
+    let why_not = match fast {
+        None => "as --engine asks".to_owned(),
+        Some(Err(why)) => format!("the fast engine does not support this tokenizer ({why})"),
+        Some(Ok(fast)) if !fast.is_byte_level() => format!(
+            "chat mode's loss masks need each token's place in the text, which the fast engine              gives for byte-level BPE only, not {}",
+            fast.describe()
+        ),
+        Some(Ok(fast)) => match crate::engine::offsets::Offsets::new(&tok.tokenizer) {
+            None => "chat mode's loss masks need each token's place in the text, and this                      tokenizer's post-processor moves offsets in a way the fast engine does not                      restate"
+                .to_owned(),
+            Some(offsets) => {
+                let note = format!(
+                    "engine fast ({}; ids identical to HF tokenizers; a conversation whose tokens                      are not its text byte for byte is placed by HF tokenizers' offsets)",
+                    fast.describe()
+                );
+                chat.use_fast(fast, offsets, threads);
+                return Ok((hf, "fast", note));
+            }
+        },
+    };
+    if config.engine == EngineChoice::Fast {
+        return Err(TokenizeError::Usage(format!(
+            "--engine fast cannot run --chat with this tokenizer: {why_not}; use --engine auto or hf"
+        )));
+    }
+    Ok((hf, "hf", format!("engine hf (HF tokenizers): {why_not}")))
 }
 
 /// Chat mode's template, and the flags it does not take.
@@ -781,6 +810,7 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
                     text_bytes: text.len(),
                     trainable: 0,
                     truncated: false,
+                    placed_by_hf: false,
                 });
             }
             Err(message) => {
@@ -866,6 +896,7 @@ fn chat_row(
         text_bytes: encoded.text_bytes,
         trainable,
         truncated,
+        placed_by_hf: encoded.placed_by_hf,
     }
 }
 
@@ -1010,6 +1041,7 @@ fn write_batch(
                 text_bytes,
                 trainable,
                 truncated,
+                placed_by_hf,
             } => {
                 let tokens = &batch.tokens[cursor..cursor + len];
                 let mask = batch.masks.get(cursor..cursor + len);
@@ -1048,6 +1080,7 @@ fn write_batch(
                 state.counts.empty += u64::from(text_bytes == 0);
                 state.chat.trainable_tokens += trainable;
                 state.chat.truncated += u64::from(truncated);
+                state.chat.placed_by_hf += u64::from(placed_by_hf);
                 state.text_bytes += text_bytes as u64;
                 state.run_text_bytes += text_bytes as u64;
                 state.run_tokens += len as u64;

@@ -695,3 +695,61 @@ fn olmo_core_parts_cut_records_and_list_both_pieces() {
     }
     assert_eq!(pieces, want);
 }
+
+/// GPT-2 with ChatML's control tokens; `<|im_end|>` takes the spaces
+/// before it (`lstrip`), as some real tokenizers' control tokens do.
+fn gpt2_chatml(t: &TestDir) -> PathBuf {
+    let json = crate::common::engine::read_zst(&fixture("tokenizers/gpt2.tokenizer.json.zst"));
+    let mut j: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let added = j["added_tokens"].as_array_mut().unwrap();
+    for (id, content, lstrip) in [(50257, "<|im_start|>", false), (50258, "<|im_end|>", true)] {
+        added.push(
+            serde_json::json!({"id": id, "content": content, "single_word": false,
+            "lstrip": lstrip, "rstrip": false, "normalized": false, "special": true}),
+        );
+    }
+    t.write("gpt2-chatml.json", &serde_json::to_string(&j).unwrap())
+}
+
+/// On a byte-level tokenizer chat mode runs the fast engine: the same
+/// tokens and masks as HF tokenizers' offsets give, for conversations the
+/// engine places itself and for those it hands to HF (an `<|im_end|>`
+/// that took the whitespace before it), which the manifest counts.
+#[test]
+fn the_fast_engine_masks_as_hf_offsets_do() {
+    let t = TestDir::new();
+    let tok = gpt2_chatml(&t);
+    let template = t.write("template.jinja", CHATML);
+    let turn = |user: &str, reply: &str| {
+        serde_json::json!({"messages": [{"role": "user", "content": user},
+            {"role": "assistant", "content": reply}]})
+        .to_string()
+    };
+    let rows = [
+        turn("hello there", "general kenobi"),
+        turn("  spaces  around ", "a reply ending in spaces   "),
+        turn("naïve 中文 🎉", "ça va\n\n- list\n- items\t"),
+        turn("x", " leading space"),
+        turn("tabs\tand\r\nbreaks", "¿qué?  "),
+    ]
+    .join("\n");
+    let input = t.write("rows.jsonl", &rows);
+    let run = |engine: &str, out: &Path| {
+        let mut cmd = tokenize_with(&t, &tok, &[&input], out);
+        cmd.args(["--chat", "--engine", engine])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+        Manifest::read(out).unwrap()
+    };
+    let (fast, hf) = (t.path("fast"), t.path("hf"));
+    let m_fast = run("fast", &fast);
+    let m_hf = run("hf", &hf);
+    assert_eq!(m_fast.provenance.options["engine"], "fast");
+    assert_eq!(m_hf.provenance.options["engine"], "hf");
+    assert_eq!(masked_records(&fast), masked_records(&hf));
+    let placed = |m: &Manifest| m.provenance.chat.unwrap().placed_by_hf;
+    // Turns ending in whitespace (a space, a tab): rows 2, 3 and 5.
+    assert_eq!(placed(&m_fast), 3, "the conversations with a turn ending in whitespace");
+    assert_eq!(placed(&m_hf), 0, "counted in fast runs only");
+}
