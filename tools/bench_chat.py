@@ -19,7 +19,10 @@ Baselines, one Python process each (they run on one core):
   row rule without its self-checks);
 - `python ids`: apply_chat_template(tokenize=True) alone, no mask, the
   least a Python pipeline does.
-prep runs with --threads 1 and --threads 2 (whole process, page cache warm).
+prep runs with --threads 1 and --threads 2 (whole process, page cache warm),
+on the engine it picks (the fast one, for these byte-level vocabularies),
+and with --engine hf on one thread: what chat mode ran before the fast
+engine could place masks.
 Every baseline's total tokens and trained tokens are checked equal to
 prep's. Reports conversations/s and the ratios; results also go to
 target/bench/chat.json.
@@ -109,11 +112,12 @@ def python_ids(reference: ref.Reference, rows: list) -> tuple[float, int]:
 
 
 def run_prep(prep: Path, tokenizer: Path, template: Path, rows: Path, out: Path, threads: int,
-             variables: dict) -> tuple[float, dict]:
+             variables: dict, engine: str = "auto") -> tuple[float, dict]:
     subprocess.run(["rm", "-rf", str(out)], check=True)
     args = [str(prep), "tokenize", "--chat", "--tokenizer", str(tokenizer), "--chat-template", str(template),
             "--chat-date", ref.DATE.strftime("%Y-%m-%d"), "--input", str(rows),
-            "--output", str(out), "--threads", str(threads), "--skip-bad", "--quiet"]
+            "--output", str(out), "--threads", str(threads), "--skip-bad", "--quiet",
+            "--engine", engine]
     for k, v in variables.items():
         args += ["--chat-var", f"{k}={v}"]
     start = time.perf_counter()
@@ -147,23 +151,32 @@ def main() -> None:
         extra = {} if template.suffix == ".json" else variables
         t1, m1 = run_prep(args.prep, tokenizer, template, rows_path, scratch / "out1", 1, extra)
         t2, m2 = run_prep(args.prep, tokenizer, template, rows_path, scratch / "out2", 2, extra)
+        th, mh = run_prep(args.prep, tokenizer, template, rows_path, scratch / "outh", 1, extra, "hf")
         pm, kept, tokens, trained = python_mask(reference, rows)
         pi, ids_tokens = python_ids(reference, rows)
         assert m1["n_records"] == kept and m1["n_tokens"] == tokens, (name, m1["n_tokens"], tokens)
         assert m1["provenance"]["chat"]["trainable_tokens"] == trained, name
         assert m2["n_tokens"] == m1["n_tokens"]
+        assert mh["n_tokens"] == m1["n_tokens"] and \
+            mh["provenance"]["chat"]["trainable_tokens"] == trained, name
+        engine = m1["provenance"]["options"]["engine"]
+        by_hf = m1["provenance"]["chat"].get("placed_by_hf", 0)
         n = len(rows)
         r = {"conversations": n, "kept": kept, "tokens": tokens, "trained": trained,
+             "engine": engine, "placed_by_hf": by_hf, "prep_hf_engine_1_thread_s": th,
              "prep_1_thread_s": t1, "prep_2_threads_s": t2, "python_mask_s": pm, "python_ids_s": pi,
              "prep_1_over_python_mask": pm / t1, "prep_2_over_python_mask": pm / t2,
              "prep_1_over_python_ids": pi / t1, "prep_2_over_python_ids": pi / t2}
         results[name] = r
-        print(f"{name}: {kept} of {n} conversations kept, {tokens} tokens, {trained} trained")
+        print(f"{name}: {kept} of {n} conversations kept, {tokens} tokens, {trained} trained; "
+              f"engine {engine}, {by_hf} placed by HF offsets")
         for label, secs in [("prep --threads 1", t1), ("prep --threads 2", t2),
+                            ("prep --engine hf, 1 thread", th),
                             ("python mask (prep's rule)", pm), ("python ids only", pi)]:
             print(f"  {label:28} {secs:7.2f} s  {n / secs:9.0f} conversations/s")
         print(f"  prep over python mask: {pm / t1:.1f}x on 1 thread, {pm / t2:.1f}x on 2; "
-              f"over python ids only: {pi / t1:.1f}x, {pi / t2:.1f}x")
+              f"over python ids only: {pi / t1:.1f}x, {pi / t2:.1f}x; "
+              f"over its own HF engine: {th / t1:.1f}x")
     (args.scratch / "chat.json").write_text(json.dumps(results, indent=2))
 
 
