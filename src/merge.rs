@@ -215,10 +215,14 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         output: &config.output,
         copy: config.copy,
     };
-    let (shards, documents) = merge_shards(&parts, &to, dedup, total_bytes, &mut report, progress)?;
+    let (shards, documents, dropped_trainable) =
+        merge_shards(&parts, &to, dedup, total_bytes, &mut report, progress)?;
 
     output.copy_tokenizer(base.tokenizer.file.as_deref(), first.ds.dir())?;
-    let manifest = merged_manifest(&base, &parts, shards, documents, job, merged);
+    let mut manifest = merged_manifest(&base, &parts, shards, documents, job, merged);
+    if let Some(chat) = manifest.provenance.chat.as_mut() {
+        chat.trainable_tokens -= dropped_trainable;
+    }
     output.commit(&manifest)?;
     progress.finish();
     report.manifest = manifest;
@@ -325,7 +329,8 @@ struct Destination<'a> {
 
 /// Takes every part's shards in order, each referenced in place, linked,
 /// copied, or (with `dedup`) rewritten without the records an earlier part
-/// wrote; returns the merged shards and the summed document counts.
+/// wrote; returns the merged shards, the summed document counts, and the
+/// trained-on tokens of the records dropped.
 fn merge_shards(
     parts: &[Part],
     to: &Destination,
@@ -333,8 +338,9 @@ fn merge_shards(
     total_bytes: u64,
     report: &mut MergeReport,
     progress: &dyn Progress,
-) -> Result<(Vec<ShardInfo>, DocumentCounts), MergeError> {
+) -> Result<(Vec<ShardInfo>, DocumentCounts, u64), MergeError> {
     let mut seen: HashSet<u128> = HashSet::new();
+    let mut dropped_trainable = 0u64;
     let mut documents = DocumentCounts::default();
     let mut shards: Vec<ShardInfo> = Vec::new();
     let mut done_bytes = 0u64;
@@ -367,6 +373,7 @@ fn merge_shards(
                     to.out,
                     &stem,
                     &mut documents,
+                    &mut dropped_trainable,
                 )?;
                 report.rewritten += 1;
                 report.bytes_written += info.total_bytes();
@@ -393,12 +400,14 @@ fn merge_shards(
             });
         }
     }
-    Ok((shards, documents))
+    Ok((shards, documents, dropped_trainable))
 }
 
 /// Rewrites the shard of `part` whose records start at `first_record` as
 /// `stem` in `out`, without the records `drop` marks, taking those off the
-/// counts as deduplicated.
+/// counts as deduplicated (and their trained-on tokens into
+/// `dropped_trainable`).
+#[allow(clippy::too_many_arguments)] // one call site; the counts it keeps are the merge's
 fn rewrite_shard(
     part: &Part,
     first_record: u64,
@@ -407,6 +416,7 @@ fn rewrite_shard(
     out: &Path,
     stem: &str,
     documents: &mut DocumentCounts,
+    dropped_trainable: &mut u64,
 ) -> Result<ShardInfo, MergeError> {
     let empty_text = xxh3_128(b"");
     let manifest = part.ds.manifest();
@@ -422,6 +432,9 @@ fn rewrite_shard(
             documents.deduplicated += 1;
             let hash = hashes[index as usize];
             documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
+            if let Some(mask) = part.ds.loss_mask(index)? {
+                *dropped_trainable += mask.iter().map(|&m| u64::from(m)).sum::<u64>();
+            }
             continue;
         }
         let bytes = part.ds.record_bytes(index)?;

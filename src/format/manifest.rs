@@ -304,11 +304,13 @@ pub struct ChatCounts {
     pub unverifiable: u64,
     /// Conversations over `--max-tokens`, dropped.
     pub too_long: u64,
-    /// Conversations over `--max-tokens`, truncated.
+    /// Conversations over `--max-tokens`, truncated (of those tokenized:
+    /// duplicates `--dedup` then drops included).
     pub truncated: u64,
-    /// Conversations written by a run on the fast engine whose tokens were
-    /// not their text byte for byte, so HF tokenizers placed their mask
-    /// (absent in manifests of preps before it).
+    /// Conversations tokenized by a run on the fast engine whose tokens
+    /// were not their text byte for byte, so HF tokenizers placed their
+    /// mask (duplicates `--dedup` then drops included; absent in manifests
+    /// of preps before it).
     #[serde(default)]
     pub placed_by_hf: u64,
 }

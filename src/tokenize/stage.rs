@@ -1046,6 +1046,10 @@ fn write_batch(
                 let tokens = &batch.tokens[cursor..cursor + len];
                 let mask = batch.masks.get(cursor..cursor + len);
                 cursor += len;
+                // Of every conversation tokenized, duplicates included: what
+                // a merge of --dedup parts can sum exactly.
+                state.chat.truncated += u64::from(truncated);
+                state.chat.placed_by_hf += u64::from(placed_by_hf);
                 if state.dedup && !state.seen.insert(hash) {
                     state.counts.read += 1;
                     state.counts.deduplicated += 1;
@@ -1079,8 +1083,6 @@ fn write_batch(
                 state.counts.written += 1;
                 state.counts.empty += u64::from(text_bytes == 0);
                 state.chat.trainable_tokens += trainable;
-                state.chat.truncated += u64::from(truncated);
-                state.chat.placed_by_hf += u64::from(placed_by_hf);
                 state.text_bytes += text_bytes as u64;
                 state.run_text_bytes += text_bytes as u64;
                 state.run_tokens += len as u64;

@@ -586,23 +586,27 @@ fn over_long_conversations_are_dropped_or_truncated() {
 
 #[test]
 fn parts_merge_into_the_one_run_with_masks() {
+    // Many duplicates (3 distinct rows), so --dedup drops across parts, and
+    // --max-tokens 7 truncates every conversation.
+    parts_merge_with(&[]);
+    parts_merge_with(&["--dedup", "--max-tokens", "7", "--overlong", "truncate"]);
+}
+
+fn parts_merge_with(flags: &[&str]) {
     let t = TestDir::new();
     let rows: String = (0..40).map(|i| {
         let reply = ["a b", "c", "d e f"][i % 3];
         format!("{{\"messages\": [{{\"role\": \"user\", \"content\": \"a\"}}, {{\"role\": \"assistant\", \"content\": \"{reply}\"}}]}}\n")
     }).collect();
     let one = t.path("one");
-    ok(chat(&t, CHATML, &rows, &one).args(["--shard-size", "64B"]));
+    ok(chat(&t, CHATML, &rows, &one)
+        .args(["--shard-size", "64B"])
+        .args(flags));
     let run_dir = t.path("run");
     for i in 0..3 {
-        ok(
-            chat(&t, CHATML, &rows, &run_dir.join(format!("part-{i}"))).args([
-                "--shard-size",
-                "64B",
-                "--part",
-                &format!("{i}/3"),
-            ]),
-        );
+        ok(chat(&t, CHATML, &rows, &run_dir.join(format!("part-{i}")))
+            .args(["--shard-size", "64B", "--part", &format!("{i}/3")])
+            .args(flags));
     }
     let mut cmd = t.prep();
     cmd.args(["merge", "--quiet"]);
@@ -615,7 +619,12 @@ fn parts_merge_into_the_one_run_with_masks() {
         Manifest::read(&run_dir).unwrap(),
         Manifest::read(&one).unwrap(),
     );
-    assert_eq!(a.provenance.chat, b.provenance.chat);
+    assert_eq!(a.provenance.chat, b.provenance.chat, "{flags:?}");
+    assert_eq!(a.provenance.documents, b.provenance.documents, "{flags:?}");
+    if flags.contains(&"--dedup") {
+        assert!(a.provenance.documents.deduplicated > 0);
+        assert!(a.provenance.chat.unwrap().truncated > 0);
+    }
     assert_eq!(a.version, b.version);
     ok(t.prep().arg("validate").arg(&run_dir));
 }
@@ -708,7 +717,7 @@ fn gpt2_chatml(t: &TestDir) -> PathBuf {
             "lstrip": lstrip, "rstrip": false, "normalized": false, "special": true}),
         );
     }
-    t.write("gpt2-chatml.json", &serde_json::to_string(&j).unwrap())
+    t.write("gpt2-chatml.json", serde_json::to_string(&j).unwrap())
 }
 
 /// On a byte-level tokenizer chat mode runs the fast engine: the same
@@ -750,6 +759,10 @@ fn the_fast_engine_masks_as_hf_offsets_do() {
     assert_eq!(masked_records(&fast), masked_records(&hf));
     let placed = |m: &Manifest| m.provenance.chat.unwrap().placed_by_hf;
     // Turns ending in whitespace (a space, a tab): rows 2, 3 and 5.
-    assert_eq!(placed(&m_fast), 3, "the conversations with a turn ending in whitespace");
+    assert_eq!(
+        placed(&m_fast),
+        3,
+        "the conversations with a turn ending in whitespace"
+    );
     assert_eq!(placed(&m_hf), 0, "counted in fast runs only");
 }
