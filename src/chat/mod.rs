@@ -185,6 +185,8 @@ pub struct Encoded {
     pub text_bytes: usize,
     /// Whether HF tokenizers placed the mask in a run on the fast engine.
     pub placed_by_hf: bool,
+    /// XXH3-128 of the rendered text: what `--dedup` compares.
+    pub text_hash: u128,
 }
 
 impl Chat {
@@ -287,6 +289,7 @@ impl Chat {
             trainable,
             text_bytes: text.len(),
             placed_by_hf: self.fast.is_some() && !fast,
+            text_hash: xxhash_rust::xxh3::xxh3_128(text.as_bytes()),
         })
     }
 

@@ -827,8 +827,34 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
 }
 
 /// One chat row: rendered, tokenized and masked into `out`, or why not.
-/// A row's hash (for `--dedup`) is of its JSON line.
+/// A row's hash (for `--dedup`) is of its rendered text: the same
+/// conversation in two rows is one, whatever else the rows hold (an id,
+/// key order). A row an earlier run wrote is encoded again only when
+/// deduplicating, to learn whether it was written and its hash, then
+/// taken out of `out`.
 fn chat_row(
+    shared: &Shared,
+    chat: &crate::chat::Chat,
+    tokenizer: &Tokenizer,
+    doc: RawDoc,
+    replay: bool,
+    out: &mut BatchOut,
+) -> Outcome {
+    let start = out.tokens.len();
+    let outcome = chat_row_encoded(shared, chat, tokenizer, doc, replay, out);
+    if !replay {
+        return outcome;
+    }
+    out.tokens.truncate(start);
+    out.masks.truncate(start);
+    match outcome {
+        Outcome::Doc { hash, .. } => Outcome::Replay { hash: Some(hash) },
+        _ => Outcome::Replay { hash: None },
+    }
+}
+
+/// [`chat_row`]'s work, as for a row not written before.
+fn chat_row_encoded(
     shared: &Shared,
     chat: &crate::chat::Chat,
     tokenizer: &Tokenizer,
@@ -847,11 +873,8 @@ fn chat_row(
         Payload::Bad(e) => return bad(Bad::Doc(e.clone())),
         Payload::Text(_) => unreachable!("whole rows come as JSON"),
     };
-    let hash = if shared.dedup { xxh3_128(line) } else { 0 };
-    if replay {
-        return Outcome::Replay {
-            hash: shared.dedup.then_some(hash),
-        };
+    if replay && !shared.dedup {
+        return Outcome::Replay { hash: None };
     }
     let row = match std::str::from_utf8(line) {
         Ok(row) => row,
@@ -892,7 +915,7 @@ fn chat_row(
     }
     Outcome::Doc {
         len,
-        hash,
+        hash: encoded.text_hash,
         text_bytes: encoded.text_bytes,
         trainable,
         truncated,

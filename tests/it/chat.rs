@@ -766,3 +766,60 @@ fn the_fast_engine_masks_as_hf_offsets_do() {
     );
     assert_eq!(placed(&m_hf), 0, "counted in fast runs only");
 }
+
+/// `--dedup` in chat mode compares conversations as rendered: rows that
+/// differ only in what the template does not render (an id, key order) are
+/// one. A run stopped part way and resumed drops exactly what an
+/// uninterrupted run drops: the resumed run renders and tokenizes the rows
+/// the first one wrote, to know which were written and their hashes.
+#[test]
+fn dedup_compares_renderings_and_resumes_exactly() {
+    let t = TestDir::new();
+    let words = ["a", "b", "c", "d", "e", "f"];
+    let mut rows = String::new();
+    for i in 0..400 {
+        if i == 300 {
+            rows.push_str("{\"messages\": oops}\n");
+            continue;
+        }
+        let (u, r) = (words[i % 6], words[(i / 6) % 4]);
+        let row = if i % 7 == 0 {
+            // No assistant turn: nothing trained, never written.
+            serde_json::json!({"id": i, "messages": [{"role": "user", "content": u}]})
+        } else if i % 2 == 0 {
+            serde_json::json!({"id": i, "messages": [{"role": "user", "content": u},
+                {"role": "assistant", "content": r}]})
+        } else {
+            serde_json::json!({"messages": [{"content": u, "role": "user"},
+                {"content": r, "role": "assistant"}], "source": format!("row {i}")})
+        };
+        rows.push_str(&format!("{row}\n"));
+    }
+    let flags = ["--dedup", "--shard-size", "64B", "--threads", "2"];
+    let out = t.path("resumed");
+    let mut first = chat(&t, CHATML, &rows, &out);
+    let err = String::from_utf8_lossy(&first.args(flags).output().unwrap().stderr).into_owned();
+    assert!(err.contains("line 301"), "{err}");
+    assert!(
+        out.join(".prep-journal.json").exists(),
+        "shards kept for a resume"
+    );
+    ok(chat(&t, CHATML, &rows, &out).args(flags).arg("--skip-bad"));
+    let fresh = t.path("fresh");
+    ok(chat(&t, CHATML, &rows, &fresh)
+        .args(flags)
+        .arg("--skip-bad"));
+    assert_eq!(masked_records(&out), masked_records(&fresh));
+    let (a, b) = (
+        Manifest::read(&out).unwrap(),
+        Manifest::read(&fresh).unwrap(),
+    );
+    assert_eq!(a.provenance.documents, b.provenance.documents);
+    assert_eq!(a.provenance.chat, b.provenance.chat);
+    // 6 user words by 4 replies: at most 24 conversations, each once.
+    let written = masked_records(&fresh);
+    let distinct: std::collections::HashSet<_> = written.iter().collect();
+    assert_eq!(distinct.len(), written.len(), "no conversation twice");
+    assert_eq!(written.len(), 24);
+    assert!(b.provenance.documents.deduplicated > 300);
+}
