@@ -347,11 +347,37 @@ impl Chat {
         };
         let whole = render(&conv.messages, false)?;
         let text = whole.text;
-        let mut spans = match self.policy {
-            MaskPolicy::All => return Ok((text, None)),
-            _ if template.has_generation() => whole.generation,
-            _ => {
-                let mut spans: Spans = Vec::new();
+        if self.policy == MaskPolicy::All {
+            return Ok((text, None));
+        }
+        // Which assistant turns are trained on, by their `weight`.
+        let weights = conv
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| is_assistant(m))
+            .map(|(i, m)| trained_weight(i, m))
+            .collect::<Result<Vec<bool>, RowError>>()?;
+        let mut spans = match template.has_generation() {
+            true if weights.iter().all(|&w| w) => whole.generation,
+            true => {
+                if whole.generation.len() != weights.len() {
+                    return Err(RowError::Unverifiable(format!(
+                        "a turn has weight 0, but the template's {} generation blocks are not its {} \
+                         assistant turns one for one",
+                        whole.generation.len(),
+                        weights.len()
+                    )));
+                }
+                whole
+                    .generation
+                    .into_iter()
+                    .zip(&weights)
+                    .filter_map(|(span, &w)| w.then_some(span))
+                    .collect()
+            }
+            false => {
+                let mut spans: Vec<(Range<usize>, bool)> = Vec::new();
                 for (i, m) in conv.messages.iter().enumerate() {
                     if !is_assistant(m) {
                         continue;
@@ -368,14 +394,17 @@ impl Chat {
                     let span = reply_span(&before.text, &upto.text, &text, m).map_err(|why| {
                         RowError::Unverifiable(format!("assistant message {i}: {why}"))
                     })?;
-                    if spans.last().is_some_and(|last| last.end > span.start) {
+                    if spans.last().is_some_and(|(last, _)| last.end > span.start) {
                         return Err(RowError::Unverifiable(format!(
                             "assistant message {i}'s reply does not come after the one before it"
                         )));
                     }
-                    spans.push(span);
+                    spans.push((span, trained_weight(i, m)?));
                 }
                 spans
+                    .into_iter()
+                    .filter_map(|(span, w)| w.then_some(span))
+                    .collect()
             }
         };
         if self.policy == MaskPolicy::Last {
@@ -467,6 +496,25 @@ fn tool_call_names(message: &Value) -> Vec<String> {
 }
 
 /// Whether a message is the assistant's.
+/// Whether assistant message `i` is trained on, by its `weight` (OpenAI's
+/// fine-tuning format): absent (or null) or 1, yes; 0, no; anything else
+/// is no conversation prep reads.
+fn trained_weight(i: usize, message: &Value) -> Result<bool, RowError> {
+    let Ok(weight) = message.get_attr("weight") else {
+        return Ok(true);
+    };
+    if weight.is_undefined() || weight.is_none() {
+        return Ok(true);
+    }
+    match f64::try_from(weight.clone()) {
+        Ok(1.0) => Ok(true),
+        Ok(0.0) => Ok(false),
+        _ => Err(RowError::Malformed(format!(
+            "message {i}: weight is {weight}, not 0 or 1"
+        ))),
+    }
+}
+
 fn is_assistant(message: &Value) -> bool {
     message
         .get_attr("role")

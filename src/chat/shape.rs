@@ -254,7 +254,7 @@ fn sharegpt_turn(t: &Value) -> Result<Value, String> {
         "gpt" | "assistant" | "model" => "assistant",
         "system" => "system",
         "observation" | "tool" => "tool",
-        "function_call" => return function_call(text),
+        "function_call" => return function_call(text).map(|m| with_weight(t, m)),
         other => {
             return Err(format!(
                 "unknown \"from\" {other:?} (known: human, user, gpt, assistant, model, system, \
@@ -262,7 +262,27 @@ fn sharegpt_turn(t: &Value) -> Result<Value, String> {
             ))
         }
     };
-    Ok(message(role, Value::from(text)))
+    Ok(with_weight(t, message(role, Value::from(text))))
+}
+
+/// `message` with turn `t`'s `weight`, when it has one (see `--loss-mask`).
+fn with_weight(t: &Value, message: Value) -> Value {
+    match field(t, "weight") {
+        None => message,
+        Some(weight) => {
+            let mut pairs: Vec<(Value, Value)> = message
+                .try_iter()
+                .into_iter()
+                .flatten()
+                .map(|k| {
+                    let v = message.get_item(&k).unwrap_or_default();
+                    (k, v)
+                })
+                .collect();
+            pairs.push((Value::from("weight"), weight));
+            Value::from_pairs(pairs)
+        }
+    }
 }
 
 /// A ShareGPT `function_call` turn: an assistant message with one tool call.

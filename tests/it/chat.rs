@@ -823,3 +823,52 @@ fn dedup_compares_renderings_and_resumes_exactly() {
     assert_eq!(written.len(), 24);
     assert!(b.provenance.documents.deduplicated > 300);
 }
+
+/// An assistant turn with `"weight": 0` is not trained on, under both kinds
+/// of template; a weight other than 0 or 1 is a bad row naming the message.
+#[test]
+fn weight_zero_turns_are_not_trained() {
+    let t = TestDir::new();
+    // The same replies marked by {% generation %} blocks instead of prefixes.
+    let generation = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}{% if m.role == 'assistant' %}\
+        {% generation %}{{ m.content + '<|im_end|>' }}{% endgeneration %}{% else %}{{ m.content + '<|im_end|>' }}\
+        {% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    let conv = |w1: &str, w2: &str| {
+        format!(
+            r#"{{"messages": [{{"role": "user", "content": "a"}}, {{"role": "assistant", "content": "b c"{w1}}}, {{"role": "user", "content": "d"}}, {{"role": "assistant", "content": "e f"{w2}}}]}}"#
+        )
+    };
+    let sharegpt = r#"{"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b c", "weight": 0}, {"from": "human", "value": "d"}, {"from": "gpt", "value": "e f"}]}"#;
+    let rows = [
+        conv("", ""),
+        conv(r#", "weight": 0"#, ""),
+        conv(r#", "weight": 1"#, r#", "weight": 0.0"#),
+        sharegpt.to_owned(),
+    ]
+    .join("\n")
+        + "\n";
+    for template in [CHATML, generation] {
+        let out = t.path("out");
+        ok(chat(&t, template, &rows, &out).arg("--overwrite"));
+        let records = masked_records(&out);
+        let trained = |r: usize| -> Vec<u32> {
+            let (ids, mask) = &records[r];
+            ids.iter()
+                .zip(mask)
+                .filter(|(_, &m)| m == 1)
+                .map(|(&i, _)| i)
+                .collect()
+        };
+        let (first, second) = (ids("b c <|im_end|>"), ids("e f <|im_end|>"));
+        assert_eq!(trained(0), [first.clone(), second.clone()].concat());
+        assert_eq!(trained(1), second, "the first reply has weight 0");
+        assert_eq!(trained(2), first, "the second reply has weight 0.0");
+        assert_eq!(trained(3), second, "a ShareGPT turn's weight");
+    }
+    let bad = conv(r#", "weight": 0.5"#, "") + "\n";
+    let err = fails(&mut chat(&t, CHATML, &bad, &t.path("bad")), 2);
+    assert!(
+        err.contains("line 1") && err.contains("message 1: weight is 0.5"),
+        "{err}"
+    );
+}
