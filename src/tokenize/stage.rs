@@ -271,10 +271,10 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
     })
 }
 
-/// Chat mode's engine: the fast one where it can place the loss mask (a
-/// byte-level BPE tokenizer, whose tokens stand for fixed bytes), with HF
-/// tokenizers for the conversations it cannot place; else HF tokenizers,
-/// which gives every token's offsets.
+/// Chat mode's engine: the fast one where it can place the loss mask
+/// (byte-level or SentencePiece-style BPE, whose tokens stand for fixed
+/// bytes: `engine::offsets`), with HF tokenizers for the conversations it
+/// cannot place; else HF tokenizers, which gives every token's offsets.
 fn chat_engine(
     config: &TokenizeConfig,
     tok: &LoadedTokenizer,
@@ -290,10 +290,6 @@ fn chat_engine(
     let why_not = match fast {
         None => "as --engine asks".to_owned(),
         Some(Err(why)) => format!("the fast engine does not support this tokenizer ({why})"),
-        Some(Ok(fast)) if !fast.is_byte_level() => format!(
-            "chat mode's loss masks need each token's place in the text, which the fast engine              gives for byte-level BPE only, not {}",
-            fast.describe()
-        ),
         Some(Ok(fast)) => match crate::engine::offsets::Offsets::new(&tok.tokenizer) {
             None => "chat mode's loss masks need each token's place in the text, and this                      tokenizer's post-processor moves offsets in a way the fast engine does not                      restate"
                 .to_owned(),

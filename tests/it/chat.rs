@@ -705,11 +705,13 @@ fn olmo_core_parts_cut_records_and_list_both_pieces() {
     assert_eq!(pieces, want);
 }
 
-/// GPT-2 with ChatML's control tokens; `<|im_end|>` takes the spaces
-/// before it (`lstrip`), as some real tokenizers' control tokens do.
+/// GPT-2 with ChatML's control tokens and an NFC normalizer; `<|im_end|>`
+/// takes the whitespace before it (`lstrip`), as some real tokenizers'
+/// control tokens do.
 fn gpt2_chatml(t: &TestDir) -> PathBuf {
     let json = crate::common::engine::read_zst(&fixture("tokenizers/gpt2.tokenizer.json.zst"));
     let mut j: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    j["normalizer"] = serde_json::json!({"type": "NFC"});
     let added = j["added_tokens"].as_array_mut().unwrap();
     for (id, content, lstrip) in [(50257, "<|im_start|>", false), (50258, "<|im_end|>", true)] {
         added.push(
@@ -722,8 +724,9 @@ fn gpt2_chatml(t: &TestDir) -> PathBuf {
 
 /// On a byte-level tokenizer chat mode runs the fast engine: the same
 /// tokens and masks as HF tokenizers' offsets give, for conversations the
-/// engine places itself and for those it hands to HF (an `<|im_end|>`
-/// that took the whitespace before it), which the manifest counts.
+/// engine places itself (an `<|im_end|>` that took the whitespace before
+/// it among them) and for those it hands to HF (text the normalizer
+/// changed: a decomposed `é`), which the manifest counts.
 #[test]
 fn the_fast_engine_masks_as_hf_offsets_do() {
     let t = TestDir::new();
@@ -740,6 +743,8 @@ fn the_fast_engine_masks_as_hf_offsets_do() {
         turn("naïve 中文 🎉", "ça va\n\n- list\n- items\t"),
         turn("x", " leading space"),
         turn("tabs\tand\r\nbreaks", "¿qué?  "),
+        turn("cafe\u{301}", "ok"),
+        turn("x", "re\u{301}sume\u{301}  "),
     ]
     .join("\n");
     let input = t.write("rows.jsonl", &rows);
@@ -758,11 +763,10 @@ fn the_fast_engine_masks_as_hf_offsets_do() {
     assert_eq!(m_hf.provenance.options["engine"], "hf");
     assert_eq!(masked_records(&fast), masked_records(&hf));
     let placed = |m: &Manifest| m.provenance.chat.unwrap().placed_by_hf;
-    // Turns ending in whitespace (a space, a tab): rows 2, 3 and 5.
     assert_eq!(
         placed(&m_fast),
-        3,
-        "the conversations with a turn ending in whitespace"
+        2,
+        "the conversations the normalizer changed"
     );
     assert_eq!(placed(&m_hf), 0, "counted in fast runs only");
 }

@@ -25,6 +25,7 @@ use crate::common::engine::{read_zst, texts, Pair};
 
 use std::io::BufRead;
 
+use prep::engine::offsets::Offsets;
 use prep::engine::{EncodeState, FastTokenizer};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -619,5 +620,119 @@ fn speed_on_excerpt() {
             mb / cold,
             hf / cold
         );
+    }
+}
+
+/// Every pair with its offset table (the SentencePiece files as shipped
+/// and edited, Gemma 3's too).
+fn offset_pairs() -> Vec<(Pair, Offsets)> {
+    let mut list: Vec<(String, Value)> = all_pairs()
+        .into_iter()
+        .map(|p| (p.name.clone(), serde_json::from_slice(&p.json).unwrap()))
+        .collect();
+    if let Some(gemma) = shared("gemma3") {
+        list.push(("gemma3".into(), gemma));
+    }
+    list.into_iter()
+        .map(|(name, j)| {
+            let pair = Pair::new(&name, &serde_json::to_vec(&j).unwrap());
+            let table = Offsets::new(&pair.hf).unwrap_or_else(|| panic!("{name}: no offset table"));
+            (pair, table)
+        })
+        .collect()
+}
+
+/// `Offsets::of` against HF's offsets: where it places a text's tokens,
+/// every token lies where HF puts it. Returns whether each pair placed it.
+fn offsets_agree(pairs: &[(Pair, Offsets)], text: &str) -> Result<Vec<bool>, String> {
+    let mut out = Vec::new();
+    pairs
+        .iter()
+        .map(|(pair, table)| {
+            let encoding = pair.hf.encode(text, false).unwrap();
+            let placed = table.of(encoding.get_ids(), text, &mut out);
+            if placed && out != encoding.get_offsets() {
+                let at = out
+                    .iter()
+                    .zip(encoding.get_offsets())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                return Err(format!(
+                    "{}: offsets differ at token {at} ({:?}) on {text:?}: ours {:?}, HF {:?}",
+                    pair.name,
+                    pair.hf.id_to_token(encoding.get_ids()[at]),
+                    out.get(at),
+                    encoding.get_offsets().get(at)
+                ));
+            }
+            Ok(placed)
+        })
+        .collect()
+}
+
+/// Where a pair must place every plain text: the files whose steps only
+/// mark spaces and whose every byte has a token (no unknown token standing
+/// for text), with no token spelled as a byte token plus more (merges
+/// across words) and no id spelled two ways.
+fn must_place(pair: &Pair) -> bool {
+    ![
+        "no-byte-fallback",
+        "some-bytes-missing",
+        "added-in-words",
+        "merges-across-words",
+        "two-texts-one-id",
+    ]
+    .iter()
+    .any(|edit| pair.name.contains(edit))
+}
+
+#[test]
+fn offsets_are_hf_offsets_on_edges_and_the_excerpt() {
+    let pairs = offset_pairs();
+    let texts: Vec<String> = EDGES
+        .iter()
+        .map(|s| s.to_string())
+        .chain(excerpt().into_iter().take(40))
+        .collect();
+    let mut placed = vec![0usize; pairs.len()];
+    for text in &texts {
+        let got = offsets_agree(&pairs, text).unwrap_or_else(|e| panic!("{e}"));
+        for (n, p) in placed.iter_mut().zip(got) {
+            *n += usize::from(p);
+        }
+    }
+    for ((pair, _), n) in pairs.iter().zip(&placed) {
+        eprintln!("{}: {n} of {} texts placed", pair.name, texts.len());
+    }
+    // Texts with no `▁` of their own and no added token that takes spaces.
+    let plain: Vec<&String> = texts
+        .iter()
+        .filter(|t| !t.contains('\u{2581}') && !t.contains("<|") && !t.contains("</s>"))
+        .collect();
+    for (pair, table) in &pairs {
+        if !must_place(pair) {
+            continue;
+        }
+        let mut out = Vec::new();
+        for text in &plain {
+            let ids = pair.hf.encode(text.as_str(), false).unwrap();
+            assert!(
+                table.of(ids.get_ids(), text, &mut out),
+                "{} does not place {text:?}",
+                pair.name
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn offsets_are_hf_offsets_on_adversarial_text(parts in proptest::collection::vec(fragment(), 0..24)) {
+        let text = parts.concat();
+        thread_local! {
+            static PAIRS: Vec<(Pair, Offsets)> = offset_pairs();
+        }
+        PAIRS.with(|pairs| offsets_agree(pairs, &text)).map_err(TestCaseError::fail)?;
     }
 }

@@ -358,13 +358,6 @@ impl FastTokenizer {
         format!("{normalizer}{pre}, {model}")
     }
 
-    /// Whether this is a byte-level BPE tokenizer (GPT-2 and its
-    /// descendants), whose tokens each stand for fixed bytes
-    /// ([`offsets::Offsets`] places them on the text).
-    pub fn is_byte_level(&self) -> bool {
-        matches!(self.model, Engine::ByteLevel { .. })
-    }
-
     /// Appends the ids of `text` to `out`: exactly HF tokenizers'
     /// `encode(text, add_special_tokens=False).ids`.
     pub fn encode(&self, text: &str, state: &mut EncodeState, out: &mut Vec<u32>) {
