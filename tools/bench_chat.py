@@ -9,7 +9,9 @@ Conversations: every row of the five chat datasets in ../shared/corpora/chat
 rows), repeated --copies times into one JSONL file. Templates: Qwen2.5's
 (tools, no generation blocks: masks from prefix renderings) and the
 Llama-3 training template (generation blocks), each with a real vocabulary
-(GPT-2's, plus the template's control tokens).
+(GPT-2's, plus the template's control tokens), and Mistral v0.1's with
+Mistral 7B's own SentencePiece-style tokenizer (it refuses conversations
+whose turns do not alternate, which every side skips).
 
 Baselines, one Python process each (they run on one core):
 - `python mask`: what prep computes, in Python: transformers'
@@ -46,10 +48,16 @@ CHAT = REPO.parent / "shared" / "corpora" / "chat"
 GPT2 = REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst"
 DATASETS = ("openai_sft.jsonl", "v1_sft_demo.jsonl", "alpaca_en_demo.json",
             "glaive_toolcall_en_demo.json", "dpo_en_demo.json")
+TOKENIZERS = REPO.parent / "shared" / "corpora" / "tokenizers"
+LLAMA3 = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+# name: (template, control tokens added to GPT-2's vocabulary, or a real
+# tokenizer file to use as it is, and the template's variables).
 TEMPLATES = {
-    "qwen2.5": (CHAT / "configs" / "qwen2.5.tokenizer_config.json", ["<|im_start|>", "<|im_end|>"]),
+    "qwen2.5": (CHAT / "configs" / "qwen2.5.tokenizer_config.json", ["<|im_start|>", "<|im_end|>"], None),
     "llama3-training": (CHAT / "templates" / "llama3-training.jinja",
-                        ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]),
+                        ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], LLAMA3),
+    "mistral-v0.1": (CHAT / "configs" / "mistral-v0.1.chat_template.json",
+                     TOKENIZERS / "mistral-7b-v0.1.tokenizer.json.zst", {"bos_token": "<s>", "eos_token": "</s>"}),
 }
 
 sys.path.insert(0, str(REPO / "tools"))
@@ -63,9 +71,13 @@ def rows_of(name: str) -> list:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def tokenizer_with(special: list[str], out: Path) -> Path:
+def tokenizer_with(special: list[str] | Path, out: Path) -> Path:
+    """GPT-2's vocabulary with `special` added, or the tokenizer file `special`, as a tokenizer.json."""
     from tokenizers import AddedToken
 
+    if isinstance(special, Path):
+        ref.read_tokenizer(special).save(str(out))
+        return out
     tok = ref.read_tokenizer(GPT2)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
     tok.save(str(out))
@@ -142,13 +154,12 @@ def main() -> None:
     print(f"{len(rows)} conversations ({rows_path.stat().st_size / 1e6:.1f} MB of JSONL), "
           f"{os.cpu_count()} cores; transformers {transformers.__version__}")
     results = {}
-    for name, (template, special) in TEMPLATES.items():
+    for name, (template, special, given) in TEMPLATES.items():
         tokenizer = tokenizer_with(special, scratch / f"{name}.tokenizer.json")
         text = ref.template_text(template)
-        variables = ref.config_variables(template) if template.suffix == ".json" else {
-            "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+        variables = given if given is not None else ref.config_variables(template)
         reference = ref.Reference(text, tokenizer, variables)
-        extra = {} if template.suffix == ".json" else variables
+        extra = {} if given is None else variables
         t1, m1 = run_prep(args.prep, tokenizer, template, rows_path, scratch / "out1", 1, extra)
         t2, m2 = run_prep(args.prep, tokenizer, template, rows_path, scratch / "out2", 2, extra)
         th, mh = run_prep(args.prep, tokenizer, template, rows_path, scratch / "outh", 1, extra, "hf")
