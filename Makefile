@@ -13,7 +13,7 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
 
 all: build
 
@@ -334,6 +334,16 @@ bench-stream: build $(VENV)/.installed
 	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
 	$(VPY) tools/bench_stream.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+
+# prep.Tokenizer.encode_batch beside tokenizers' and GigaToken's in one process
+# (tools/bench_tokenizer_py.py): the package built in release and installed,
+# with tokenizers, into the GigaToken venv.
+bench-tokenizer-py: build $(VENV)/.installed $(VENV_GIGA)/.installed
+	rm -rf $(BENCH)/wheels
+	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
+	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
+	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check $$(grep -E '^(tokenizers|zstandard)==' tools/requirements-check.txt tools/requirements.txt | cut -d: -f2)
+	$(VENV_GIGA)/bin/python tools/bench_tokenizer_py.py --out $(abspath $(BENCH))/tokenizer-py.json
 
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)

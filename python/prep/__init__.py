@@ -12,8 +12,9 @@ PyTorch's PackedDataset and the attention helpers.
 `prep.StreamingDataset` reads a packed dataset straight from object storage
 through a bounded local cache (docs/streaming.md), and `prep.DeviceLoader`
 delivers a packed dataset's batches into GPU memory as torch tensors
-(docs/reading.md); both run prep's Rust code through the package's
-extension module.
+(docs/reading.md); `prep.Tokenizer` encodes text with prep's fast
+tokenizer engine, ids identical to HF tokenizers'. All three run prep's Rust
+code through the package's extension module.
 
 `prep.reader` is also the one file to copy for code that does not install
 the package (see its docstring); `prep.PackedDataset` needs torch, and raises
@@ -34,8 +35,9 @@ import importlib
 # Type checkers read this block; Python never runs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from . import attention, device, reader, streaming
+    from . import attention, device, reader, streaming, tokenizer
     from .device import DeviceLoader
+    from .tokenizer import Tokenizer
     from .streaming import StreamingDataset
     from .reader import (
         FORMAT_VERSION,
@@ -62,13 +64,14 @@ _FROM_READER = (
     "SegmentError",
     "UnsupportedVersion",
 )
-_SUBMODULES = ("attention", "device", "reader", "streaming")
+_SUBMODULES = ("attention", "device", "reader", "streaming", "tokenizer")
 
 
 def _all() -> list[str]:
     from . import reader
 
-    names = [*_FROM_READER, "DeviceLoader", "StreamingDataset", "attention", "device", "streaming"]
+    names = [*_FROM_READER, "DeviceLoader", "StreamingDataset", "Tokenizer", "attention", "device",
+             "streaming", "tokenizer"]
     if "PackedDataset" in reader.__all__:
         names.append("PackedDataset")
     return names
@@ -100,6 +103,10 @@ def __getattr__(name: str) -> object:
         from .device import DeviceLoader
 
         value = DeviceLoader
+    elif name == "Tokenizer":
+        from .tokenizer import Tokenizer
+
+        value = Tokenizer
     elif name == "__all__":
         value = _all()
     elif name == "__version__":
@@ -111,4 +118,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "DeviceLoader", "StreamingDataset", "__all__", "__version__"})
+    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "DeviceLoader", "StreamingDataset", "Tokenizer",
+                   "__all__", "__version__"})

@@ -62,8 +62,8 @@ use normalize::Normalizer;
 use pretok::Steps;
 pub use scan::Pattern;
 pub use tokenizer::{
-    read_tokenizer_bytes, token_arg, DefaultEos, LoadedTokenizer, PostProcessorTokens,
-    TokenArgError, TokenizerError, EOS_NAMES, TOKEN_PREFIX,
+    read_tokenizer_bytes, token_arg, tokenizer_file, DefaultEos, LoadedTokenizer,
+    PostProcessorTokens, TokenArgError, TokenizerError, EOS_NAMES, TOKEN_PREFIX,
 };
 
 /// Why the fast engine does not take a tokenizer.

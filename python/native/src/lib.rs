@@ -2,7 +2,8 @@
 //! `prep` command line, which the console script `prep`
 //! (python/prep/_cli.py) runs; the streaming reader (stream.rs) under
 //! `prep.StreamingDataset`; the GPU loader (device.rs) under
-//! `prep.DeviceLoader`. pyproject.toml builds it with maturin.
+//! `prep.DeviceLoader`; the fast tokenizer engine (tokenizer.rs) under
+//! `prep.Tokenizer`. pyproject.toml builds it with maturin.
 
 use std::ffi::OsString;
 use std::panic::{self, AssertUnwindSafe};
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 
 mod device;
 mod stream;
+mod tokenizer;
 
 // The command line is the binary's own source, compiled into this crate, so
 // `prep` from the wheel and `prep` from `cargo install` are one program. It
@@ -47,13 +49,14 @@ fn main(py: Python<'_>, argv: Vec<OsString>) -> u8 {
     })
 }
 
-/// prep's Rust code for the pip package prep-llm (the `prep` command line
-/// and the streaming reader).
+/// prep's Rust code for the pip package prep-llm (the `prep` command line,
+/// the streaming reader, the GPU loader and the tokenizer).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     stream::register(m)?;
     device::register(m)?;
+    tokenizer::register(m)?;
     Ok(())
 }

@@ -1,0 +1,251 @@
+//! `prep._native.Tokenizer`: prep's fast engine for Python, under
+//! `prep.Tokenizer` (python/prep/tokenizer.py). The ids are those of
+//! `tokenizers.Tokenizer.encode(text, add_special_tokens=False).ids`; with
+//! special tokens, the post-processor's before and after them. A file the
+//! fast engine does not run is encoded by HF tokenizers itself.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rayon::prelude::*;
+
+use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer, PostProcessorTokens};
+
+/// A tokenizer.json loaded for encoding. Its parts are boxed: some are
+/// aligned beyond the 16 bytes Python allocates objects at.
+#[pyclass(module = "prep._native", frozen)]
+pub struct Tokenizer(Box<Inner>);
+
+struct Inner {
+    loaded: LoadedTokenizer,
+    /// The fast engine, where it runs the file, with one state per thread.
+    fast: Option<(FastTokenizer, Vec<Mutex<EncodeState>>)>,
+    /// Why the fast engine does not run the file.
+    why_not: Option<String>,
+    /// What the post-processor puts around a text's ids.
+    special: PostProcessorTokens,
+    /// Whether `special` is exactly what the post-processor does (checked
+    /// on probe texts at load); else special tokens are added by HF.
+    special_exact: bool,
+    pool: rayon::ThreadPool,
+    path: PathBuf,
+}
+
+impl Inner {
+    /// The ids of `text`, appended to `out`.
+    fn encode_into(&self, text: &str, special: bool, out: &mut Vec<u32>) -> Result<(), String> {
+        let Some((fast, states)) = &self.fast else {
+            let encoding = self
+                .loaded
+                .tokenizer
+                .encode_fast(text, special)
+                .map_err(|e| e.to_string())?;
+            out.extend_from_slice(encoding.get_ids());
+            return Ok(());
+        };
+        if special && !self.special_exact {
+            let encoding = self
+                .loaded
+                .tokenizer
+                .encode_fast(text, true)
+                .map_err(|e| e.to_string())?;
+            out.extend_from_slice(encoding.get_ids());
+            return Ok(());
+        }
+        if special {
+            out.extend_from_slice(&self.special.before);
+        }
+        let slot = rayon::current_thread_index().unwrap_or(states.len() - 1) % states.len();
+        let mut state = states[slot].lock().unwrap_or_else(|e| e.into_inner());
+        fast.encode(text, &mut state, out);
+        if special {
+            out.extend_from_slice(&self.special.after);
+        }
+        Ok(())
+    }
+
+    /// Every text's ids, back to back, and where each ends, encoded on the
+    /// pool in order.
+    fn encode_all(&self, texts: &[String], special: bool) -> Result<(Vec<u32>, Vec<u64>), String> {
+        let parts: Vec<Result<Vec<u32>, String>> = self.pool.install(|| {
+            texts
+                .par_iter()
+                .with_min_len(16)
+                .map(|t| {
+                    let mut ids = Vec::with_capacity(t.len() / 3 + 2);
+                    self.encode_into(t, special, &mut ids).map(|()| ids)
+                })
+                .collect()
+        });
+        let mut ids = Vec::new();
+        let mut ends = Vec::with_capacity(texts.len());
+        for part in parts {
+            ids.extend_from_slice(&part?);
+            ends.push(ids.len() as u64);
+        }
+        Ok((ids, ends))
+    }
+}
+
+/// Whether putting `special` around the fast ids gives what HF's
+/// post-processor gives, on texts that meet its branches.
+fn special_is_exact(loaded: &LoadedTokenizer, special: &PostProcessorTokens) -> bool {
+    ["", "a", " hello world ", "\n\n", "é中😀"]
+        .iter()
+        .all(|text| {
+            let (Ok(plain), Ok(full)) = (
+                loaded.tokenizer.encode(*text, false),
+                loaded.tokenizer.encode(*text, true),
+            ) else {
+                return false;
+            };
+            let mut want = special.before.clone();
+            want.extend_from_slice(plain.get_ids());
+            want.extend_from_slice(&special.after);
+            want == full.get_ids()
+        })
+}
+
+#[pymethods]
+impl Tokenizer {
+    /// Loads `path`: a tokenizer.json (also .zst or .gz), or a directory
+    /// holding one. `threads`: the encoding threads of `encode_batch`
+    /// (default: every core).
+    #[new]
+    #[pyo3(signature = (path, threads=None))]
+    fn new(py: Python<'_>, path: PathBuf, threads: Option<usize>) -> PyResult<Tokenizer> {
+        py.detach(|| {
+            let file = prep::engine::tokenizer_file(&path)
+                .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+            let (loaded, fast) = LoadedTokenizer::load_with_fast(&file, true)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let threads = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("prep-tokenizer-{i}"))
+                .build()
+                .map_err(|e| PyOSError::new_err(format!("cannot start {threads} threads: {e}")))?;
+            let (fast, why_not) = match fast {
+                Some(Ok(fast)) => {
+                    // One state per pool thread, and one for the caller's.
+                    let states = (0..=threads)
+                        .map(|_| Mutex::new(EncodeState::default()))
+                        .collect();
+                    (Some((fast, states)), None)
+                }
+                Some(Err(why)) => (None, Some(why.to_string())),
+                None => (None, None),
+            };
+            let special = loaded.post_processor_tokens();
+            let special_exact = special_is_exact(&loaded, &special);
+            Ok(Tokenizer(Box::new(Inner {
+                loaded,
+                fast,
+                why_not,
+                special,
+                special_exact,
+                pool,
+                path: file,
+            })))
+        })
+    }
+
+    /// "fast" (prep's engine) or "hf" (HF tokenizers, for a file the
+    /// engine does not run).
+    #[getter]
+    fn engine(&self) -> &'static str {
+        if self.0.fast.is_some() {
+            "fast"
+        } else {
+            "hf"
+        }
+    }
+
+    /// What runs the file, or why the fast engine does not.
+    #[getter]
+    fn description(&self) -> String {
+        match (&self.0.fast, &self.0.why_not) {
+            (Some((fast, _)), _) => fast.describe(),
+            (None, Some(why)) => format!("HF tokenizers (the fast engine: {why})"),
+            (None, None) => "HF tokenizers".into(),
+        }
+    }
+
+    /// One more than the largest id.
+    #[getter]
+    fn vocab_size(&self) -> u64 {
+        self.0.loaded.vocab_size
+    }
+
+    /// The tokenizer.json read.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.0.path.clone()
+    }
+
+    /// The ids of `text`.
+    #[pyo3(signature = (text, add_special_tokens=false))]
+    fn encode(&self, py: Python<'_>, text: String, add_special_tokens: bool) -> PyResult<Vec<u32>> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        py.detach(|| self.0.encode_into(&text, add_special_tokens, &mut ids))
+            .map_err(PyValueError::new_err)?;
+        Ok(ids)
+    }
+
+    /// The ids of every text, encoded on every thread with the GIL
+    /// released: a list of lists.
+    #[pyo3(signature = (texts, add_special_tokens=false))]
+    fn encode_batch(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+        add_special_tokens: bool,
+    ) -> PyResult<Vec<Vec<u32>>> {
+        let (ids, ends) = py
+            .detach(|| self.0.encode_all(&texts, add_special_tokens))
+            .map_err(PyValueError::new_err)?;
+        let mut start = 0;
+        Ok(ends
+            .iter()
+            .map(|&end| {
+                let one = ids[start..end as usize].to_vec();
+                start = end as usize;
+                one
+            })
+            .collect())
+    }
+
+    /// [`Tokenizer::encode_batch`] as two byte strings for numpy: every
+    /// id back to back (little-endian uint32), and where each text's ids
+    /// end (uint64).
+    #[pyo3(signature = (texts, add_special_tokens=false))]
+    fn encode_batch_flat<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        add_special_tokens: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let (ids, ends) = py
+            .detach(|| self.0.encode_all(&texts, add_special_tokens))
+            .map_err(PyValueError::new_err)?;
+        let ids: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+        let ends: Vec<u8> = ends.iter().flat_map(|e| e.to_le_bytes()).collect();
+        Ok((PyBytes::new(py, &ids), PyBytes::new(py, &ends)))
+    }
+
+    /// The text of `ids`, by HF tokenizers.
+    #[pyo3(signature = (ids, skip_special_tokens=false))]
+    fn decode(&self, py: Python<'_>, ids: Vec<u32>, skip_special_tokens: bool) -> PyResult<String> {
+        py.detach(|| self.0.loaded.tokenizer.decode(&ids, skip_special_tokens))
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Tokenizer>()
+}
