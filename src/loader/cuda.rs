@@ -793,7 +793,8 @@ pub fn gather_launch(rows: usize) -> Result<LaunchConfig, LoaderError> {
 /// token to row `b` of `dst`, widened or as stored. A row need not start on
 /// 16 bytes (rows of 2,049 uint16 tokens do not): the tokens before the
 /// first 16-byte boundary and after the last whole 16 bytes are copied one
-/// each by the first threads.
+/// each by the first threads. One piece, over 120 lines: most of it is the
+/// kernel's text, which reads top to bottom as the GPU runs it.
 fn gather_ptx(dtype: Dtype, widen: Widen) -> (String, String) {
     // Bytes per stored token as a shift; tokens per 16 bytes as a shift.
     let (load, shift_in, per_shift) = match dtype {
