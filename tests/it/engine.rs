@@ -822,12 +822,16 @@ fn must_place(pair: &Pair) -> bool {
         || pair.name.starts_with("gpt2+nfkc"))
 }
 
+/// The golden texts under 4 KiB (185 of 211: the edge cases and the short
+/// documents of every script; HF's offsets in a debug build are the cost),
+/// then generated adversarial texts (proptest's fragments), through every
+/// offset pair: one test, so that the pairs are built once.
 #[test]
-fn offsets_are_hf_offsets_on_the_golden_texts() {
+fn offsets_are_hf_offsets() {
     let corpus = read_zst(&common::fixture("golden/texts.jsonl.zst"));
     let texts: Vec<String> = texts(&corpus)
         .into_iter()
-        .filter(|t| t.len() < LONG_DOCUMENT)
+        .filter(|t| t.len() < 4096)
         .collect();
     let pairs = offset_pairs();
     let mut placed = vec![0usize; pairs.len()];
@@ -843,22 +847,19 @@ fn offsets_are_hf_offsets_on_the_golden_texts() {
             assert_eq!(*n, texts.len(), "{} places every text", pair.name);
         }
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-    #[test]
-    fn offsets_are_hf_offsets_on_adversarial_text(parts in proptest::collection::vec(fragment(), 0..24)) {
-        let text = parts.concat();
-        thread_local! {
-            static PAIRS: Vec<(Pair, Offsets)> = offset_pairs();
-        }
-        let placed = PAIRS.with(|pairs| offsets_agree(pairs, &text)).map_err(TestCaseError::fail)?;
-        PAIRS.with(|pairs| {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
+    runner
+        .run(&proptest::collection::vec(fragment(), 0..24), |parts| {
+            let text = parts.concat();
+            let placed = offsets_agree(&pairs, &text).map_err(TestCaseError::fail)?;
             for ((pair, _), p) in pairs.iter().zip(placed) {
-                prop_assert!(p || !must_place(pair), "{} does not place {text:?}", pair.name);
+                prop_assert!(
+                    p || !must_place(pair),
+                    "{} does not place {text:?}",
+                    pair.name
+                );
             }
             Ok(())
-        })?;
-    }
+        })
+        .unwrap();
 }
