@@ -14,7 +14,7 @@
 
 use crate::common;
 
-use crate::common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{offsets_agree, placed_counts, read_zst, texts, Pair};
 
 use prep::engine::offsets::Offsets;
 use prep::engine::{EncodeState, FastTokenizer, Pattern};
@@ -749,36 +749,6 @@ fn trimming_pairs() -> Vec<Pair> {
     pairs
 }
 
-/// `Offsets::of` against HF's own offsets: where it places a text's tokens
-/// it places each exactly where HF does, and it places them wherever the
-/// tokenizer neither normalizes the text nor inserts a space. Returns how
-/// many texts each pair placed.
-fn offsets_agree(pairs: &[(Pair, Offsets)], text: &str) -> Result<Vec<bool>, String> {
-    let mut out = Vec::new();
-    pairs
-        .iter()
-        .map(|(pair, table)| {
-            let encoding = pair.hf.encode(text, false).unwrap();
-            let placed = table.of(encoding.get_ids(), text, &mut out);
-            if placed && out != encoding.get_offsets() {
-                let at = out
-                    .iter()
-                    .zip(encoding.get_offsets())
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                return Err(format!(
-                    "{}: offsets differ at token {at} ({:?}) on {text:?}: ours {:?}, HF {:?}",
-                    pair.name,
-                    pair.hf.id_to_token(encoding.get_ids()[at]),
-                    out.get(at),
-                    encoding.get_offsets().get(at)
-                ));
-            }
-            Ok(placed)
-        })
-        .collect()
-}
-
 /// The pairs whose offsets are checked, with their tables: the split
 /// patterns, every real byte-level file, the trimming pairs, the
 /// vocabularies spelled with a prefix or suffix, and the normalizers.
@@ -834,15 +804,8 @@ fn offsets_are_hf_offsets() {
         .filter(|t| t.len() < 4096)
         .collect();
     let pairs = offset_pairs();
-    let mut placed = vec![0usize; pairs.len()];
-    for text in &texts {
-        let got = offsets_agree(&pairs, text).unwrap_or_else(|e| panic!("{e}"));
-        for (n, p) in placed.iter_mut().zip(got) {
-            *n += usize::from(p);
-        }
-    }
+    let placed = placed_counts(&pairs, &texts);
     for ((pair, _), n) in pairs.iter().zip(&placed) {
-        eprintln!("{}: {n} of {} texts placed", pair.name, texts.len());
         if must_place(pair) {
             assert_eq!(*n, texts.len(), "{} places every text", pair.name);
         }

@@ -21,7 +21,7 @@
 
 use crate::common;
 
-use crate::common::engine::{read_zst, texts, Pair};
+use crate::common::engine::{offsets_agree, placed_counts, read_zst, texts, Pair};
 
 use std::io::BufRead;
 
@@ -642,34 +642,6 @@ fn offset_pairs() -> Vec<(Pair, Offsets)> {
         .collect()
 }
 
-/// `Offsets::of` against HF's offsets: where it places a text's tokens,
-/// every token lies where HF puts it. Returns whether each pair placed it.
-fn offsets_agree(pairs: &[(Pair, Offsets)], text: &str) -> Result<Vec<bool>, String> {
-    let mut out = Vec::new();
-    pairs
-        .iter()
-        .map(|(pair, table)| {
-            let encoding = pair.hf.encode(text, false).unwrap();
-            let placed = table.of(encoding.get_ids(), text, &mut out);
-            if placed && out != encoding.get_offsets() {
-                let at = out
-                    .iter()
-                    .zip(encoding.get_offsets())
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                return Err(format!(
-                    "{}: offsets differ at token {at} ({:?}) on {text:?}: ours {:?}, HF {:?}",
-                    pair.name,
-                    pair.hf.id_to_token(encoding.get_ids()[at]),
-                    out.get(at),
-                    encoding.get_offsets().get(at)
-                ));
-            }
-            Ok(placed)
-        })
-        .collect()
-}
-
 /// Where a pair must place every plain text: the files whose steps only
 /// mark spaces and whose every byte has a token (no unknown token standing
 /// for text), with no token spelled as a byte token plus more (merges
@@ -697,16 +669,7 @@ fn offsets_are_hf_offsets() {
         .map(|s| s.to_string())
         .chain(excerpt().into_iter().take(40))
         .collect();
-    let mut placed = vec![0usize; pairs.len()];
-    for text in &texts {
-        let got = offsets_agree(&pairs, text).unwrap_or_else(|e| panic!("{e}"));
-        for (n, p) in placed.iter_mut().zip(got) {
-            *n += usize::from(p);
-        }
-    }
-    for ((pair, _), n) in pairs.iter().zip(&placed) {
-        eprintln!("{}: {n} of {} texts placed", pair.name, texts.len());
-    }
+    placed_counts(&pairs, &texts);
     // Texts with no `▁` of their own and no added token that takes spaces.
     let plain: Vec<&String> = texts
         .iter()

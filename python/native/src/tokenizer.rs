@@ -37,7 +37,13 @@ struct Inner {
 impl Inner {
     /// The ids of `text`, appended to `out`.
     fn encode_into(&self, text: &str, special: bool, out: &mut Vec<u32>) -> Result<(), String> {
-        let Some((fast, states)) = &self.fast else {
+        // HF tokenizers: for a file the fast engine does not run, and for
+        // special tokens where the post-processor does more than wrap.
+        let fast = self
+            .fast
+            .as_ref()
+            .filter(|_| !special || self.special_exact);
+        let Some((fast, states)) = fast else {
             let encoding = self
                 .loaded
                 .tokenizer
@@ -46,15 +52,6 @@ impl Inner {
             out.extend_from_slice(encoding.get_ids());
             return Ok(());
         };
-        if special && !self.special_exact {
-            let encoding = self
-                .loaded
-                .tokenizer
-                .encode_fast(text, true)
-                .map_err(|e| e.to_string())?;
-            out.extend_from_slice(encoding.get_ids());
-            return Ok(());
-        }
         if special {
             out.extend_from_slice(&self.special.before);
         }

@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+use prep::engine::offsets::Offsets;
 use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer};
 use tokenizers::Tokenizer;
 
@@ -145,4 +146,49 @@ pub fn shared_corpus_identical(pairs: Vec<Pair>) {
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `Offsets::of` against HF's own offsets: where it places a text's
+/// tokens, every token lies where HF puts it (an error naming the first
+/// that does not). Returns whether each pair placed the text.
+pub fn offsets_agree(pairs: &[(Pair, Offsets)], text: &str) -> Result<Vec<bool>, String> {
+    let mut out = Vec::new();
+    pairs
+        .iter()
+        .map(|(pair, table)| {
+            let encoding = pair.hf.encode(text, false).unwrap();
+            let placed = table.of(encoding.get_ids(), text, &mut out);
+            if placed && out != encoding.get_offsets() {
+                let at = out
+                    .iter()
+                    .zip(encoding.get_offsets())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                return Err(format!(
+                    "{}: offsets differ at token {at} ({:?}) on {text:?}: ours {:?}, HF {:?}",
+                    pair.name,
+                    pair.hf.id_to_token(encoding.get_ids()[at]),
+                    out.get(at),
+                    encoding.get_offsets().get(at)
+                ));
+            }
+            Ok(placed)
+        })
+        .collect()
+}
+
+/// [`offsets_agree`] over `texts`, panicking on the first disagreement:
+/// how many texts each pair placed (printed too).
+pub fn placed_counts(pairs: &[(Pair, Offsets)], texts: &[String]) -> Vec<usize> {
+    let mut placed = vec![0usize; pairs.len()];
+    for text in texts {
+        let got = offsets_agree(pairs, text).unwrap_or_else(|e| panic!("{e}"));
+        for (n, p) in placed.iter_mut().zip(got) {
+            *n += usize::from(p);
+        }
+    }
+    for ((pair, _), n) in pairs.iter().zip(&placed) {
+        eprintln!("{}: {n} of {} texts placed", pair.name, texts.len());
+    }
+    placed
 }
