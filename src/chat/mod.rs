@@ -19,7 +19,6 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-
 use std::sync::Mutex;
 
 use minijinja::value::Value;
@@ -358,26 +357,12 @@ impl Chat {
             .filter(|(_, m)| is_assistant(m))
             .map(|(i, m)| trained_weight(i, m))
             .collect::<Result<Vec<bool>, RowError>>()?;
-        let mut spans = match template.has_generation() {
-            true if weights.iter().all(|&w| w) => whole.generation,
-            true => {
-                if whole.generation.len() != weights.len() {
-                    return Err(RowError::Unverifiable(format!(
-                        "a turn has weight 0, but the template's {} generation blocks are not its {} \
-                         assistant turns one for one",
-                        whole.generation.len(),
-                        weights.len()
-                    )));
-                }
-                whole
-                    .generation
-                    .into_iter()
-                    .zip(&weights)
-                    .filter_map(|(span, &w)| w.then_some(span))
-                    .collect()
-            }
+        // One span per assistant turn, in order (a template's generation
+        // blocks, or each reply placed by prefix renderings).
+        let spans: Spans = match template.has_generation() {
+            true => whole.generation,
             false => {
-                let mut spans: Vec<(Range<usize>, bool)> = Vec::new();
+                let mut spans: Spans = Vec::new();
                 for (i, m) in conv.messages.iter().enumerate() {
                     if !is_assistant(m) {
                         continue;
@@ -394,18 +379,31 @@ impl Chat {
                     let span = reply_span(&before.text, &upto.text, &text, m).map_err(|why| {
                         RowError::Unverifiable(format!("assistant message {i}: {why}"))
                     })?;
-                    if spans.last().is_some_and(|(last, _)| last.end > span.start) {
+                    if spans.last().is_some_and(|last| last.end > span.start) {
                         return Err(RowError::Unverifiable(format!(
                             "assistant message {i}'s reply does not come after the one before it"
                         )));
                     }
-                    spans.push((span, trained_weight(i, m)?));
+                    spans.push(span);
                 }
                 spans
-                    .into_iter()
-                    .filter_map(|(span, w)| w.then_some(span))
-                    .collect()
             }
+        };
+        let mut spans: Spans = if weights.iter().all(|&w| w) {
+            spans
+        } else if spans.len() == weights.len() {
+            spans
+                .into_iter()
+                .zip(&weights)
+                .filter_map(|(span, &w)| w.then_some(span))
+                .collect()
+        } else {
+            return Err(RowError::Unverifiable(format!(
+                "a turn has weight 0, but the template's {} generation blocks are not its {} \
+                 assistant turns one for one",
+                spans.len(),
+                weights.len()
+            )));
         };
         if self.policy == MaskPolicy::Last {
             spans = spans.pop().into_iter().collect();

@@ -746,7 +746,20 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
     if let (Some(chat), Worker::Hf(tokenizer)) = (&shared.chat, &encoder) {
         for (i, doc) in docs.into_iter().enumerate() {
             let replay = first + (i as u64) < shared.replay_until;
-            let outcome = chat_row(shared, chat, tokenizer, doc, replay, &mut out);
+            let start = out.tokens.len();
+            let mut outcome = chat_row(shared, chat, tokenizer, doc, replay, &mut out);
+            if replay {
+                // Encoded again only to learn whether it was written, and its hash.
+                out.tokens.truncate(start);
+                out.masks.truncate(start);
+                outcome = Outcome::Replay {
+                    hash: match outcome {
+                        Outcome::Doc { hash, .. } => Some(hash),
+                        Outcome::Replay { hash } => hash,
+                        _ => None,
+                    },
+                };
+            }
             out.docs.push(outcome);
         }
         return out;
@@ -826,31 +839,9 @@ fn process(shared: &Shared, first: u64, docs: Vec<RawDoc>) -> BatchOut {
 /// A row's hash (for `--dedup`) is of its rendered text: the same
 /// conversation in two rows is one, whatever else the rows hold (an id,
 /// key order). A row an earlier run wrote is encoded again only when
-/// deduplicating, to learn whether it was written and its hash, then
-/// taken out of `out`.
+/// deduplicating, to learn whether it was written and its hash (the
+/// caller then takes it out of `out`).
 fn chat_row(
-    shared: &Shared,
-    chat: &crate::chat::Chat,
-    tokenizer: &Tokenizer,
-    doc: RawDoc,
-    replay: bool,
-    out: &mut BatchOut,
-) -> Outcome {
-    let start = out.tokens.len();
-    let outcome = chat_row_encoded(shared, chat, tokenizer, doc, replay, out);
-    if !replay {
-        return outcome;
-    }
-    out.tokens.truncate(start);
-    out.masks.truncate(start);
-    match outcome {
-        Outcome::Doc { hash, .. } => Outcome::Replay { hash: Some(hash) },
-        _ => Outcome::Replay { hash: None },
-    }
-}
-
-/// [`chat_row`]'s work, as for a row not written before.
-fn chat_row_encoded(
     shared: &Shared,
     chat: &crate::chat::Chat,
     tokenizer: &Tokenizer,

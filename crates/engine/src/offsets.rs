@@ -148,7 +148,6 @@ impl Offsets {
             .unwrap_or(0);
         let mut tokens: Vec<Option<Token>> = (0..size).map(|_| None).collect();
         let mut seen = vec![false; size];
-        let count = count_trimmed;
         // A BPE vocabulary may spell tokens with a prefix (inside a word)
         // or a suffix (at its end) that stand for no byte.
         let affix = |key: &str| {
@@ -187,8 +186,8 @@ impl Offsets {
                     bytes,
                     added: None,
                     alt: None,
-                    lead: count(string, false),
-                    trail: count(string, true),
+                    lead: count_trimmed(string, false),
+                    trail: count_trimmed(string, true),
                 }),
                 _ => None,
             };
@@ -212,8 +211,10 @@ impl Offsets {
                 bytes: token.content.as_bytes().into(),
                 added: Some(options),
                 alt: None,
-                lead: count(&token.content, false),
-                trail: count(&token.content, true),
+                // Trimmed by its matched string, whitespace taken included
+                // (see `of`), not by its content.
+                lead: 0,
+                trail: 0,
             });
         }
         Some(Offsets { tokens, trim, mark })
