@@ -84,14 +84,44 @@ MORE_EOS = {
     "phi-3-mini": "<|endoftext|>",
     "t5-small": "</s>",
     "bert-base-uncased": "[SEP]",
+    "gemma3": "<eos>",
+    "qwen-pattern-on-gpt2": "<|endoftext|>",
+}
+
+# Qwen2, 2.5 and 3's split pattern: cl100k's with one number a piece.
+QWEN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Tokenizers made from a real file by swapping one part, as NAME: (the file, the change).
+# The Qwen files are not in ../shared; their pattern on GPT-2's vocabulary runs the
+# same split and a vocabulary of the same family, with HF as the reference for ids.
+DERIVED = {
+    "qwen-pattern-on-gpt2": ("gpt2", lambda tok: {
+        **tok,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": False}]},
+    }),
 }
 
 
 def all_tokenizers(tokenizer_dir: Path) -> list[str]:
-    """Names of every tokenizer file in tokenizer_dir."""
+    """Names of every tokenizer file in tokenizer_dir, then those DERIVED from them."""
     names = [p.name.removesuffix(".tokenizer.json.zst")
              for p in sorted(tokenizer_dir.glob("*.tokenizer.json.zst"))]
-    return names or list(TOKENIZERS)
+    names = names or list(TOKENIZERS)
+    return names + [n for n, (base, _) in DERIVED.items() if base in names]
+
+
+def write_any_tokenizer(write_tokenizer, tokenizer_dir: Path, scratch: Path, name: str) -> Path:
+    """A file of tokenizer_dir, or one DERIVED from it, as a tokenizer.json in scratch."""
+    if name not in DERIVED:
+        return write_tokenizer(tokenizer_dir, scratch, name)
+    base, change = DERIVED[name]
+    tok = change(json.loads(write_tokenizer(tokenizer_dir, scratch, base).read_text(encoding="utf-8")))
+    path = scratch / f"{name}.tokenizer.json"
+    path.write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    return path
 
 
 def byte_level_tokenizers(tokenizer_dir: Path) -> list[str]:
@@ -313,7 +343,7 @@ def main() -> int:
     checks = {}
     giga_version = None
     for name in names:
-        tok_json = write_tokenizer(args.tokenizer_dir, scratch, name)
+        tok_json = write_any_tokenizer(write_tokenizer, args.tokenizer_dir, scratch, name)
         results = {}  # (impl, T) -> (run, output path)
         # Every (impl, T) this file runs, its refusals found first.
         jobs = []

@@ -425,12 +425,12 @@ fn recognised_patterns() {
     assert_eq!(
         patterns,
         [
-            Pattern::Gpt2,
+            Pattern::Gpt2 { fold: false },
             Pattern::DeepSeek,
-            Pattern::Cl100k,
-            Pattern::Cl100k,
-            Pattern::O200k,
-            Pattern::Gpt2
+            Pattern::Cl100k { numbers: 3 },
+            Pattern::Cl100k { numbers: 3 },
+            Pattern::O200k { numbers: 3 },
+            Pattern::Gpt2 { fold: false }
         ]
         .map(Some)
     );
@@ -438,12 +438,27 @@ fn recognised_patterns() {
     // scanners' path.
     let edited = edited();
     let by_name = |name: &str| fast(&edited.iter().find(|(n, _)| n == name).unwrap().1);
-    assert_eq!(by_name("gpt2-pattern-respelled"), Some(Pattern::Gpt2));
+    assert_eq!(
+        by_name("gpt2-pattern-respelled"),
+        Some(Pattern::Gpt2 { fold: false })
+    );
     assert_eq!(
         by_name("cl100k-literal-newlines-removed-inverted"),
-        Some(Pattern::Cl100k)
+        Some(Pattern::Cl100k { numbers: 3 })
     );
-    assert_eq!(by_name("o200k-removed-inverted"), Some(Pattern::O200k));
+    assert_eq!(
+        by_name("o200k-removed-inverted"),
+        Some(Pattern::O200k { numbers: 3 })
+    );
+    // Qwen's pattern is cl100k's with one number a piece: its scanner, in
+    // both of its shapes.
+    for name in ["qwen-0-Isolated", "qwen-0-Removed-inverted"] {
+        assert_eq!(
+            by_name(name),
+            Some(Pattern::Cl100k { numbers: 1 }),
+            "{name}"
+        );
+    }
 }
 
 /// The golden texts (fixtures/golden/README.md) but the long one through

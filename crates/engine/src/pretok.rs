@@ -10,6 +10,8 @@
 //! HF's `NormalizedString::split` does. Steps after `ByteLevel` see the
 //! text in the byte-level alphabet, as they do in HF.
 
+use std::sync::OnceLock;
+
 use regex_automata::meta::{Cache as RegexCache, Regex};
 use regex_automata::Input;
 use regex_syntax::ast::{self, Ast};
@@ -272,7 +274,7 @@ impl Steps {
                     cuts.push((start, out.len()));
                 };
                 if *regex {
-                    Pattern::Gpt2.split(source, &mut push);
+                    Pattern::Gpt2 { fold: false }.split(source, &mut push);
                 } else {
                     push(source);
                 }
@@ -321,7 +323,7 @@ impl Steps {
             [Step::ByteLevel {
                 prefix_space,
                 regex: true,
-            }] => Some((Pattern::Gpt2, *prefix_space)),
+            }] => Some((Pattern::Gpt2 { fold: false }, *prefix_space)),
             [split, Step::ByteLevel {
                 prefix_space: false,
                 regex: false,
@@ -716,15 +718,25 @@ const STAND_IN: char = '\u{10FFFD}';
 /// same classes however spelled (`\p{L}`, `\p{Letter}`, `\pL`), characters
 /// escaped or not, groups capturing or not, `(?i:s)` or `[sSſ]`.
 fn known_meaning(pattern: &str) -> Option<Known> {
+    /// Each known pattern's text and structure, made once.
+    static KNOWN: OnceLock<Vec<(Known, String, Option<Hir>)>> = OnceLock::new();
+    let known = KNOWN.get_or_init(|| {
+        Known::all()
+            .map(|(k, text)| {
+                let parsed = structure(&text);
+                (k, text, parsed)
+            })
+            .collect()
+    });
     let canonical = pattern.replace('\r', r"\r").replace('\n', r"\n");
-    if let Some(&(k, _)) = Known::ALL.iter().find(|(_, text)| *text == canonical) {
-        return Some(k);
+    if let Some((k, _, _)) = known.iter().find(|(_, text, _)| *text == canonical) {
+        return Some(*k);
     }
     let parsed = structure(pattern)?;
-    Known::ALL
+    known
         .iter()
-        .find(|(_, text)| structure(text).as_ref() == Some(&parsed))
-        .map(|&(k, _)| k)
+        .find(|(_, _, s)| s.as_ref() == Some(&parsed))
+        .map(|(k, _, _)| *k)
 }
 
 /// A pattern's structure with captures removed, or `None` where it does not
@@ -776,19 +788,32 @@ mod tests {
         let cases = [
             (
                 r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{Letter}+| ?\p{Number}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
-                Known::Gpt2,
+                Known::Whole(Pattern::Gpt2 { fold: false }),
             ),
             (
                 r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
-                Known::Gpt2,
+                Known::Whole(Pattern::Gpt2 { fold: false }),
+            ),
+            (
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\p{Letter}+| ?\p{Number}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+                Known::Whole(Pattern::Gpt2 { fold: true }),
+            ),
+            // Qwen2, 2.5 and 3, as their files spell it, and respelled.
+            (
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+                Known::Whole(Pattern::Cl100k { numbers: 1 }),
+            ),
+            (
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{Letter}\p{Number}]?\p{Letter}+|\p{Number}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+                Known::Whole(Pattern::Cl100k { numbers: 1 }),
             ),
             (
                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{Letter}\p{Number}]?\p{Letter}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-                Known::Cl100k,
+                Known::Whole(Pattern::Cl100k { numbers: 3 }),
             ),
             (
                 "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
-                Known::Cl100k,
+                Known::Whole(Pattern::Cl100k { numbers: 3 }),
             ),
             (r"(\p{N}{1,3})", Known::Digits3),
         ];

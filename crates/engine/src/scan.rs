@@ -15,23 +15,45 @@
 use super::unicode::{class, eq_ignore_case, L, LO, M, N, P, S, UP, WS};
 
 /// A split pattern the fast engine runs.
+///
+/// Each of the three one-pattern families comes in the variants tokenizer
+/// files ship: GPT-2's with its contractions case-insensitive or not, and
+/// cl100k's and o200k's with any bound on a run of numbers (`\p{N}` alone in
+/// Qwen2, 2.5 and 3, `\p{N}{1,3}` in cl100k_base, Llama 3 and o200k_base).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
     /// `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
-    /// (HF's `ByteLevel` with `use_regex`).
-    Gpt2,
-    /// [`CL100K`]: cl100k_base, Llama 3.
-    Cl100k,
-    /// [`O200K`]: o200k_base.
-    O200k,
+    /// (HF's `ByteLevel` with `use_regex`); with `fold`, the contractions
+    /// inside `(?i:...)`.
+    Gpt2 {
+        /// Whether the contractions match in any case.
+        fold: bool,
+    },
+    /// [`CL100K`] with `\p{N}{1,numbers}`: cl100k_base and Llama 3 (3),
+    /// Qwen2 to 3 (1).
+    Cl100k {
+        /// The most numbers one piece takes.
+        numbers: u8,
+    },
+    /// [`O200K`] with `\p{N}{1,numbers}`: o200k_base (3).
+    O200k {
+        /// The most numbers one piece takes.
+        numbers: u8,
+    },
     /// DeepSeek V3's `\p{N}{1,3}`, CJK and [`DEEPSEEK`] splits, in sequence.
     DeepSeek,
 }
 
+/// The bounds on a run of numbers the scanners are recognised with.
+pub(crate) const NUMBER_BOUNDS: std::ops::RangeInclusive<u8> = 1..=9;
+
+/// GPT-2's contractions.
+const CONTRACTIONS: &str = "'s|'t|'re|'ve|'m|'ll|'d";
 /// HF's built-in `ByteLevel` pattern, also seen as an explicit `Split`.
 pub(crate) const GPT2: &str =
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-/// cl100k_base and Llama 3.
+/// cl100k_base and Llama 3; the others of its family differ in the bound
+/// of `\p{N}{1,3}`.
 pub(crate) const CL100K: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// o200k_base.
 pub(crate) const O200K: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -48,23 +70,49 @@ impl Pattern {
     #[inline]
     pub fn split<'t>(self, text: &'t str, piece: &mut impl FnMut(&'t str)) {
         match self {
-            Pattern::Gpt2 => consecutive(text, gpt2, piece),
-            Pattern::Cl100k => consecutive(text, cl100k, piece),
-            Pattern::O200k => consecutive(text, o200k, piece),
+            Pattern::Gpt2 { fold } => consecutive(text, |s, i| gpt2(s, i, fold), piece),
+            Pattern::Cl100k { numbers } => consecutive(text, |s, i| cl100k(s, i, numbers), piece),
+            Pattern::O200k { numbers } => consecutive(text, |s, i| o200k(s, i, numbers), piece),
             Pattern::DeepSeek => deepseek(text, piece),
         }
+    }
+
+    /// The pattern's text as its family's constant spells it; `None` for
+    /// DeepSeek's sequence of three.
+    pub(crate) fn text(self) -> Option<String> {
+        let numbers = |family: &str, bound: u8| {
+            let run = match bound {
+                1 => r"\p{N}".to_string(),
+                n => format!(r"\p{{N}}{{1,{n}}}"),
+            };
+            family.replacen(r"\p{N}{1,3}", &run, 1)
+        };
+        match self {
+            Pattern::Gpt2 { fold: false } => Some(GPT2.into()),
+            Pattern::Gpt2 { fold: true } => {
+                Some(GPT2.replacen(CONTRACTIONS, &format!("(?i:{CONTRACTIONS})"), 1))
+            }
+            Pattern::Cl100k { numbers: n } => Some(numbers(CL100K, n)),
+            Pattern::O200k { numbers: n } => Some(numbers(O200K, n)),
+            Pattern::DeepSeek => None,
+        }
+    }
+
+    /// Every one-pattern scanner the engine recognises a split by.
+    pub(crate) fn family() -> impl Iterator<Item = Pattern> {
+        [false, true]
+            .map(|fold| Pattern::Gpt2 { fold })
+            .into_iter()
+            .chain(NUMBER_BOUNDS.map(|numbers| Pattern::Cl100k { numbers }))
+            .chain(NUMBER_BOUNDS.map(|numbers| Pattern::O200k { numbers }))
     }
 }
 
 /// One split pattern the scanners run, as a step of a general pre-tokenizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Known {
-    /// [`GPT2`]
-    Gpt2,
-    /// [`CL100K`]
-    Cl100k,
-    /// [`O200K`]
-    O200k,
+    /// A pattern that matches at every character, with its scanner.
+    Whole(Pattern),
     /// [`DEEPSEEK_DIGITS`]
     Digits3,
     /// [`DEEPSEEK_CJK`]
@@ -75,23 +123,25 @@ pub(crate) enum Known {
 
 impl Known {
     /// Every known pattern with its text.
-    pub(crate) const ALL: [(Known, &'static str); 6] = [
-        (Known::Gpt2, GPT2),
-        (Known::Cl100k, CL100K),
-        (Known::O200k, O200K),
-        (Known::Digits3, DEEPSEEK_DIGITS),
-        (Known::Cjk, DEEPSEEK_CJK),
-        (Known::DeepSeek, DEEPSEEK),
-    ];
+    pub(crate) fn all() -> impl Iterator<Item = (Known, String)> {
+        Pattern::family()
+            .map(|p| (Known::Whole(p), p.text().expect("one pattern")))
+            .chain([
+                (Known::Digits3, DEEPSEEK_DIGITS.into()),
+                (Known::Cjk, DEEPSEEK_CJK.into()),
+                (Known::DeepSeek, DEEPSEEK.into()),
+            ])
+    }
 
     /// The end of the match onig finds starting at `i`, if one starts there.
     #[inline]
     pub(crate) fn match_at(self, s: &str, i: usize) -> Option<usize> {
         match self {
-            Known::Gpt2 => Some(gpt2(s, i)),
-            Known::Cl100k => Some(cl100k(s, i)),
-            Known::O200k => Some(o200k(s, i)),
-            Known::Digits3 => (class_at(s, i) & N != 0).then(|| digits3(s, i)),
+            Known::Whole(Pattern::Gpt2 { fold }) => Some(gpt2(s, i, fold)),
+            Known::Whole(Pattern::Cl100k { numbers }) => Some(cl100k(s, i, numbers)),
+            Known::Whole(Pattern::O200k { numbers }) => Some(o200k(s, i, numbers)),
+            Known::Whole(Pattern::DeepSeek) => unreachable!("DeepSeek is three splits"),
+            Known::Digits3 => (class_at(s, i) & N != 0).then(|| numbers(s, i, 3)),
             Known::Cjk => {
                 let end = run_cjk(s, i);
                 (end > i).then_some(end)
@@ -103,15 +153,13 @@ impl Known {
     /// Whether a match starts at every character, so that the matches cover
     /// the text and an `Isolated` split equals a `Removed` inverted one.
     pub(crate) fn covers(self) -> bool {
-        matches!(self, Known::Gpt2 | Known::Cl100k | Known::O200k)
+        matches!(self, Known::Whole(_))
     }
 
     /// The scanner of the same pattern alone, where there is one.
     pub(crate) fn pattern(self) -> Option<Pattern> {
         match self {
-            Known::Gpt2 => Some(Pattern::Gpt2),
-            Known::Cl100k => Some(Pattern::Cl100k),
-            Known::O200k => Some(Pattern::O200k),
+            Known::Whole(p) => Some(p),
             _ => None,
         }
     }
@@ -158,10 +206,10 @@ fn run_not(s: &str, mut i: usize, mask: u8) -> usize {
     i
 }
 
-/// End of `\p{N}{1,3}` at `i`, whose character is a number.
+/// End of `\p{N}{1,max}` at `i`, whose character is a number.
 #[inline]
-fn digits3(s: &str, mut i: usize) -> usize {
-    for _ in 0..3 {
+fn numbers(s: &str, mut i: usize, max: u8) -> usize {
+    for _ in 0..max {
         match at(s, i) {
             Some((c, n)) if class(c) & N != 0 => i += n,
             _ => break,
@@ -250,7 +298,11 @@ fn whitespace(s: &str, i: usize, newlines: bool) -> usize {
 /// Cuts `text` into consecutive matches of a pattern that matches every
 /// character.
 #[inline(always)]
-fn consecutive<'t>(text: &'t str, next: fn(&str, usize) -> usize, piece: &mut impl FnMut(&'t str)) {
+fn consecutive<'t>(
+    text: &'t str,
+    next: impl Fn(&str, usize) -> usize,
+    piece: &mut impl FnMut(&'t str),
+) {
     let mut i = 0;
     while i < text.len() {
         let end = next(text, i);
@@ -259,11 +311,13 @@ fn consecutive<'t>(text: &'t str, next: fn(&str, usize) -> usize, piece: &mut im
     }
 }
 
-/// One match of [`GPT2`] at `i`.
-fn gpt2(s: &str, i: usize) -> usize {
+/// One match of [`GPT2`] at `i`, its contractions case-insensitive when
+/// `fold`.
+#[inline(always)]
+fn gpt2(s: &str, i: usize, fold: bool) -> usize {
     let b = s.as_bytes();
     if b[i] == b'\'' {
-        if let Some(end) = contraction(s, i, false) {
+        if let Some(end) = contraction(s, i, fold) {
             return end;
         }
     }
@@ -287,8 +341,9 @@ fn gpt2(s: &str, i: usize) -> usize {
     whitespace(s, i, false)
 }
 
-/// One match of [`CL100K`] at `i`.
-fn cl100k(s: &str, i: usize) -> usize {
+/// One match of [`CL100K`] at `i`, with `\p{N}{1,numbers}`.
+#[inline(always)]
+fn cl100k(s: &str, i: usize, numbers: u8) -> usize {
     let b = s.as_bytes();
     if b[i] == b'\'' {
         if let Some(end) = contraction(s, i, true) {
@@ -304,9 +359,9 @@ fn cl100k(s: &str, i: usize) -> usize {
     if !is_newline(b[i]) && k & N == 0 && class_at(s, i + n) & L != 0 {
         return run(s, i + n, L);
     }
-    // `\p{N}{1,3}`
+    // `\p{N}{1,numbers}`
     if k & N != 0 {
-        return digits3(s, i);
+        return self::numbers(s, i, numbers);
     }
     // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
     let j = if c == ' ' { i + 1 } else { i };
@@ -360,8 +415,9 @@ fn o200k_contraction(s: &str, end: usize) -> usize {
     }
 }
 
-/// One match of [`O200K`] at `i`.
-fn o200k(s: &str, i: usize) -> usize {
+/// One match of [`O200K`] at `i`, with `\p{N}{1,numbers}`.
+#[inline(always)]
+fn o200k(s: &str, i: usize, numbers: u8) -> usize {
     let (c, n) = at(s, i).expect("i is inside s");
     let k = class(c);
     // The optional `[^\r\n\p{L}\p{N}]` is tried taken, then not.
@@ -377,7 +433,7 @@ fn o200k(s: &str, i: usize) -> usize {
         }
     }
     if k & N != 0 {
-        return digits3(s, i);
+        return self::numbers(s, i, numbers);
     }
     // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
     let j = if c == ' ' { i + 1 } else { i };
@@ -395,7 +451,7 @@ fn deepseek<'t>(text: &'t str, piece: &mut impl FnMut(&'t str)) {
         text,
         // A number is an ASCII digit or starts with a lead byte.
         |b| b.is_ascii_digit() || b >= 0xC0,
-        |s, i| (class_at(s, i) & N != 0).then(|| digits3(s, i)),
+        |s, i| (class_at(s, i) & N != 0).then(|| numbers(s, i, 3)),
         &mut |part| {
             isolate(
                 part,
@@ -542,21 +598,40 @@ mod tests {
         "!!!abc ...\n\n---xyz",
     ];
 
-    const ALL: [Pattern; 4] = [
-        Pattern::Gpt2,
-        Pattern::Cl100k,
-        Pattern::O200k,
+    /// Each family with and without folding, and with the bounds real
+    /// files use (3, and Qwen's 1) and one more.
+    const ALL: [Pattern; 8] = [
+        Pattern::Gpt2 { fold: false },
+        Pattern::Gpt2 { fold: true },
+        Pattern::Cl100k { numbers: 3 },
+        Pattern::Cl100k { numbers: 1 },
+        Pattern::Cl100k { numbers: 2 },
+        Pattern::O200k { numbers: 3 },
+        Pattern::O200k { numbers: 1 },
         Pattern::DeepSeek,
     ];
 
     /// The pieces onig gives for the pattern `p` stands for.
     fn reference(p: Pattern, text: &str) -> Vec<&str> {
-        match p {
-            Pattern::Gpt2 => onig_pieces(GPT2, text),
-            Pattern::Cl100k => onig_pieces(CL100K, text),
-            Pattern::O200k => onig_pieces(O200K, text),
-            Pattern::DeepSeek => onig_deepseek(text),
+        match p.text() {
+            Some(pattern) => onig_pieces(&pattern, text),
+            None => onig_deepseek(text),
         }
+    }
+
+    /// The family's texts are spelled as the files spell them.
+    #[test]
+    fn family_texts_are_the_files_patterns() {
+        assert_eq!(Pattern::Cl100k { numbers: 3 }.text().unwrap(), CL100K);
+        assert_eq!(Pattern::O200k { numbers: 3 }.text().unwrap(), O200K);
+        assert_eq!(
+            Pattern::Cl100k { numbers: 1 }.text().unwrap(),
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+        );
+        assert!(Pattern::Gpt2 { fold: true }
+            .text()
+            .unwrap()
+            .starts_with("(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?"));
     }
 
     #[test]
