@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
@@ -64,26 +65,23 @@ impl Inner {
         Ok(())
     }
 
-    /// Every text's ids, back to back, and where each ends, encoded on the
-    /// pool in order.
-    fn encode_all(&self, texts: &[String], special: bool) -> Result<(Vec<u32>, Vec<u64>), String> {
-        let parts: Vec<Result<Vec<u32>, String>> = self.pool.install(|| {
+    /// Every text's ids, in order, encoded on the pool.
+    fn encode_each<T: AsRef<str> + Sync>(
+        &self,
+        texts: &[T],
+        special: bool,
+    ) -> Result<Vec<Vec<u32>>, String> {
+        self.pool.install(|| {
             texts
                 .par_iter()
                 .with_min_len(16)
                 .map(|t| {
+                    let t = t.as_ref();
                     let mut ids = Vec::with_capacity(t.len() / 3 + 2);
                     self.encode_into(t, special, &mut ids).map(|()| ids)
                 })
                 .collect()
-        });
-        let mut ids = Vec::new();
-        let mut ends = Vec::with_capacity(texts.len());
-        for part in parts {
-            ids.extend_from_slice(&part?);
-            ends.push(ids.len() as u64);
-        }
-        Ok((ids, ends))
+        })
     }
 }
 
@@ -187,7 +185,12 @@ impl Tokenizer {
 
     /// The ids of `text`.
     #[pyo3(signature = (text, add_special_tokens=false))]
-    fn encode(&self, py: Python<'_>, text: String, add_special_tokens: bool) -> PyResult<Vec<u32>> {
+    fn encode(
+        &self,
+        py: Python<'_>,
+        text: PyBackedStr,
+        add_special_tokens: bool,
+    ) -> PyResult<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         py.detach(|| self.0.encode_into(&text, add_special_tokens, &mut ids))
             .map_err(PyValueError::new_err)?;
@@ -195,26 +198,17 @@ impl Tokenizer {
     }
 
     /// The ids of every text, encoded on every thread with the GIL
-    /// released: a list of lists.
+    /// released: a list of lists. The texts are borrowed from their Python
+    /// strings (UTF-8 as Python keeps it), not copied.
     #[pyo3(signature = (texts, add_special_tokens=false))]
     fn encode_batch(
         &self,
         py: Python<'_>,
-        texts: Vec<String>,
+        texts: Vec<PyBackedStr>,
         add_special_tokens: bool,
     ) -> PyResult<Vec<Vec<u32>>> {
-        let (ids, ends) = py
-            .detach(|| self.0.encode_all(&texts, add_special_tokens))
-            .map_err(PyValueError::new_err)?;
-        let mut start = 0;
-        Ok(ends
-            .iter()
-            .map(|&end| {
-                let one = ids[start..end as usize].to_vec();
-                start = end as usize;
-                one
-            })
-            .collect())
+        py.detach(|| self.0.encode_each(&texts, add_special_tokens))
+            .map_err(PyValueError::new_err)
     }
 
     /// [`Tokenizer::encode_batch`] as two byte strings for numpy: every
@@ -224,15 +218,28 @@ impl Tokenizer {
     fn encode_batch_flat<'py>(
         &self,
         py: Python<'py>,
-        texts: Vec<String>,
+        texts: Vec<PyBackedStr>,
         add_special_tokens: bool,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        let (ids, ends) = py
-            .detach(|| self.0.encode_all(&texts, add_special_tokens))
+        let each = py
+            .detach(|| self.0.encode_each(&texts, add_special_tokens))
             .map_err(PyValueError::new_err)?;
-        let ids: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-        let ends: Vec<u8> = ends.iter().flat_map(|e| e.to_le_bytes()).collect();
-        Ok((PyBytes::new(py, &ids), PyBytes::new(py, &ends)))
+        let total: usize = each.iter().map(Vec::len).sum();
+        let ids = PyBytes::new_with(py, total * 4, |buf| {
+            for (slot, id) in buf.chunks_exact_mut(4).zip(each.iter().flatten()) {
+                slot.copy_from_slice(&id.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        let ends = PyBytes::new_with(py, each.len() * 8, |buf| {
+            let mut end = 0u64;
+            for (slot, one) in buf.chunks_exact_mut(8).zip(&each) {
+                end += one.len() as u64;
+                slot.copy_from_slice(&end.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        Ok((ids, ends))
     }
 
     /// The text of `ids`, by HF tokenizers.
