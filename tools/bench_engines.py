@@ -7,8 +7,9 @@
     target/venv/bin/python tools/bench_engines.py --limit-mb 5 ...   # quick run on a prefix
 
 For each tokenizer (by default every file in ../shared/corpora/tokenizers,
-of every family; `--tokenizers byte-level` takes those whose pre-tokenizer
-has a ByteLevel step) and thread count T (1 and all cores, os.cpu_count())
+of every family, then those DERIVED from them: GPT-2's vocabulary under
+Qwen's split pattern; `--tokenizers byte-level` takes the files whose
+pre-tokenizer has a ByteLevel step) and thread count T (1 and all cores, os.cpu_count())
 it runs, one after the other, each as a child process:
   prep-fast   prep tokenize --engine fast --threads T --eos EOS;
   prep-hf     prep tokenize --engine hf --threads T --eos EOS (the HuggingFace
