@@ -623,13 +623,16 @@ fn specials(config: &PackConfig, base: &Manifest) -> Result<Specials, PackError>
         .filter(|p| p.is_file())
         .and_then(|p| tokenizers::Tokenizer::from_file(p).ok());
     let resolve = |flag: &'static str, value: &str| -> Result<u32, PackError> {
-        crate::engine::token_arg(flag, value, tokenizer.as_ref(), Some(base.vocab_size)).map_err(
-            |e| PackError::Token {
+        let names = tokenizer
+            .as_ref()
+            .map(|t| t as &dyn crate::engine::TokenNames);
+        crate::engine::token_arg(flag, value, names, Some(base.vocab_size)).map_err(|e| {
+            PackError::Token {
                 flag,
                 value: value.into(),
                 why: e.why,
-            },
-        )
+            }
+        })
     };
     let sep = match (&config.sep, config.no_sep) {
         (Some(_), true) => {

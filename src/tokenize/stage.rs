@@ -15,7 +15,9 @@ use super::{
     fingerprinted, input_infos, options_json, Eos, Progress, ProgressSnapshot, TokenizeConfig,
     TokenizeError, TokenizeReport, MAX_BATCH_DOCS, MAX_WARNINGS,
 };
-use crate::engine::{EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Unsupported};
+use crate::engine::{
+    EncodeState, EngineChoice, FastTokenizer, LoadedTokenizer, Readings, Unsupported,
+};
 use crate::format::{
     checksum_hex, ChatCounts, DatasetWriter, DocumentCounts, Dtype, FileInfo, InputInfo, Manifest,
     ShardInfo, SpecialTokens, TokenizerInfo,
@@ -53,6 +55,16 @@ enum Encoder {
     Fast(Box<FastTokenizer>, Vec<Mutex<EncodeState>>),
 }
 
+impl Encoder {
+    /// HF tokenizers, one clone per worker thread.
+    fn hf(tok: &LoadedTokenizer, threads: usize) -> Result<Encoder, TokenizeError> {
+        let hf = tok.hf()?;
+        Ok(Encoder::Hf(
+            (0..threads).map(|_| Mutex::new(hf.clone())).collect(),
+        ))
+    }
+}
+
 /// Picks the engine `--engine` asks for: the fast one where it supports the
 /// tokenizer (required with `fast`), else HF tokenizers.
 fn choose_engine(
@@ -61,16 +73,10 @@ fn choose_engine(
     fast: Option<Result<FastTokenizer, Unsupported>>,
     threads: usize,
 ) -> Result<(Encoder, &'static str, String), TokenizeError> {
-    let hf = || {
-        Encoder::Hf(
-            (0..threads)
-                .map(|_| Mutex::new(tok.tokenizer.clone()))
-                .collect(),
-        )
-    };
+    let hf = || Encoder::hf(tok, threads);
     let Some(fast) = fast else {
         return Ok((
-            hf(),
+            hf()?,
             "hf",
             "engine hf (HF tokenizers), as --engine asks".into(),
         ));
@@ -90,7 +96,7 @@ fn choose_engine(
                 "--engine fast cannot run this tokenizer ({why}); use --engine auto or hf"
             ),
         }),
-        (Err(why), _) => Ok((hf(), "hf", format!("engine hf (HF tokenizers): the fast engine does not support this tokenizer ({why})"))),
+        (Err(why), _) => Ok((hf()?, "hf", format!("engine hf (HF tokenizers): the fast engine does not support this tokenizer ({why})"))),
     }
 }
 
@@ -231,8 +237,14 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         Some(chat) => Some(chat_plan(config, chat)?),
         None => None,
     };
-    let want_fast = config.engine != EngineChoice::Hf;
-    let (tok, fast) = LoadedTokenizer::load_with_fast(&config.tokenizer, want_fast)?;
+    // Chat mode reads HF's beside the engine's: it places the masks of
+    // conversations the engine cannot (and the engine's, by HF's offsets).
+    let readings = match (config.engine, &chat) {
+        (EngineChoice::Hf, _) => Readings::Hf,
+        (_, Some(_)) => Readings::Both,
+        (_, None) => Readings::Fast,
+    };
+    let (tok, fast) = LoadedTokenizer::load_with_fast(&config.tokenizer, readings)?;
     let (eos, bos, eos_note) = match &chat {
         Some(chat) => (
             None,
@@ -282,15 +294,11 @@ fn chat_engine(
     chat: &mut crate::chat::Chat,
     threads: usize,
 ) -> Result<(Encoder, &'static str, String), TokenizeError> {
-    let hf = Encoder::Hf(
-        (0..threads)
-            .map(|_| Mutex::new(tok.tokenizer.clone()))
-            .collect(),
-    );
+    let hf = Encoder::hf(tok, threads)?;
     let why_not = match fast {
         None => "as --engine asks".to_owned(),
         Some(Err(why)) => format!("the fast engine does not support this tokenizer ({why})"),
-        Some(Ok(fast)) => match crate::engine::offsets::Offsets::new(&tok.tokenizer) {
+        Some(Ok(fast)) => match crate::engine::offsets::Offsets::new(tok.hf()?) {
             None => "chat mode's loss masks need each token's place in the text, and this                      tokenizer's post-processor moves offsets in a way the fast engine does not                      restate"
                 .to_owned(),
             Some(offsets) => {

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::*;
-use prep::engine::{token_arg, LoadedTokenizer, PostProcessorTokens};
+use prep::engine::{
+    token_arg, LoadedTokenizer, PostProcessorTokens, Readings, TokenNames, EOS_NAMES,
+};
 
 /// DeepSeek V3: the token "0" is id 18; id 0 is `<｜begin▁of▁sentence｜>`.
 const DEEPSEEK_DIGIT_ZERO: u32 = 18;
@@ -138,6 +140,9 @@ fn added_token(path: &Path, text: &str) -> Option<(u32, bool)> {
         })
 }
 
+/// The default eos, the post-processor's tokens and the notes, from HF
+/// tokenizers' reading of every real file and from the fast engine's (which
+/// a fast run uses, without reading the file with HF at all).
 #[test]
 fn default_eos_is_the_special_end_of_document_token_of_every_real_tokenizer() {
     let files = tokenizer_files();
@@ -145,48 +150,126 @@ fn default_eos_is_the_special_end_of_document_token_of_every_real_tokenizer() {
     let results: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .iter()
-            .map(|path| scope.spawn(move || (path, LoadedTokenizer::load(path).unwrap())))
+            .map(|path| {
+                scope.spawn(move || {
+                    let hf = LoadedTokenizer::load(path).unwrap();
+                    let (fast, engine) =
+                        LoadedTokenizer::load_with_fast(path, Readings::Fast).unwrap();
+                    (path, hf, fast, engine.unwrap().is_ok())
+                })
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (path, tok) in results {
+    for (path, hf, fast, engine_runs) in results {
         let name = path.file_name().unwrap().to_string_lossy();
-        let expected = EXPECTED
-            .iter()
-            .find(|e| name == format!("{}.tokenizer.json.zst", e.file))
-            .unwrap_or_else(|| panic!("{name}: no expected eos; add it to EXPECTED"));
-        let eos = tok
-            .default_eos()
-            .unwrap_or_else(|| panic!("{name}: no default eos"));
-        assert_eq!((eos.token.as_str(), eos.id), expected.eos, "{name}");
-        assert_eq!(
-            added_token(path, &eos.token),
-            Some((eos.id, true)),
-            "{name}: the default eos must be a special added token"
+        assert!(engine_runs, "{name}: the fast engine runs every real file");
+        assert!(
+            !fast.hf_is_read(),
+            "{name}: a fast load reads no HF tokenizer"
         );
-        assert_eq!(
-            tok.post_processor_tokens(),
-            PostProcessorTokens {
-                before: expected.before.to_vec(),
-                after: expected.after.to_vec(),
-            },
-            "{name}"
-        );
-        // Whatever the post-processor adds that a default run does not is
-        // named in a note; nothing else is.
-        let notes = tok.post_processor_notes(None, Some(eos.id));
-        assert_eq!(
-            notes.len(),
-            usize::from(!expected.before.is_empty()),
+        for (tok, reading) in [(&hf, "HF"), (&fast, "fast")] {
+            let name = format!("{name} ({reading} reading)");
+            check_defaults(path, &name, tok);
+        }
+        same_names(&name, path, &hf, &fast);
+        assert!(!fast.hf_is_read(), "{name}: the names came without HF");
+    }
+}
+
+fn check_defaults(path: &Path, name: &str, tok: &LoadedTokenizer) {
+    let expected = EXPECTED
+        .iter()
+        .find(|e| {
+            path.file_name().unwrap().to_string_lossy() == format!("{}.tokenizer.json.zst", e.file)
+        })
+        .unwrap_or_else(|| panic!("{name}: no expected eos; add it to EXPECTED"));
+    let eos = tok
+        .default_eos()
+        .unwrap_or_else(|| panic!("{name}: no default eos"));
+    assert_eq!((eos.token.as_str(), eos.id), expected.eos, "{name}");
+    assert_eq!(
+        added_token(path, &eos.token),
+        Some((eos.id, true)),
+        "{name}: the default eos must be a special added token"
+    );
+    assert_eq!(
+        tok.post_processor_tokens(),
+        PostProcessorTokens {
+            before: expected.before.to_vec(),
+            after: expected.after.to_vec(),
+        },
+        "{name}"
+    );
+    // Whatever the post-processor adds that a default run does not is
+    // named in a note; nothing else is.
+    let notes = tok.post_processor_notes(None, Some(eos.id));
+    assert_eq!(
+        notes.len(),
+        usize::from(!expected.before.is_empty()),
+        "{name}: {notes:?}"
+    );
+    for &id in expected.before {
+        let bos = tok.token(id);
+        assert!(
+            notes[0].contains(&format!("pass --bos '{bos}' to prepend it")),
             "{name}: {notes:?}"
         );
-        for &id in expected.before {
-            let bos = tok.token(id);
-            assert!(
-                notes[0].contains(&format!("pass --bos '{bos}' to prepend it")),
-                "{name}: {notes:?}"
+    }
+}
+
+/// The fast reading names every token as HF's does: the vocabulary size,
+/// every added token and every thousandth vocabulary entry both ways, ids
+/// past the end, and what `--eos`/`--bos` values resolve to.
+fn same_names(name: &str, path: &Path, hf: &LoadedTokenizer, fast: &LoadedTokenizer) {
+    assert_eq!(hf.vocab_size, fast.vocab_size, "{name}: vocabulary size");
+    let json = zstd::decode_all(std::fs::File::open(path).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let added = json["added_tokens"].as_array().unwrap();
+    let mut texts: Vec<String> = added
+        .iter()
+        .map(|t| t["content"].as_str().unwrap().to_owned())
+        .collect();
+    texts.extend(EOS_NAMES.iter().map(|&t| t.to_owned()));
+    texts.extend(["a", "Ġthe", "▁the", "the", "[UNK]", "", "no such token"].map(String::from));
+    let ids = (0..hf.vocab_size as u32 + 2)
+        .step_by(997)
+        .chain([hf.vocab_size as u32 - 1]);
+    texts.extend(ids.clone().filter_map(|id| hf.id_to_token(id)));
+    for text in &texts {
+        assert_eq!(
+            hf.token_to_id(text),
+            fast.token_to_id(text),
+            "{name}: {text:?}"
+        );
+        for value in [text.clone(), format!("token:{text}")] {
+            assert_eq!(
+                hf.resolve("--eos", &value),
+                fast.resolve("--eos", &value),
+                "{name}: {value:?}"
             );
         }
+    }
+    for id in ids.chain(added.iter().map(|t| t["id"].as_u64().unwrap() as u32)) {
+        assert_eq!(hf.id_to_token(id), fast.id_to_token(id), "{name}: id {id}");
+        assert_eq!(
+            hf.resolve("--bos", &id.to_string()),
+            fast.resolve("--bos", &id.to_string()),
+            "{name}: {id}"
+        );
+    }
+    let pp = hf.post_processor_tokens();
+    let some = |ids: &[u32]| ids.first().copied();
+    for (bos, eos) in [
+        (None, None),
+        (some(&pp.before), some(&pp.after)),
+        (Some(0), Some(1)),
+    ] {
+        assert_eq!(
+            hf.post_processor_notes(bos, eos),
+            fast.post_processor_notes(bos, eos),
+            "{name}: notes with bos {bos:?}, eos {eos:?}"
+        );
     }
 }
 
@@ -308,9 +391,9 @@ fn manifest_json(dir: &Path) -> serde_json::Value {
 #[test]
 fn numeric_eos_is_an_id_not_a_digit_token() {
     let tok = LoadedTokenizer::load(&deepseek()).unwrap();
-    assert_eq!(tok.tokenizer.token_to_id("0"), Some(DEEPSEEK_DIGIT_ZERO));
+    assert_eq!(tok.token_to_id("0"), Some(DEEPSEEK_DIGIT_ZERO));
     let vocab = Some(tok.vocab_size);
-    let resolve = |value: &str| token_arg("--eos", value, Some(&tok.tokenizer), vocab);
+    let resolve = |value: &str| token_arg("--eos", value, Some(&tok), vocab);
     assert_eq!(resolve("0"), Ok(0));
     assert_eq!(resolve("token:0"), Ok(DEEPSEEK_DIGIT_ZERO));
     assert_eq!(resolve("<｜end▁of▁sentence｜>"), Ok(1));

@@ -25,7 +25,7 @@
 //! `encode(text, add_special_tokens=false)`, which is what prep asks for.
 //!
 //! [`LoadedTokenizer`] loads a `tokenizer.json` for every stage that needs
-//! one (HF tokenizers' reading of it, and this engine's beside it), chooses
+//! one (HF tokenizers' reading of it, this engine's, or both), chooses
 //! the default end-of-document token, and [`token_arg`] is the one rule by
 //! which `--eos`, `--bos`, `--pad` and `--sep` name a token.
 //!
@@ -61,9 +61,11 @@ use bpe::{Bpe, BpeState, Merge};
 use normalize::Normalizer;
 use pretok::Steps;
 pub use scan::Pattern;
+use tokenizer::Names;
 pub use tokenizer::{
     read_tokenizer_bytes, token_arg, tokenizer_file, DefaultEos, LoadedTokenizer,
-    PostProcessorTokens, TokenArgError, TokenizerError, EOS_NAMES, TOKEN_PREFIX,
+    PostProcessorTokens, Readings, TokenArgError, TokenNames, TokenizerError, EOS_NAMES,
+    TOKEN_PREFIX,
 };
 
 /// Why the fast engine does not take a tokenizer.
@@ -276,6 +278,14 @@ fn split_added(
 impl FastTokenizer {
     /// Reads a `tokenizer.json`, or says why the fast engine cannot run it.
     pub fn from_json(json: &[u8]) -> Result<FastTokenizer, Unsupported> {
+        Ok(Self::from_json_named(json)?.0)
+    }
+
+    /// [`FastTokenizer::from_json`], with the file's tokens by name (its
+    /// vocabulary, added tokens and post-processor), which the engine reads
+    /// anyway: what a run asks of a file beside its ids, answered without
+    /// HF tokenizers' reading of it.
+    pub(crate) fn from_json_named(json: &[u8]) -> Result<(FastTokenizer, Names), Unsupported> {
         let root: File = serde_json::from_slice(json)
             .map_err(|e| Unsupported(format!("not a tokenizer.json: {e}")))?;
         let normalizer = Normalizer::from_json(&root.normalizer)?;
@@ -313,13 +323,15 @@ impl FastTokenizer {
             }
         };
         let (raw, normalized) = added_tokens(&root.added_tokens, &vocab, normalizer.as_ref())?;
-        Ok(FastTokenizer {
+        let names = Names::new(&root.added_tokens, vocab, &root.post_processor)?;
+        let fast = FastTokenizer {
             normalizer,
             model,
             raw: Added::new(raw)?,
             normalized: Added::new(normalized)?,
             serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        })
+        };
+        Ok((fast, names))
     }
 
     /// The one scanner that pre-tokenizes, where one does it all.
@@ -443,6 +455,8 @@ struct File {
     model: Box<serde_json::value::RawValue>,
     #[serde(default)]
     added_tokens: Vec<Value>,
+    #[serde(default)]
+    post_processor: Value,
 }
 
 /// A model's families, as HF tells them apart.
@@ -493,7 +507,7 @@ impl ModelHead {
 }
 
 #[derive(serde::Deserialize)]
-struct BpeModel {
+struct BpeModel<'a> {
     #[serde(default)]
     dropout: Value,
     #[serde(default)]
@@ -508,8 +522,78 @@ struct BpeModel {
     ignore_merges: Value,
     #[serde(default)]
     vocab: Vocab,
-    #[serde(default)]
-    merges: Vec<Value>,
+    #[serde(default, borrow)]
+    merges: Vec<MergeLine<'a>>,
+}
+
+/// One entry of a BPE model's `merges` as HF reads it, `"a b"` or
+/// `["a", "b"]`, borrowed from the JSON where it holds no escape (a large
+/// vocabulary has half a million: a JSON value each was a tenth of Gemma
+/// 3's load). `None`: a string that is not two parts around one space.
+pub(crate) struct MergeLine<'a>(Option<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl MergeLine<'_> {
+    /// The two tokens merged, left and right.
+    pub(crate) fn pair(&self) -> Option<(&str, &str)> {
+        self.0.as_ref().map(|(a, b)| (a.as_ref(), b.as_ref()))
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for MergeLine<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use std::marker::PhantomData;
+        /// A string, borrowed where the JSON allows.
+        struct Text<'a>(Cow<'a, str>);
+        impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_str(TextVisitor(PhantomData)).map(Text)
+            }
+        }
+        struct TextVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for TextVisitor<'a> {
+            type Value = Cow<'a, str>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a token")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(s))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(s.to_owned()))
+            }
+        }
+        struct Line<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Line<'a> {
+            type Value = MergeLine<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#"a merge, "a b" or ["a", "b"]"#)
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                let parts = s.split_once(' ').filter(|(_, b)| !b.contains(' '));
+                Ok(MergeLine(
+                    parts.map(|(a, b)| (Cow::Borrowed(a), Cow::Borrowed(b))),
+                ))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                let parts = s.split_once(' ').filter(|(_, b)| !b.contains(' '));
+                let owned = |t: &str| Cow::Owned(t.to_owned());
+                Ok(MergeLine(parts.map(|(a, b)| (owned(a), owned(b)))))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let a = seq.next_element::<Text>()?;
+                let b = seq.next_element::<Text>()?;
+                let more = seq.next_element::<serde::de::IgnoredAny>()?.is_some();
+                Ok(MergeLine(match (a, b, more) {
+                    (Some(a), Some(b), false) => Some((a.0, b.0)),
+                    _ => None,
+                }))
+            }
+        }
+        d.deserialize_any(Line(PhantomData))
+    }
 }
 
 /// A model's vocabulary: token text to id.
@@ -578,12 +662,7 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
     let mut merges = HashMap::with_capacity_and_hasher(m.merges.len(), FixedState::default());
     let mut joined = String::new();
     for (rank, line) in m.merges.iter().enumerate() {
-        let pair: Option<(&str, &str)> = match line {
-            Value::String(s) => s.split_once(' ').filter(|(_, b)| !b.contains(' ')),
-            Value::Array(a) if a.len() == 2 => a[0].as_str().zip(a[1].as_str()),
-            _ => None,
-        };
-        let Some((a, b)) = pair else {
+        let Some((a, b)) = line.pair() else {
             return unsupported(format!("merge {rank} is not a pair"));
         };
         // As HF, the merged token is `a` and `b` without its prefix.

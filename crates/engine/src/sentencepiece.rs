@@ -56,7 +56,7 @@ use serde_json::Value;
 
 use super::bpe::{self, Merge};
 use super::cache::PieceCache;
-use super::{Unsupported, Vocab};
+use super::{MergeLine, Unsupported, Vocab};
 
 /// The character SentencePiece marks a word's start with.
 const MARK: char = '\u{2581}';
@@ -141,7 +141,7 @@ fn pair(left: u32, right: u32) -> u64 {
 
 /// The fields of a BPE `model` object that HF reads.
 #[derive(serde::Deserialize)]
-struct Json {
+struct Json<'a> {
     #[serde(default)]
     dropout: Value,
     #[serde(default)]
@@ -157,7 +157,8 @@ struct Json {
     #[serde(default)]
     ignore_merges: Value,
     vocab: Vocab,
-    merges: Vec<Value>,
+    #[serde(borrow)]
+    merges: Vec<MergeLine<'a>>,
 }
 
 /// A flag HF reads as `Option<bool>`: absent or null is `false`.
@@ -231,12 +232,7 @@ impl Model {
         let mut joins = HashSet::default();
         let mut joined = String::new();
         for (rank, line) in m.merges.iter().enumerate() {
-            let parts: Option<(&str, &str)> = match line {
-                Value::String(s) => s.split_once(' ').filter(|(_, b)| !b.contains(' ')),
-                Value::Array(a) if a.len() == 2 => a[0].as_str().zip(a[1].as_str()),
-                _ => None,
-            };
-            let Some((a, b)) = parts else {
+            let Some((a, b)) = line.pair() else {
                 return unsupported(format!("merge {rank} is not a pair"));
             };
             joined.clear();

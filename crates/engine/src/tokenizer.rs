@@ -4,11 +4,14 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
+use serde::Deserialize;
 use serde_json::Value;
 use tokenizers::models::unigram::Unigram;
 use tokenizers::models::ModelWrapper;
-use tokenizers::Tokenizer;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{Encoding, PostProcessor, Token, Tokenizer};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{FastTokenizer, Unsupported};
@@ -82,7 +85,7 @@ pub const TOKEN_PREFIX: &str = "token:";
 pub fn token_arg(
     flag: &str,
     value: &str,
-    tokenizer: Option<&Tokenizer>,
+    tokenizer: Option<&dyn TokenNames>,
     vocab_size: Option<u64>,
 ) -> Result<u32, TokenArgError> {
     let refuse = |why: String| TokenArgError {
@@ -191,10 +194,31 @@ pub struct PostProcessorTokens {
     pub after: Vec<u32>,
 }
 
+/// Which readings of a `tokenizer.json` a caller needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readings {
+    /// HF tokenizers' alone.
+    Hf,
+    /// The fast engine's. HF tokenizers reads the file only where the
+    /// engine does not run it (and to say what is wrong with a broken one),
+    /// or when [`LoadedTokenizer::hf`] is first asked: the token names,
+    /// the vocabulary size and the post-processor's tokens come from the
+    /// engine's reading. HF's reading of a large vocabulary costs as much
+    /// as the engine's (about a second for Gemma 3's 262,144 ids).
+    Fast,
+    /// Both, read at once on two threads.
+    Both,
+}
+
 /// A tokenizer ready for dataset preparation.
 pub struct LoadedTokenizer {
-    /// Truncation and padding off, whatever the file says.
-    pub tokenizer: Tokenizer,
+    path: PathBuf,
+    /// HF tokenizers' reading, truncation and padding off whatever the
+    /// file says; read on first use after a [`Readings::Fast`] load.
+    hf: OnceLock<Tokenizer>,
+    /// The tokens by name, from the fast engine's reading, where HF's was
+    /// not made at load.
+    names: Option<Names>,
     /// The JSON as read (decompressed), copied into the dataset.
     pub json: Vec<u8>,
     /// XXH3-64 of `json`.
@@ -205,67 +229,207 @@ pub struct LoadedTokenizer {
     pub vocab_size: u64,
 }
 
-impl LoadedTokenizer {
-    /// Reads `path` (`.json`, or `.json.zst` / `.json.gz`).
-    pub fn load(path: &Path) -> Result<LoadedTokenizer, TokenizerError> {
-        Ok(Self::load_with_fast(path, false)?.0)
+/// A tokenizer's tokens by name: what [`token_arg`] looks a flag's value up
+/// in.
+pub trait TokenNames {
+    /// The id of the token spelled `text`, an added token first.
+    fn token_to_id(&self, text: &str) -> Option<u32>;
+    /// The text of token `id`, an added token first.
+    fn id_to_token(&self, id: u32) -> Option<String>;
+}
+
+impl TokenNames for Tokenizer {
+    fn token_to_id(&self, text: &str) -> Option<u32> {
+        // The inherent method of the `TokenizerImpl` a `Tokenizer` wraps.
+        (**self).token_to_id(text)
+    }
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        (**self).id_to_token(id)
+    }
+}
+
+/// A file's tokens by name as the fast engine reads them, looked up as HF
+/// tokenizers looks them up: the added tokens first, then the model's
+/// vocabulary; and its post-processor, which is HF's own, read alone.
+pub(crate) struct Names {
+    /// Each added token HF keeps (not the empty ones): id, text, special.
+    added: Vec<(u32, String, bool)>,
+    vocab: super::Vocab,
+    post_processor: Option<PostProcessorWrapper>,
+}
+
+impl Names {
+    /// From the file's `added_tokens`, the model's vocabulary and its
+    /// `post_processor`. The engine has already checked that every added
+    /// token's id is the one HF gives it.
+    pub(crate) fn new(
+        added_tokens: &[Value],
+        vocab: super::Vocab,
+        post_processor: &Value,
+    ) -> Result<Names, Unsupported> {
+        let added = added_tokens
+            .iter()
+            .filter_map(|t| {
+                let content = t["content"].as_str().filter(|c| !c.is_empty())?;
+                let id = u32::try_from(t["id"].as_u64()?).ok()?;
+                Some((id, content.to_owned(), t["special"] == true))
+            })
+            .collect();
+        let post_processor = match post_processor {
+            Value::Null => None,
+            v => Some(
+                PostProcessorWrapper::deserialize(v)
+                    .map_err(|e| Unsupported(format!("post_processor: {e}")))?,
+            ),
+        };
+        Ok(Names {
+            added,
+            vocab,
+            post_processor,
+        })
     }
 
-    /// [`LoadedTokenizer::load`], and with `fast` the fast engine's reading
-    /// of the same file, built at the same time on a second thread (the
-    /// two readings of a large vocabulary take about as long each).
+    fn added(&self, id: u32) -> Option<&(u32, String, bool)> {
+        self.added.iter().find(|a| a.0 == id)
+    }
+
+    /// One more than the largest id, as HF's `get_vocab(true)` has them.
+    fn vocab_size(&self) -> Option<u64> {
+        let model = self.vocab.values().copied();
+        let largest = model.chain(self.added.iter().map(|a| a.0)).max()?;
+        Some(u64::from(largest) + 1)
+    }
+}
+
+impl TokenNames for Names {
+    fn token_to_id(&self, text: &str) -> Option<u32> {
+        let added = self.added.iter().find(|a| a.1 == text).map(|a| a.0);
+        added.or_else(|| self.vocab.get(text).copied())
+    }
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        match self.added(id) {
+            Some(a) => Some(a.1.clone()),
+            None => self
+                .vocab
+                .iter()
+                .find(|&(_, &v)| v == id)
+                .map(|(t, _)| t.clone()),
+        }
+    }
+}
+
+impl TokenNames for LoadedTokenizer {
+    fn token_to_id(&self, text: &str) -> Option<u32> {
+        match &self.names {
+            Some(names) => names.token_to_id(text),
+            None => self.hf_read().token_to_id(text),
+        }
+    }
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        match &self.names {
+            Some(names) => names.id_to_token(id),
+            None => self.hf_read().id_to_token(id),
+        }
+    }
+}
+
+impl LoadedTokenizer {
+    /// Reads `path` (`.json`, or `.json.zst` / `.json.gz`) with HF
+    /// tokenizers.
+    pub fn load(path: &Path) -> Result<LoadedTokenizer, TokenizerError> {
+        Ok(Self::load_with_fast(path, Readings::Hf)?.0)
+    }
+
+    /// Reads `path` as `readings` asks, with the fast engine's reading of
+    /// it unless `readings` is [`Readings::Hf`] (its error, where the
+    /// engine does not run the file). A file HF tokenizers refuses is
+    /// refused with its reason whenever HF reads it.
     pub fn load_with_fast(
         path: &Path,
-        fast: bool,
+        readings: Readings,
     ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizerError> {
         let json = read_tokenizer_bytes(path).map_err(|source| TokenizerError::Read {
             path: path.into(),
             cause: source,
         })?;
-        std::thread::scope(|scope| {
-            let fast = fast.then(|| scope.spawn(|| FastTokenizer::from_json(&json)));
-            let tok = Self::from_json(path, &json)?;
-            let fast = fast.map(|f| f.join().expect("reading a tokenizer.json does not panic"));
-            Ok((tok, fast))
-        })
+        let read_hf = || -> Result<LoadedTokenizer, TokenizerError> {
+            let hf = read_hf(path, &json)?;
+            let largest = hf.get_vocab(true).into_values().max();
+            let largest = largest.ok_or_else(|| TokenizerError::Unusable {
+                path: path.into(),
+                why: "the vocabulary is empty".into(),
+            })?;
+            Ok(LoadedTokenizer {
+                path: path.into(),
+                hf: OnceLock::from(hf),
+                names: None,
+                json: json.clone(),
+                xxh3: xxh3_64(&json),
+                vocab_size: u64::from(largest) + 1,
+            })
+        };
+        match readings {
+            Readings::Hf => Ok((read_hf()?, None)),
+            Readings::Both => std::thread::scope(|scope| {
+                let fast = scope.spawn(|| FastTokenizer::from_json(&json));
+                let tok = read_hf()?;
+                let fast = fast
+                    .join()
+                    .expect("reading a tokenizer.json does not panic");
+                Ok((tok, Some(fast)))
+            }),
+            Readings::Fast => match FastTokenizer::from_json_named(&json) {
+                Ok((fast, names)) => {
+                    let Some(vocab_size) = names.vocab_size() else {
+                        // HF says what is wrong with an empty vocabulary.
+                        return Ok((read_hf()?, Some(Ok(fast))));
+                    };
+                    let tok = LoadedTokenizer {
+                        path: path.into(),
+                        hf: OnceLock::new(),
+                        names: Some(names),
+                        xxh3: xxh3_64(&json),
+                        json,
+                        vocab_size,
+                    };
+                    Ok((tok, Some(Ok(fast))))
+                }
+                Err(why) => Ok((read_hf()?, Some(Err(why)))),
+            },
+        }
     }
 
-    fn from_json(path: &Path, json: &[u8]) -> Result<LoadedTokenizer, TokenizerError> {
-        let unusable = |why: String| TokenizerError::Unusable {
-            path: path.into(),
-            why,
-        };
-        // HF panics on a SentencePiece character map it cannot read (at
-        // load, or on the first text that reaches a broken entry): such a
-        // file is refused first, naming what is wrong.
-        check_charsmaps(json).map_err(|e| unusable(format!("normalizer: Precompiled: {e}")))?;
-        let mut tokenizer =
-            Tokenizer::from_bytes(json).map_err(|e| diagnose(path, json, &e.to_string()))?;
-        with_python_scores(&mut tokenizer, json).map_err(unusable)?;
-        // Dataset preparation keeps every token of every document: a file
-        // that switches on truncation or padding for inference must not cut
-        // or pad here.
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| unusable(format!("cannot switch truncation off: {e}")))?;
-        tokenizer.with_padding(None);
-        let max_id = tokenizer
-            .get_vocab(true)
-            .into_values()
-            .max()
-            .ok_or_else(|| unusable("the vocabulary is empty".into()))?;
-        let xxh3 = xxh3_64(json);
-        Ok(LoadedTokenizer {
-            tokenizer,
-            json: json.to_vec(),
-            xxh3,
-            vocab_size: u64::from(max_id) + 1,
-        })
+    /// HF tokenizers' reading of the file, made now if the load did not
+    /// make it.
+    pub fn hf(&self) -> Result<&Tokenizer, TokenizerError> {
+        if let Some(hf) = self.hf.get() {
+            return Ok(hf);
+        }
+        let hf = read_hf(&self.path, &self.json)?;
+        Ok(self.hf.get_or_init(|| hf))
+    }
+
+    /// HF tokenizers' reading of the file, owned.
+    pub fn into_hf(self) -> Result<Tokenizer, TokenizerError> {
+        self.hf()?;
+        Ok(self.hf.into_inner().expect("read just now"))
+    }
+
+    /// Whether HF tokenizers has read the file.
+    pub fn hf_is_read(&self) -> bool {
+        self.hf.get().is_some()
+    }
+
+    /// HF's reading, where the load made it (`names` is `None` only then).
+    fn hf_read(&self) -> &Tokenizer {
+        self.hf
+            .get()
+            .expect("a load without the engine's names reads HF's")
     }
 
     /// Resolves a `--eos`/`--bos` value by [`token_arg`]'s rule.
     pub fn resolve(&self, flag: &str, value: &str) -> Result<u32, TokenArgError> {
-        token_arg(flag, value, Some(&self.tokenizer), Some(self.vocab_size))
+        token_arg(flag, value, Some(self), Some(self.vocab_size))
     }
 
     /// The tokenizer's own end-of-document token, if it has one: the first
@@ -274,14 +438,16 @@ impl LoadedTokenizer {
     /// `[SEP]`). A plain vocabulary token is never chosen, whatever its
     /// text (Gemma's vocabulary has an ordinary `</s>`; its eos is `<eos>`).
     pub fn default_eos(&self) -> Option<DefaultEos> {
-        let added = self.tokenizer.get_added_tokens_decoder();
-        let is_special = |id: u32, text: &str| {
-            added
+        let is_special = |id: u32, text: &str| match &self.names {
+            Some(names) => names.added(id).is_some_and(|a| a.2 && a.1 == text),
+            None => self
+                .hf_read()
+                .get_added_tokens_decoder()
                 .get(&id)
-                .is_some_and(|t| t.special && t.content == text)
+                .is_some_and(|t| t.special && t.content == text),
         };
         let named = EOS_NAMES.iter().find_map(|&name| {
-            let id = self.tokenizer.token_to_id(name)?;
+            let id = self.token_to_id(name)?;
             is_special(id, name).then(|| DefaultEos {
                 token: name.to_owned(),
                 id,
@@ -292,7 +458,7 @@ impl LoadedTokenizer {
             return named;
         }
         let id = *self.post_processor_tokens().after.last()?;
-        let token = self.tokenizer.id_to_token(id)?;
+        let token = self.id_to_token(id)?;
         is_special(id, &token).then_some(DefaultEos {
             token,
             id,
@@ -303,12 +469,24 @@ impl LoadedTokenizer {
     /// What the post-processor adds around a sequence, found by asking it:
     /// the special tokens of `encode("a", add_special_tokens=true)` before
     /// and after the ids of `encode("a", add_special_tokens=false)`. Empty
-    /// when it adds nothing or the two encodings do not line up.
+    /// when it adds nothing or the two encodings do not line up. Without
+    /// HF's reading, the file's post-processor (HF's, read alone) is asked
+    /// to process one token.
     pub fn post_processor_tokens(&self) -> PostProcessorTokens {
-        let (Ok(plain), Ok(full)) = (
-            self.tokenizer.encode("a", false),
-            self.tokenizer.encode("a", true),
-        ) else {
+        let (plain, full) = match &self.names {
+            None => {
+                let hf = self.hf_read();
+                (hf.encode("a", false), hf.encode("a", true))
+            }
+            Some(names) => {
+                let Some(post) = &names.post_processor else {
+                    return PostProcessorTokens::default();
+                };
+                let plain = Encoding::from_tokens(vec![Token::new(0, "a".into(), (0, 1))], 0);
+                (Ok(plain.clone()), post.process(plain, None, true))
+            }
+        };
+        let (Ok(plain), Ok(full)) = (plain, full) else {
             return PostProcessorTokens::default();
         };
         let (ids, mask) = (full.get_ids(), full.get_special_tokens_mask());
@@ -376,10 +554,32 @@ impl LoadedTokenizer {
 
     /// The token string of `id`, for messages.
     pub fn token(&self, id: u32) -> String {
-        self.tokenizer
-            .id_to_token(id)
-            .unwrap_or_else(|| format!("#{id}"))
+        self.id_to_token(id).unwrap_or_else(|| format!("#{id}"))
     }
+}
+
+/// HF tokenizers' reading of `json` (from `path`), truncation and padding
+/// off whatever the file says.
+fn read_hf(path: &Path, json: &[u8]) -> Result<Tokenizer, TokenizerError> {
+    let unusable = |why: String| TokenizerError::Unusable {
+        path: path.into(),
+        why,
+    };
+    // HF panics on a SentencePiece character map it cannot read (at load,
+    // or on the first text that reaches a broken entry): such a file is
+    // refused first, naming what is wrong.
+    check_charsmaps(json).map_err(|e| unusable(format!("normalizer: Precompiled: {e}")))?;
+    let mut tokenizer =
+        Tokenizer::from_bytes(json).map_err(|e| diagnose(path, json, &e.to_string()))?;
+    with_python_scores(&mut tokenizer, json).map_err(unusable)?;
+    // Dataset preparation keeps every token of every document: a file that
+    // switches on truncation or padding for inference must not cut or pad
+    // here.
+    tokenizer
+        .with_truncation(None)
+        .map_err(|e| unusable(format!("cannot switch truncation off: {e}")))?;
+    tokenizer.with_padding(None);
+    Ok(tokenizer)
 }
 
 /// Gives a Unigram model the scores the Python package reads, so that its

@@ -13,7 +13,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 use rayon::prelude::*;
 
-use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer, PostProcessorTokens};
+use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer, PostProcessorTokens, Readings};
 
 /// A tokenizer.json loaded for encoding. Its parts are boxed: some are
 /// aligned beyond the 16 bytes Python allocates objects at.
@@ -47,7 +47,8 @@ impl Inner {
         let Some((fast, states)) = fast else {
             let encoding = self
                 .loaded
-                .tokenizer
+                .hf()
+                .map_err(|e| e.to_string())?
                 .encode_fast(text, special)
                 .map_err(|e| e.to_string())?;
             out.extend_from_slice(encoding.get_ids());
@@ -88,13 +89,13 @@ impl Inner {
 /// Whether putting `special` around the fast ids gives what HF's
 /// post-processor gives, on texts that meet its branches.
 fn special_is_exact(loaded: &LoadedTokenizer, special: &PostProcessorTokens) -> bool {
+    let Ok(hf) = loaded.hf() else {
+        return false;
+    };
     ["", "a", " hello world ", "\n\n", "é中😀"]
         .iter()
         .all(|text| {
-            let (Ok(plain), Ok(full)) = (
-                loaded.tokenizer.encode(*text, false),
-                loaded.tokenizer.encode(*text, true),
-            ) else {
+            let (Ok(plain), Ok(full)) = (hf.encode(*text, false), hf.encode(*text, true)) else {
                 return false;
             };
             let mut want = special.before.clone();
@@ -115,7 +116,7 @@ impl Tokenizer {
         py.detach(|| {
             let file = prep::engine::tokenizer_file(&path)
                 .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
-            let (loaded, fast) = LoadedTokenizer::load_with_fast(&file, true)
+            let (loaded, fast) = LoadedTokenizer::load_with_fast(&file, Readings::Both)
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -245,8 +246,12 @@ impl Tokenizer {
     /// The text of `ids`, by HF tokenizers.
     #[pyo3(signature = (ids, skip_special_tokens=false))]
     fn decode(&self, py: Python<'_>, ids: Vec<u32>, skip_special_tokens: bool) -> PyResult<String> {
-        py.detach(|| self.0.loaded.tokenizer.decode(&ids, skip_special_tokens))
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        py.detach(|| {
+            let hf = self.0.loaded.hf().map_err(|e| e.to_string())?;
+            hf.decode(&ids, skip_special_tokens)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 }
 

@@ -47,8 +47,8 @@ impl Pair {
         let path = dir.path().join("tokenizer.json");
         std::fs::write(&path, json).unwrap();
         let hf = LoadedTokenizer::load(&path)
-            .unwrap_or_else(|e| panic!("{name}: HF tokenizers refuses it: {e}"))
-            .tokenizer;
+            .and_then(LoadedTokenizer::into_hf)
+            .unwrap_or_else(|e| panic!("{name}: HF tokenizers refuses it: {e}"));
         Pair {
             name: name.into(),
             json: json.to_vec(),
