@@ -71,6 +71,10 @@ fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batch
     let file = File::open(path).map_err(io)?;
     let damaged = |why: String| bad(ArrowError::IpcError(format!("the file is damaged: {why}")));
     if is_file {
+        check_blocks(&file).map_err(|e| match e {
+            Footer::Io(e) => io(e),
+            Footer::Damaged(why) => damaged(why),
+        })?;
         let reader = crate::util::catch_panic(|| FileReader::try_new_buffered(file, projection))
             .map_err(damaged)?
             .map_err(bad)?;
@@ -82,6 +86,78 @@ fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batch
                 .map_err(bad)?;
         Ok((reader.schema(), Box::new(reader)))
     }
+}
+
+/// Why an IPC file's footer is refused.
+enum Footer {
+    Io(std::io::Error),
+    Damaged(String),
+}
+
+/// Checks that every block an IPC file's footer lists (each record batch
+/// and dictionary: where its message starts, its metadata's and its body's
+/// lengths) lies between the magic and the footer. arrow's file reader
+/// allocates a block's claimed length before reading it, so a damaged
+/// footer could otherwise claim terabytes of memory; this names the block
+/// instead. (An IPC stream's reader grows its buffer as the bytes come.)
+fn check_blocks(mut file: &File) -> Result<(), Footer> {
+    use std::io::{Seek, SeekFrom};
+    let len = file.metadata().map_err(Footer::Io)?.len();
+    let damaged = |why: String| Err(Footer::Damaged(why));
+    // The file starts with the magic padded to 8 bytes, and ends with the
+    // footer's length (i32) and the magic again.
+    const START: u64 = 8;
+    const TAIL: u64 = 4 + FILE_MAGIC.len() as u64;
+    if len < START + TAIL {
+        return damaged(format!("{len} bytes is too short for an IPC file"));
+    }
+    let mut tail = [0u8; TAIL as usize];
+    file.seek(SeekFrom::Start(len - TAIL)).map_err(Footer::Io)?;
+    file.read_exact(&mut tail).map_err(Footer::Io)?;
+    if tail[4..] != *FILE_MAGIC {
+        return damaged("it does not end with the ARROW1 magic".into());
+    }
+    let footer_len = i32::from_le_bytes(tail[..4].try_into().expect("4 bytes"));
+    let footer_start = u64::try_from(footer_len)
+        .ok()
+        .and_then(|n| (len - TAIL).checked_sub(n))
+        .filter(|&at| at >= START);
+    let Some(footer_start) = footer_start else {
+        return damaged(format!(
+            "its footer claims {footer_len} bytes, and the file has {len}"
+        ));
+    };
+    let mut footer = vec![0u8; footer_len as usize];
+    file.seek(SeekFrom::Start(footer_start))
+        .map_err(Footer::Io)?;
+    file.read_exact(&mut footer).map_err(Footer::Io)?;
+    let footer = match arrow::ipc::root_as_footer(&footer) {
+        Ok(footer) => footer,
+        Err(e) => return damaged(format!("its footer does not parse: {e}")),
+    };
+    let lists = [
+        ("record batch", footer.recordBatches()),
+        ("dictionary", footer.dictionaries()),
+    ];
+    for (what, blocks) in lists {
+        for (i, block) in blocks.into_iter().flatten().enumerate() {
+            let (offset, meta, body) = (block.offset(), block.metaDataLength(), block.bodyLength());
+            let within = u64::try_from(offset)
+                .ok()
+                .filter(|&o| o >= START)
+                .zip(u64::try_from(meta).ok())
+                .zip(u64::try_from(body).ok())
+                .and_then(|((o, m), b)| o.checked_add(m)?.checked_add(b))
+                .is_some_and(|end| end <= footer_start);
+            if !within {
+                return damaged(format!(
+                    "its footer puts {what} {i} at byte {offset} with {meta} bytes of metadata \
+                     and {body} of body, outside the {footer_start} bytes before the footer"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl ArrowSource {
@@ -289,6 +365,49 @@ mod tests {
         );
         let err = read(dir.path(), "id").unwrap_err();
         assert!(matches!(err, InputError::ColumnType { .. }), "{err}");
+    }
+
+    /// A footer whose block claims more bytes than the file has is refused
+    /// naming the block, before arrow allocates what it claims.
+    #[test]
+    fn a_footer_block_past_the_end_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.arrow");
+        write(&path, &[batch(&[Some("a")]), batch(&[Some("b")])], false);
+        assert_eq!(texts(&read(dir.path(), "text").unwrap()), ["a", "b"]);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap()) as usize;
+        let footer_at = n - 10 - footer_len;
+        let block = {
+            let footer = arrow::ipc::root_as_footer(&bytes[footer_at..n - 10]).unwrap();
+            let b = footer.recordBatches().unwrap().get(1);
+            (b.offset(), b.metaDataLength(), b.bodyLength())
+        };
+        // The block as the footer stores it (a struct: offset i64,
+        // metadata length i32 and 4 bytes of padding, body length i64).
+        let mut stored = block.0.to_le_bytes().to_vec();
+        stored.extend(block.1.to_le_bytes());
+        let at = (footer_at..n - 10 - 24)
+            .find(|&i| {
+                bytes[i..i + 12] == stored[..] && bytes[i + 16..i + 24] == block.2.to_le_bytes()
+            })
+            .expect("the second block in the footer");
+        bytes[at + 16..at + 24].copy_from_slice(&(1i64 << 40).to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read(dir.path(), "text").unwrap_err();
+        assert!(matches!(err, InputError::ArrowOpen { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+        assert!(
+            msg.contains("record batch 1") && msg.contains(&(1u64 << 40).to_string()),
+            "{msg}"
+        );
+        // A footer length past the start of the file.
+        bytes[n - 10..n - 6].copy_from_slice(&(n as i32).to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let msg = read(dir.path(), "text").unwrap_err().to_string();
+        assert!(msg.contains("its footer claims"), "{msg}");
     }
 
     #[test]
