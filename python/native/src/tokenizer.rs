@@ -67,17 +67,13 @@ impl Inner {
     }
 
     /// Every text's ids, in order, encoded on the pool.
-    fn encode_each<T: AsRef<str> + Sync>(
-        &self,
-        texts: &[T],
-        special: bool,
-    ) -> Result<Vec<Vec<u32>>, String> {
+    fn encode_each(&self, texts: &[PyBackedStr], special: bool) -> Result<Vec<Vec<u32>>, String> {
         self.pool.install(|| {
             texts
                 .par_iter()
                 .with_min_len(16)
                 .map(|t| {
-                    let t = t.as_ref();
+                    let t: &str = t;
                     let mut ids = Vec::with_capacity(t.len() / 3 + 2);
                     self.encode_into(t, special, &mut ids).map(|()| ids)
                 })
