@@ -133,7 +133,7 @@ pub fn fetch(config: &FetchConfig) -> Result<FetchSummary, FetchError> {
     let manifest_bytes = manifest_object.get_all()?;
     let manifest = Manifest::parse(Path::new(manifest_object.url()), &manifest_bytes)?;
 
-    let mut output = Output::lock(&config.dest)?;
+    let mut output = Output::lock(&config.dest, false)?;
     let mut summary = FetchSummary {
         files: 0,
         bytes: 0,

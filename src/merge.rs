@@ -55,6 +55,8 @@ pub struct MergeConfig {
     pub copy: bool,
     /// Replace a different dataset found in the output directory.
     pub overwrite: bool,
+    /// The user guarantees a single writer ([`crate::run::Writing::single_writer`]).
+    pub single_writer: bool,
 }
 
 impl MergeConfig {
@@ -65,6 +67,7 @@ impl MergeConfig {
             output: output.into(),
             copy: false,
             overwrite: false,
+            single_writer: false,
         }
     }
 }
@@ -195,7 +198,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
         bytes_written: 0,
         elapsed: Duration::ZERO,
     };
-    let mut output = lock_output(&config.output, &parts)?;
+    let mut output = lock_output(&config.output, &parts, config.single_writer)?;
     let identity = crate::format::identity(&job, &merged);
     // Where the shards go: the output directory, or its staging folder.
     let out = &output.dir().to_path_buf();
@@ -284,10 +287,10 @@ fn merged_inputs(out: &Path, parts: &[Part]) -> Vec<InputInfo> {
 }
 
 /// Locks the output directory, keeping the parts that lie inside it.
-fn lock_output(out: &Path, parts: &[Part]) -> Result<Output, MergeError> {
+fn lock_output(out: &Path, parts: &[Part], single_writer: bool) -> Result<Output, MergeError> {
     // The parts inside the output directory are the caller's, kept whatever
     // happens to prep's files around them.
-    let mut output = Output::lock(out)?;
+    let mut output = Output::lock(out, single_writer)?;
     for part in parts {
         if let Some(top) =
             relative_to(out, &part.dir).and_then(|r| r.split('/').next().map(String::from))
@@ -521,6 +524,10 @@ fn merged_manifest(
                 .iter()
                 .filter_map(|p| p.ds.manifest().provenance.chat)
                 .reduce(add_chat),
+            // A part written without a working lock is part of the whole.
+            single_writer: parts
+                .iter()
+                .any(|p| p.ds.manifest().provenance.single_writer),
             ..base.provenance.clone()
         },
     );

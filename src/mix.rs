@@ -349,7 +349,7 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     let identity = identity(config, &datasets)?;
     let plan = draw(config, &datasets)?;
 
-    let mut output = Output::lock(&config.output)?;
+    let mut output = Output::lock(&config.output, config.writing.single_writer)?;
     let journal = match output.start::<(), ()>(&identity.fingerprint, config.writing.overwrite)? {
         Start::Complete(manifest) => {
             progress.note("the mixture is already complete; nothing to do");

@@ -276,14 +276,17 @@ impl Output {
     /// Creates `dir` if needed and takes its lock. A `dir` that is an
     /// object-storage address ([`crate::store::is_url`]) takes the store's
     /// lock, and the stage writes into the local staging folder
-    /// [`staging_for`] gives, which [`Output::dir`] returns.
-    pub fn lock(dir: &Path) -> Result<Output, OutputError> {
+    /// [`staging_for`] gives, which [`Output::dir`] returns; with
+    /// `single_writer` (the user's word that this run is the output's only
+    /// writer) a store whose conditional writes fail the check is written
+    /// to all the same, and the manifest says so.
+    pub fn lock(dir: &Path, single_writer: bool) -> Result<Output, OutputError> {
         let url = dir.to_str().filter(|d| crate::store::is_url(d));
         let local = url.map_or_else(|| dir.to_path_buf(), staging_for);
         let (disk, created) = claim(&local)?;
         let storage: Box<dyn Storage> = match url {
             None => Box::new(disk),
-            Some(url) => match Store::acquire(url, disk) {
+            Some(url) => match Store::acquire(url, disk, single_writer) {
                 Ok(store) => Box::new(store),
                 Err(e) => {
                     remove_created(&local, created.as_deref());
@@ -578,6 +581,8 @@ impl Output {
     /// then the journal and the lock go. A crash in between leaves a
     /// complete dataset that the next run recognises.
     pub fn commit(self, manifest: &Manifest) -> Result<(), OutputError> {
+        let mut manifest = manifest.clone();
+        manifest.provenance.single_writer |= self.storage().unlocked();
         let expect = manifest
             .shards
             .iter()
@@ -758,15 +763,15 @@ mod tests {
     fn second_lock_is_refused_with_the_holders_pid() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("out");
-        let first = Output::lock(&dir).unwrap();
-        let Err(OutputError::Locked { holder, .. }) = Output::lock(&dir) else {
+        let first = Output::lock(&dir, false).unwrap();
+        let Err(OutputError::Locked { holder, .. }) = Output::lock(&dir, false) else {
             panic!("a second lock must be refused");
         };
         assert_eq!(holder, format!("pid {}", std::process::id()));
         drop(first);
         // Released (and the empty directory it created removed).
         assert!(!dir.exists());
-        let _again = Output::lock(&dir).unwrap();
+        let _again = Output::lock(&dir, false).unwrap();
     }
 
     #[test]
@@ -778,7 +783,7 @@ mod tests {
         }
         std::fs::create_dir(dir.join(".shuffle-tmp")).unwrap();
         std::fs::create_dir(dir.join("parts")).unwrap();
-        let mut out = Output::lock(dir).unwrap();
+        let mut out = Output::lock(dir, false).unwrap();
         assert!(matches!(
             out.start::<(), ()>("f", true).unwrap(),
             Start::Fresh(_)
@@ -804,7 +809,7 @@ mod tests {
     fn a_run_that_did_nothing_leaves_nothing_and_a_refused_one_touches_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a/b/out");
-        let mut out = Output::lock(&dir).unwrap();
+        let mut out = Output::lock(&dir, false).unwrap();
         out.start::<(), ()>("f", false).unwrap();
         out.put(TOKENIZER_FILE, b"{}").unwrap();
         drop(out);
@@ -814,7 +819,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(MANIFEST_FILE), b"{}").unwrap();
         std::fs::write(dir.join(TOKENIZER_FILE), b"{}").unwrap();
-        let mut out = Output::lock(&dir).unwrap();
+        let mut out = Output::lock(&dir, false).unwrap();
         assert!(out.start::<(), ()>("f", false).is_err());
         drop(out);
         assert!(dir.join(MANIFEST_FILE).exists() && dir.join(TOKENIZER_FILE).exists());
@@ -824,7 +829,7 @@ mod tests {
     fn foreign_files_are_refused_and_named() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("mine.txt"), b"x").unwrap();
-        let mut out = Output::lock(tmp.path()).unwrap();
+        let mut out = Output::lock(tmp.path(), false).unwrap();
         let err = match out.start::<(), ()>("f", false) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a foreign file must be refused"),
@@ -869,7 +874,7 @@ mod tests {
     fn the_journal_is_appended_a_line_per_shard_and_read_back_whole() {
         use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().unwrap();
-        let mut out = Output::lock(tmp.path()).unwrap();
+        let mut out = Output::lock(tmp.path(), false).unwrap();
         let Start::Fresh(mut journal) = out.start::<Vec<u32>, u64>("f", false).unwrap() else {
             panic!("a fresh start");
         };
@@ -938,7 +943,7 @@ mod tests {
     #[test]
     fn a_journal_of_another_run_is_refused_and_the_same_run_resumes() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut out = Output::lock(tmp.path()).unwrap();
+        let mut out = Output::lock(tmp.path(), false).unwrap();
         let Start::Fresh(j) = out.start::<(), ()>("run-a", false).unwrap() else {
             panic!("fresh");
         };
@@ -946,7 +951,7 @@ mod tests {
         // Killed after some work: its journal stays.
         out.progressed();
         drop(out);
-        let mut out = Output::lock(tmp.path()).unwrap();
+        let mut out = Output::lock(tmp.path(), false).unwrap();
         assert!(out.start::<(), ()>("run-b", false).is_err());
         assert!(matches!(
             out.start::<(), ()>("run-a", false).unwrap(),

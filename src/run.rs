@@ -27,6 +27,11 @@ pub struct Writing {
     /// Replace what prep finds in the output directory (only prep's own
     /// files are ever removed).
     pub overwrite: bool,
+    /// The user guarantees that this run is its output's only writer, so
+    /// that prep may write to an object store whose conditional writes it
+    /// cannot verify (its lock would lock nothing there); the manifest of
+    /// such an output records it (`provenance.single_writer`).
+    pub single_writer: bool,
 }
 
 /// The shard size unless told otherwise: 1 GiB.
@@ -37,6 +42,7 @@ impl Default for Writing {
         Writing {
             shard_size: DEFAULT_SHARD_SIZE,
             overwrite: false,
+            single_writer: false,
         }
     }
 }

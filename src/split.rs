@@ -284,7 +284,7 @@ fn open_side(
     let identity = identity.output(side.name());
     let fingerprint = &identity.fingerprint;
     let dir = config.output.join(side.name());
-    let mut output = Output::lock(&dir)?;
+    let mut output = Output::lock(&dir, config.writing.single_writer)?;
     let (journal, complete) =
         match output.start::<(), u64>(fingerprint, config.writing.overwrite)? {
             Start::Complete(m) => (crate::output::Journal::new(fingerprint), Some(*m)),

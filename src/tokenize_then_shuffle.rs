@@ -84,7 +84,7 @@ pub fn run(
     let started = Instant::now();
     let plan = tokenize::plan(config)?.with_option("shuffle_seed", seed.into());
     let dir = &config.output;
-    let mut output = Output::lock(dir)?.keeping(STAGE);
+    let mut output = Output::lock(dir, config.writing.single_writer)?.keeping(STAGE);
     // In the output directory, or in its staging folder when the output is
     // in object storage: the stage itself never leaves this machine.
     let stage = output.dir().join(STAGE);

@@ -35,6 +35,12 @@ pub(crate) struct Args {
     /// No progress bar or summary; errors are still printed.
     #[arg(long, short = 'q')]
     quiet: bool,
+
+    /// You guarantee this run is OUT's only writer: write to an object store
+    /// that does not honour conditional writes, where prep's lock locks
+    /// nothing (refused without it); the manifest records it.
+    #[arg(long)]
+    single_writer: bool,
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
@@ -42,6 +48,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let mut config = MergeConfig::new(args.dirs, output);
     config.copy = args.copy;
     config.overwrite = args.overwrite;
+    config.single_writer = args.single_writer;
     let bar = super::progress::Bar::new(args.quiet);
     let r = merge::run(&config, &bar)?;
     if args.quiet {

@@ -147,6 +147,7 @@ fn scatter(args: Args, work: PathBuf, seed: u64) -> anyhow::Result<ExitCode> {
     let mut config = ScatterConfig::new(args.dirs, work, seed, part, buckets);
     config.memory = args.memory;
     config.overwrite = args.write.overwrite;
+    config.single_writer = args.write.single_writer;
     let bar = super::progress::Bar::new(args.write.quiet);
     let r = shuffle::scatter(&config, &bar)?;
     if !args.write.quiet && !r.already_complete {

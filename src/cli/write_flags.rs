@@ -7,7 +7,7 @@
 use prep::run::Writing;
 use prep::size::parse_size;
 
-/// `--shard-size`, `--overwrite`, `--quiet`.
+/// `--shard-size`, `--overwrite`, `--quiet`, `--single-writer`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct WriteFlags {
     /// Largest .bin per output shard.
@@ -21,6 +21,12 @@ pub(crate) struct WriteFlags {
     /// No progress bar or summary; errors are still printed.
     #[arg(long, short = 'q')]
     pub(crate) quiet: bool,
+
+    /// You guarantee this run is the output's only writer: write to an object
+    /// store that does not honour conditional writes, where prep's lock locks
+    /// nothing (refused without it); the manifest records it.
+    #[arg(long)]
+    pub(crate) single_writer: bool,
 }
 
 impl WriteFlags {
@@ -29,6 +35,7 @@ impl WriteFlags {
         Writing {
             shard_size: self.shard_size,
             overwrite: self.overwrite,
+            single_writer: self.single_writer,
         }
     }
 }

@@ -287,6 +287,11 @@ pub struct Provenance {
     /// tokens trained on, conversations skipped by reason, truncated ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat: Option<ChatCounts>,
+    /// Written to an object store whose conditional writes failed prep's
+    /// check, so that its lock locked nothing, on the user's word that the
+    /// run was the output's only writer (`--single-writer`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub single_writer: bool,
 }
 
 /// The conversations of a chat-mode run, counted.
@@ -334,6 +339,7 @@ impl Provenance {
             fingerprint,
             merged: Vec::new(),
             chat: None,
+            single_writer: false,
         }
     }
 }

@@ -757,7 +757,7 @@ pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
         })
         .collect();
     let fingerprint = crate::run::job_fingerprint("import", &options, &given);
-    let mut output = Output::lock(&config.output)?;
+    let mut output = Output::lock(&config.output, config.writing.single_writer)?;
     match output.start::<(), ()>(&fingerprint, config.writing.overwrite)? {
         Start::Complete(manifest) => return Ok(*manifest),
         Start::Fresh(_) => {}

@@ -40,7 +40,8 @@ use crate::store::{Object, StoreError, Tag};
 pub const LEASE_VAR: &str = "PREP_LOCK_LEASE_SECS";
 /// The variable by which a user who guarantees a single writer themselves
 /// lets prep write to a store that does not honour conditional writes (set
-/// to 1). Without it such a store is refused: its lock would lock nothing.
+/// to 1), as `--single-writer` does. Without either such a store is
+/// refused: its lock would lock nothing.
 pub const SINGLE_WRITER_VAR: &str = "PREP_STORE_SINGLE_WRITER";
 
 /// The lease of an object-storage lock unless [`LEASE_VAR`] says otherwise.
@@ -83,6 +84,9 @@ fn url_key(url: &str) -> u64 {
 pub(super) struct Store {
     root: Object,
     lease: Lease,
+    /// The store let a second conditional create through, and the user
+    /// guaranteed a single writer: the lock locks nothing.
+    unlocked: bool,
     /// Names of the objects in place (uploaded by this run, or found
     /// intact on resume): never sent again.
     uploaded: Mutex<HashSet<String>>,
@@ -92,14 +96,19 @@ pub(super) struct Store {
 impl Store {
     /// Takes the lock of the output at `url`; the stage writes into
     /// `staging` (held). On failure the staging folder's lock is let go.
-    pub(super) fn acquire(url: &str, staging: Disk) -> Result<Store, OutputError> {
+    pub(super) fn acquire(
+        url: &str,
+        staging: Disk,
+        single_writer: bool,
+    ) -> Result<Store, OutputError> {
         let held = Object::at(url.trim_end_matches('/'))
             .map_err(OutputError::from)
-            .and_then(|root| Ok((Lease::acquire(&root)?, root)));
+            .and_then(|root| Ok((Lease::acquire(&root, single_writer)?, root)));
         match held {
-            Ok((lease, root)) => Ok(Store {
+            Ok(((lease, unlocked), root)) => Ok(Store {
                 root,
                 lease,
+                unlocked,
                 uploaded: Mutex::new(HashSet::new()),
                 staging,
             }),
@@ -223,6 +232,10 @@ impl Storage for Store {
     /// Lets the lease go, then the staging folder's lock; after a commit
     /// the staging folder holds nothing the dataset needs and goes, else
     /// it goes only when empty.
+    fn unlocked(&self) -> bool {
+        self.unlocked
+    }
+
     fn release(self: Box<Self>, committed: bool) {
         let store = *self;
         store.lease.release(&store.root);
@@ -245,7 +258,9 @@ struct Lease {
 }
 
 impl Lease {
-    fn acquire(root: &Object) -> Result<Lease, OutputError> {
+    /// Takes the lock; also whether it locks nothing (see
+    /// [`verify_conditional_writes`]).
+    fn acquire(root: &Object, single_writer: bool) -> Result<(Lease, bool), OutputError> {
         let object = root.child(LOCK_FILE)?;
         let lease = lease_secs();
         let body = holder_text(lease);
@@ -257,7 +272,16 @@ impl Lease {
                 let Some(head) = object.head()? else {
                     // Released between the two requests: try once more.
                     return match object.put_if(body.as_bytes(), None)? {
-                        Some(tag) => Ok(Lease::start(object, tag, lease)),
+                        Some(tag) => {
+                            let (tag, unlocked) = verify_conditional_writes(
+                                root,
+                                &object,
+                                body.as_bytes(),
+                                tag,
+                                single_writer,
+                            )?;
+                            Ok((Lease::start(object, tag, lease), unlocked))
+                        }
                         None => Err(locked(root, &object)),
                     };
                 };
@@ -274,8 +298,9 @@ impl Lease {
                 }
             }
         };
-        let tag = verify_conditional_writes(root, &object, body.as_bytes(), tag)?;
-        Ok(Lease::start(object, tag, lease))
+        let (tag, unlocked) =
+            verify_conditional_writes(root, &object, body.as_bytes(), tag, single_writer)?;
+        Ok((Lease::start(object, tag, lease), unlocked))
     }
 
     fn start(object: Object, tag: Tag, lease: u64) -> Lease {
@@ -336,26 +361,28 @@ impl Lease {
 /// rests on: the lock object now exists (this run just wrote it), so a
 /// second conditional create of it must fail. A store that accepts it
 /// (some S3-compatible stores ignore `If-None-Match`) would let two runs
-/// both take the lock: it is refused, unless [`SINGLE_WRITER_VAR`] says the
-/// user guarantees one writer. Returns the lock's current version (the
-/// probe's, where the store let it through).
+/// both take the lock: it is refused, unless `single_writer` (or
+/// [`SINGLE_WRITER_VAR`]) says the user guarantees one writer. Returns the
+/// lock's current version (the probe's, where the store let it through),
+/// and whether the lock locks nothing.
 fn verify_conditional_writes(
     root: &Object,
     object: &Object,
     body: &[u8],
     tag: Tag,
-) -> Result<Tag, OutputError> {
+    single_writer: bool,
+) -> Result<(Tag, bool), OutputError> {
     let Some(overwritten) = object.put_if(body, None)? else {
-        return Ok(tag); // refused, as it must be
+        return Ok((tag, false)); // refused, as it must be
     };
-    if std::env::var(SINGLE_WRITER_VAR).is_ok_and(|v| v == "1") {
-        return Ok(overwritten);
+    if single_writer || std::env::var(SINGLE_WRITER_VAR).is_ok_and(|v| v == "1") {
+        return Ok((overwritten, true));
     }
     let _ = object.delete();
     Err(OutputError::Refused {
         dir: root.url().into(),
         why: format!(
-            "the store accepted a conditional write (PUT If-None-Match: *) of {}, which exists, so its lock cannot keep two runs from writing here at once; if you guarantee a single writer yourself, set {SINGLE_WRITER_VAR}=1",
+            "the store accepted a conditional write (PUT If-None-Match: *) of {}, which exists, so its lock cannot keep two runs from writing here at once; if you guarantee a single writer yourself, pass --single-writer (or set {SINGLE_WRITER_VAR}=1)",
             object.url()
         ),
     })

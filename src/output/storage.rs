@@ -53,6 +53,13 @@ pub(super) trait Storage: Send + Sync {
     /// of the dataset, checked against `expect` (size, XXH3-64) when given.
     fn publish(&self, name: &str, expect: Option<(u64, u64)>) -> Result<(), OutputError>;
 
+    /// Whether the output's lock locks nothing: a store that does not honour
+    /// conditional writes, written on the user's word that this run is its
+    /// only writer.
+    fn unlocked(&self) -> bool {
+        false
+    }
+
     /// Lets the output go: its lock, and after a `committed` run whatever
     /// the stage's directory held only on the way to the storage.
     fn release(self: Box<Self>, committed: bool);

@@ -291,7 +291,7 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let local = crate::fetch::Local::of(&config.input)?;
     let input = Dataset::open(local.dir())?;
     let plan = plan(config, &input, &config.input)?;
-    let mut output = Output::lock(&config.output)?;
+    let mut output = Output::lock(&config.output, config.writing.single_writer)?;
     let dir = &output.dir().to_path_buf();
     let mut journal =
         match output.start::<(), ()>(&plan.identity.fingerprint, config.writing.overwrite)? {

@@ -136,6 +136,8 @@ pub struct ScatterConfig {
     pub memory: u64,
     /// Replace what the part's directory holds.
     pub overwrite: bool,
+    /// The user guarantees a single writer ([`crate::run::Writing::single_writer`]).
+    pub single_writer: bool,
 }
 
 impl ScatterConfig {
@@ -155,6 +157,7 @@ impl ScatterConfig {
             buckets,
             memory: 4 << 30,
             overwrite: false,
+            single_writer: false,
         }
     }
 }
@@ -333,7 +336,7 @@ pub fn scatter(
     );
     let task = crate::run::part_fingerprint(&job, Some(part));
 
-    let mut output = Output::lock(&dir)?.owning(&[SCATTER_FILE, DATA_FILE]);
+    let mut output = Output::lock(&dir, config.single_writer)?.owning(&[SCATTER_FILE, DATA_FILE]);
     if !config.overwrite {
         if let Some(done) = finished_task(&dir, &job, part)? {
             progress.note("this scatter part is already complete; nothing to do");
@@ -624,7 +627,7 @@ pub fn gather(
         &[],
     );
     let fingerprint = crate::run::part_fingerprint(&gather_job, Part::new(j, buckets));
-    let mut output = Output::lock(dir)?;
+    let mut output = Output::lock(dir, config.writing.single_writer)?;
     let journal =
         match output.start::<JournalState, Checkpoint>(&fingerprint, config.writing.overwrite)? {
             Start::Complete(manifest) => {

@@ -264,7 +264,7 @@ impl Batch {
 pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleReport, ShuffleError> {
     crate::run::refuse_overlap(&config.output, &config.inputs, "the input")?;
     let inputs = open_inputs(&config.inputs)?;
-    let output = Output::lock(&config.output)?;
+    let output = Output::lock(&config.output, config.writing.single_writer)?;
     shuffle_into(config, None, inputs, output, progress)
 }
 

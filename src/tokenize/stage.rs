@@ -363,7 +363,7 @@ pub(super) fn run(
 ) -> Result<TokenizeReport, TokenizeError> {
     let started = Instant::now();
     let plan = plan(config)?;
-    let output = Output::lock(&config.output)?;
+    let output = Output::lock(&config.output, config.writing.single_writer)?;
     write(config, plan, output, started, progress)
 }
 

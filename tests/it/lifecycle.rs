@@ -91,7 +91,7 @@ fn concurrent_runs_into_one_directory_exactly_one_proceeds() {
 fn a_second_run_is_refused_naming_the_holders_pid() {
     let t = TestDir::new();
     let out = t.path("out");
-    let held = prep::output::Output::lock(&out).unwrap();
+    let held = prep::output::Output::lock(&out, false).unwrap();
     let err = fails(
         &mut tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &out),
         2,

@@ -5,8 +5,9 @@ replaces it. prep's lock rests on that condition, so:
 - `prep tokenize --output s3://...` is refused, exit 2, with a message that
   names the store, what it lacks, and the way out; the store is left as it
   was (no lock, no shard);
-- with PREP_STORE_SINGLE_WRITER=1 (the user guarantees one writer) the run
-  writes, and `prep validate` of the result passes.
+- with `--single-writer` or PREP_STORE_SINGLE_WRITER=1 (the user guarantees
+  one writer) the run writes, `prep validate` of the result passes, and the
+  manifest records it (`provenance.single_writer`).
 moto, which honours the condition, is tested by test_s3.py as before.
 
     make target/s3rver/.installed
@@ -15,6 +16,7 @@ moto, which honours the condition, is tested by test_s3.py as before.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -62,9 +64,13 @@ def objects(root: Path, prefix: str) -> list[str]:
     return sorted(str(p.relative_to(base))[:-len(suffix)] for p in base.rglob("*" + suffix)) if base.exists() else []
 
 
-def tokenize(out: str, env: dict[str, str], staging: Path):
-    return prep("tokenize", "--tokenizer", GPT2, "--input", CORPUS, "--output", out, "--quiet",
+def tokenize(out: str, env: dict[str, str], staging: Path, *flags: str):
+    return prep("tokenize", "--tokenizer", GPT2, "--input", CORPUS, "--output", out, "--quiet", *flags,
                 env={**env, "PREP_STAGING_DIR": str(staging)})
+
+
+def manifest(root: Path, prefix: str) -> dict:
+    return json.loads((root / "bucket" / prefix / "manifest.json._S3rver_object").read_bytes())
 
 
 def test_a_store_that_ignores_conditional_writes_is_refused_naming_it(s3rver, tmp_path):
@@ -72,7 +78,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_naming_it(s3rver, tm
     proc = tokenize("s3://bucket/refused", env, tmp_path / "staging")
     assert proc.returncode == 2, proc.stderr
     assert "s3://bucket/refused" in proc.stderr and "If-None-Match" in proc.stderr, proc.stderr
-    assert "PREP_STORE_SINGLE_WRITER=1" in proc.stderr, proc.stderr
+    assert "--single-writer" in proc.stderr and "PREP_STORE_SINGLE_WRITER=1" in proc.stderr, proc.stderr
     assert objects(root, "refused") == [], "nothing left in the store"
 
 
@@ -86,3 +92,28 @@ def test_with_a_single_writer_guaranteed_the_run_writes_a_valid_dataset(s3rver, 
     keys = objects(root, "ds")
     assert "manifest.json" in keys and "shard-00000.bin" in keys, keys
     assert ".prep-lock" not in keys, "the lock is released"
+    assert manifest(root, "ds")["provenance"]["single_writer"] is True
+
+
+@pytest.mark.parametrize("command", ["tokenize", "merge"])
+def test_the_single_writer_flag_writes_and_the_manifest_records_it(s3rver, tmp_path, command):
+    root, env = s3rver
+    if command == "tokenize":
+        proc = tokenize("s3://bucket/flag", env, tmp_path / "staging", "--single-writer")
+    else:
+        parts = []
+        for i in (0, 1):
+            part = tmp_path / f"part{i}"
+            ok = prep("tokenize", "--tokenizer", GPT2, "--input", CORPUS, "--output", part, "--part", f"{i}/2",
+                      "--quiet", env=env)
+            assert ok.returncode == 0, ok.stderr
+            parts.append(part)
+        merge_env = {**env, "PREP_STAGING_DIR": str(tmp_path / "staging")}
+        proc = prep("merge", *parts, "s3://bucket/merged", "--quiet", env=merge_env)
+        assert proc.returncode == 2 and "--single-writer" in proc.stderr, proc.stderr
+        proc = prep("merge", *parts, "s3://bucket/merged", "--quiet", "--single-writer", env=merge_env)
+    assert proc.returncode == 0, proc.stderr
+    prefix = "flag" if command == "tokenize" else "merged"
+    check = prep("validate", f"s3://bucket/{prefix}", env=env)
+    assert check.returncode == 0, check.stderr + check.stdout
+    assert manifest(root, prefix)["provenance"]["single_writer"] is True

@@ -229,6 +229,7 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
             fingerprint: "0000000000000000".into(),
             merged: Vec::new(),
             chat: None,
+            single_writer: false,
         },
     }
 }
