@@ -229,13 +229,13 @@ impl Storage for Store {
         Ok(())
     }
 
-    /// Lets the lease go, then the staging folder's lock; after a commit
-    /// the staging folder holds nothing the dataset needs and goes, else
-    /// it goes only when empty.
     fn unlocked(&self) -> bool {
         self.unlocked
     }
 
+    /// Lets the lease go, then the staging folder's lock; after a commit
+    /// the staging folder holds nothing the dataset needs and goes, else
+    /// it goes only when empty.
     fn release(self: Box<Self>, committed: bool) {
         let store = *self;
         store.lease.release(&store.root);
