@@ -73,11 +73,13 @@ pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
 
 /// Names of the files prep writes into an output directory: shard files
 /// (`shard-*.bin`, `.idx`, `.seg`, `.sum`), unfinished `.tmp` files, the manifest,
-/// the journal, the lock, the tokenizer copy and a part's `hashes.bin`.
+/// the journal (and in object storage the objects its lines are appended
+/// in), the lock, the tokenizer copy and a part's `hashes.bin`.
 pub fn is_prep_file(name: &str) -> bool {
     let shard = name.starts_with("shard-") && SHARD_EXTENSIONS.iter().any(|e| name.ends_with(e));
     shard
         || name.ends_with(TMP_SUFFIX)
+        || remote::journal_part(name).is_some()
         || [
             MANIFEST_FILE,
             JOURNAL_FILE,

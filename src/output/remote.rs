@@ -22,6 +22,14 @@
 //! - **Intact on resume**: a journaled shard whose objects are listed with
 //!   their recorded sizes (each went up only after its checksum matched).
 //! - **Manifest last**: every other file goes up before it.
+//! - **A journal appended to**: a store has no append, and rewriting the
+//!   journal whole at each shard would send O(shards²) bytes over a run.
+//!   Each append is an object of its own beside the journal
+//!   ([`journal_part`]: `.prep-journal.json.GEN.N`, `GEN` the XXH3-64 of the
+//!   journal object it follows, `N` from 1), put in one request; the journal
+//!   reads back as that object, then its parts `1, 2, …` in order. Parts of
+//!   another version (left by a crash between a rewrite and their removal)
+//!   are not read, and go with the next rewrite or the journal.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -30,7 +38,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::storage::{Disk, Storage};
-use super::{shard_files, OutputError, LOCK_FILE};
+use super::{shard_files, OutputError, JOURNAL_FILE, LOCK_FILE};
 use crate::format::checksum_hex;
 use crate::format::ShardInfo;
 use crate::store::{Object, StoreError, Tag};
@@ -90,7 +98,32 @@ pub(super) struct Store {
     /// Names of the objects in place (uploaded by this run, or found
     /// intact on resume): never sent again.
     uploaded: Mutex<HashSet<String>>,
+    /// The journal as this run last put it whole: its version (`GEN`) and
+    /// how many parts have been appended to it since.
+    journal: Mutex<Option<(String, u64)>>,
     staging: Disk,
+}
+
+/// The journal part `name` is (see the [module docs](self)): its version
+/// and number, or `None` when it is not one.
+pub(super) fn journal_part(name: &str) -> Option<(&str, u64)> {
+    let rest = name.strip_prefix(JOURNAL_FILE)?.strip_prefix('.')?;
+    let (version, n) = rest.split_once('.')?;
+    let hex = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    (hex(version) && digits).then_some(())?;
+    Some((version, n.parse().ok()?))
+}
+
+/// The name of part `n` of the journal whose whole object is version
+/// `version`.
+fn journal_part_name(version: &str, n: u64) -> String {
+    format!("{JOURNAL_FILE}.{version}.{n:06}")
+}
+
+/// The version (`GEN`) of a journal object's bytes.
+fn journal_version(bytes: &[u8]) -> String {
+    checksum_hex(xxhash_rust::xxh3::xxh3_64(bytes))
 }
 
 impl Store {
@@ -110,6 +143,7 @@ impl Store {
                 lease,
                 unlocked,
                 uploaded: Mutex::new(HashSet::new()),
+                journal: Mutex::new(None),
                 staging,
             }),
             Err(e) => {
@@ -126,6 +160,32 @@ impl Store {
 
     fn uploaded(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.uploaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn journal(&self) -> std::sync::MutexGuard<'_, Option<(String, u64)>> {
+        self.journal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The journal's parts in the store, of every version: name, version,
+    /// number.
+    fn journal_parts(&self) -> Result<Vec<(String, String, u64)>, OutputError> {
+        Ok(self
+            .listing()?
+            .into_keys()
+            .filter_map(|name| {
+                let (version, n) = journal_part(&name)?;
+                Some((version.to_owned(), n, name))
+            })
+            .map(|(version, n, name)| (name, version, n))
+            .collect())
+    }
+
+    /// Removes every part of the journal (whatever its version).
+    fn remove_journal_parts(&self) -> Result<(), OutputError> {
+        for (name, _, _) in self.journal_parts()? {
+            self.root.child(&name)?.delete()?;
+        }
+        Ok(())
     }
 
     /// Refuses to write once another run has taken the lock over.
@@ -145,31 +205,76 @@ impl Storage for Store {
         self.root.url().into()
     }
 
+    /// The object `name`; for the journal, followed by the parts of its
+    /// version in order, up to the first one missing.
     fn read(&self, name: &str) -> Result<Option<Vec<u8>>, OutputError> {
         let object = self.root.child(name)?;
-        match object.get_all() {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(StoreError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
+        let mut bytes = match object.get_all() {
+            Ok(bytes) => bytes.to_vec(),
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if name == JOURNAL_FILE {
+            let version = journal_version(&bytes);
+            let mut parts: Vec<(u64, String)> = self
+                .journal_parts()?
+                .into_iter()
+                .filter(|(_, v, _)| *v == version)
+                .map(|(name, _, n)| (n, name))
+                .collect();
+            parts.sort();
+            for (expected, (n, part)) in (1..).zip(parts) {
+                if n != expected {
+                    break;
+                }
+                bytes.extend_from_slice(&self.root.child(&part)?.get_all()?);
+            }
         }
+        Ok(Some(bytes))
     }
 
-    /// Puts the small file `name` (a single request: atomic).
+    /// Puts the small file `name` (a single request: atomic). The journal's
+    /// parts go after it: it holds their lines now.
     fn put(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
         self.check()?;
         self.root.child(name)?.put(bytes)?;
         self.uploaded().insert(name.to_owned());
+        if name == JOURNAL_FILE {
+            self.remove_journal_parts()?;
+            *self.journal() = Some((journal_version(bytes), 0));
+        }
         Ok(())
     }
 
-    /// Object stores have no append: the whole file goes up again.
-    fn append(&self, name: &str, _bytes: &[u8], whole: &[u8]) -> Result<(), OutputError> {
-        self.put(name, whole)
+    /// Object stores have no append: the journal's new lines go up as its
+    /// next part (one request: atomic, so never torn). Any other file, or a
+    /// journal this run has not put whole, goes up whole again.
+    fn append(&self, name: &str, bytes: &[u8], whole: &[u8]) -> Result<(), OutputError> {
+        let next = (name == JOURNAL_FILE)
+            .then(|| self.journal().clone())
+            .flatten()
+            .map(|(version, n)| journal_part_name(&version, n + 1));
+        let Some(next) = next else {
+            return self.put(name, whole);
+        };
+        self.check()?;
+        self.root.child(&next)?.put(bytes)?;
+        if let Some((_, n)) = &mut *self.journal() {
+            *n += 1;
+        }
+        Ok(())
     }
 
+    /// Removes the object `name`; for the journal, its parts after it (a
+    /// crash in between leaves parts that no journal reads, which the next
+    /// run tidies as prep's).
     fn remove(&self, name: &str) -> Result<(), OutputError> {
         self.root.child(name)?.delete()?;
         self.uploaded().remove(name);
+        if name == JOURNAL_FILE {
+            self.remove_journal_parts()?;
+            *self.journal() = None;
+        }
         Ok(())
     }
 
@@ -427,5 +532,32 @@ fn locked(root: &Object, object: &Object) -> OutputError {
     OutputError::Locked {
         dir: root.url().into(),
         holder,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_part_is_named_by_its_version_and_number_and_is_prep_s() {
+        let version = journal_version(b"{\"fingerprint\":\"f\"}\n");
+        let name = journal_part_name(&version, 7);
+        assert_eq!(journal_part(&name), Some((version.as_str(), 7)));
+        assert!(super::super::is_prep_file(&name));
+        for other in [
+            JOURNAL_FILE.to_string(),
+            format!("{JOURNAL_FILE}.{version}"),
+            format!("{JOURNAL_FILE}.{version}."),
+            format!("{JOURNAL_FILE}.{}.1", &version[1..]),
+            format!("{JOURNAL_FILE}.{}x.1", &version[1..]),
+            format!("{JOURNAL_FILE}.{version}.1a"),
+            format!("x{JOURNAL_FILE}.{version}.1"),
+        ] {
+            assert_eq!(journal_part(&other), None, "{other}");
+        }
+        assert!(!super::super::is_prep_file(&format!(
+            "{JOURNAL_FILE}.{version}.notes"
+        )));
     }
 }

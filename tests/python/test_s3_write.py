@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -205,12 +206,11 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     # Kill it once a few shards are journaled in the bucket.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        journal = keys(s3, "killed/ds").get(".prep-journal.json")
-        if journal:
-            # JSON Lines: the run's head, then a line per journaled shard.
-            shards = get(s3, "killed/ds/.prep-journal.json").splitlines()[1:]
-            if len(shards) >= 3:
-                break
+        # JSON Lines: the run's head, then a line per journaled shard, the
+        # lines after the first object's in parts beside it.
+        journal = [n for n in keys(s3, "killed/ds") if n.startswith(".prep-journal.json")]
+        if len(journal) >= 4:
+            break
         time.sleep(0.05)
     if proc.poll() is not None:
         pytest.skip("the run finished before it could be killed")
@@ -223,8 +223,60 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     # While the killed run's lease still holds, nobody else may write.
     time.sleep(2.5)
     proc = ok(prep("tokenize", *common, "--output", "s3://data/killed/ds", env=env))
-    assert "resuming: kept" in proc.stderr, proc.stderr
+    kept = re.search(r"resuming: kept (\d+) complete shards", proc.stderr)
+    assert kept, proc.stderr
+    # At least the shards of the journal's parts (those up when it was
+    # killed), read back after the journal's first object.
+    assert int(kept[1]) >= 3, proc.stderr
     assert_bucket_equals_dir(s3, "killed/ds", local)
+
+
+def test_the_journal_is_appended_a_part_per_save_and_written_whole_once(s3, bucket, tmp_path):
+    """A store has no append: a run of hundreds of shards must not send its
+    journal whole at every shard. A versioned bucket keeps every version of
+    every journal object, so the test sees each byte the run wrote to it."""
+    lines = corpus_lines()[:200]
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"\n".join(lines) + b"\n")
+    common = ["--tokenizer", GPT2, "--input", small, "--shard-size", "1KiB", "--threads", 1]
+    local = tmp_path / "local"
+    ok(prep("tokenize", *common, "--output", local))
+    manifest = json.loads((local / "manifest.json").read_text())
+    assert len(manifest["shards"]) >= 100, len(manifest["shards"])
+
+    client = s3.client()
+    client.create_bucket(Bucket="journaled")
+    client.put_bucket_versioning(Bucket="journaled", VersioningConfiguration={"Status": "Enabled"})
+    ok(prep("tokenize", *common, "--output", "s3://journaled/ds", env=env_for(s3, tmp_path)))
+
+    written: dict[str, list[bytes]] = {}
+    for page in client.get_paginator("list_object_versions").paginate(Bucket="journaled", Prefix="ds/"):
+        for v in page.get("Versions", []):
+            name = v["Key"][len("ds/") :]
+            if name.startswith(".prep-journal.json"):
+                body = client.get_object(Bucket="journaled", Key=v["Key"], VersionId=v["VersionId"])["Body"].read()
+                written.setdefault(name, []).append(body)
+    current = {k for page in client.get_paginator("list_objects_v2").paginate(Bucket="journaled", Prefix="ds/")
+               for k in (o["Key"] for o in page.get("Contents", []))}
+    assert not [k for k in current if ".prep" in k], current  # all gone at the commit
+
+    heads = written.pop(".prep-journal.json")
+    assert len(heads) == 1, f"the journal object was written {len(heads)} times"
+    (head,) = heads
+    parts = sorted(written)
+    assert all(len(v) == 1 for v in written.values()), "a part written twice"
+    # The journal as prep reads it back: the object, then its parts in
+    # order; a line per shard of the manifest, in order (the last goes
+    # straight into the manifest).
+    text = head + b"".join(written[p][0] for p in parts)
+    shards = [json.loads(line)["shard"] for line in text.splitlines()[1:]]
+    assert len(shards) >= len(manifest["shards"]) - 1
+    assert shards == manifest["shards"][: len(shards)]
+    total = sum(map(len, [head, *(written[p][0] for p in parts)]))
+    whole_each_time = sum(len(head) + sum(len(written[p][0]) for p in parts[:k]) for k in range(1, len(parts) + 1))
+    print(f"{len(shards)} shards, {len(parts)} parts: {total} journal bytes written; "
+          f"rewriting it whole at each save would write {whole_each_time}")
+    assert total == len(text)
 
 
 def test_a_shard_larger_than_a_part_goes_up_in_parts_and_arrives_whole(s3, bucket, tmp_path):
