@@ -891,6 +891,74 @@ impl Read for ObjectReader {
     }
 }
 
+/// An object read with seeks (an Arrow IPC file's footer, then the blocks
+/// it lists) by ranged GETs of up to [`CHUNK`] bytes from where it is read,
+/// the last of which is kept for the reads that follow.
+pub struct SeekableObject {
+    object: Object,
+    size: u64,
+    pos: u64,
+    /// The bytes fetched last, from `at`.
+    held: Bytes,
+    at: u64,
+}
+
+impl SeekableObject {
+    /// The object, whose size is known (from its listing).
+    pub fn new(object: Object, size: u64) -> SeekableObject {
+        SeekableObject {
+            object,
+            size,
+            pos: 0,
+            held: Bytes::new(),
+            at: 0,
+        }
+    }
+}
+
+impl Read for SeekableObject {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() || self.pos >= self.size {
+            return Ok(0);
+        }
+        let held = self.at..self.at + self.held.len() as u64;
+        if !held.contains(&self.pos) {
+            let want = (buf.len() as u64).max(chunk_bytes());
+            let end = self.size.min(self.pos.saturating_add(want));
+            self.held = self.object.get_range(self.pos..end)?;
+            self.at = self.pos;
+            if self.held.is_empty() {
+                return Err(std::io::Error::other(format!(
+                    "{}: no bytes at {} of {}",
+                    self.object.url, self.pos, self.size
+                )));
+            }
+        }
+        let from = (self.pos - self.at) as usize;
+        let n = buf.len().min(self.held.len() - from);
+        buf[..n].copy_from_slice(&self.held[from..from + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for SeekableObject {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            std::io::SeekFrom::Start(at) => Some(at),
+            std::io::SeekFrom::End(delta) => self.size.checked_add_signed(delta),
+            std::io::SeekFrom::Current(delta) => self.pos.checked_add_signed(delta),
+        };
+        self.pos = pos.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: a seek before the start", self.object.url),
+            )
+        })?;
+        Ok(self.pos)
+    }
+}
+
 /// An object read by Parquet's synchronous reader through ranged GETs:
 /// the footer, then only the column chunks it decodes; never the whole
 /// file unless every column is wanted.

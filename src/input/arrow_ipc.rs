@@ -8,7 +8,7 @@
 //! [`TextKey`] rules as in Parquet.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use arrow::array::{ArrayRef, AsArray};
@@ -45,8 +45,14 @@ pub(crate) struct ArrowSource {
     batch: usize,
 }
 
-/// Opens `path` as an IPC file or stream (by its first bytes), reading only
-/// the columns in `projection`; the schema comes back with the batches.
+/// What an IPC file is read through: a local file, or an object in storage
+/// read by ranged GETs.
+trait ReadSeek: Read + Seek + Send {}
+impl<T: Read + Seek + Send> ReadSeek for T {}
+
+/// Opens `path` (a local file, or an object in storage) as an IPC file or
+/// stream (by its first bytes), reading only the columns in `projection`;
+/// the schema comes back with the batches.
 fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batches), InputError> {
     let io = |source| InputError::Open {
         path: path.to_owned(),
@@ -56,32 +62,49 @@ fn open(path: &Path, projection: Option<Vec<usize>>) -> Result<(SchemaRef, Batch
         path: path.to_owned(),
         cause: source,
     };
-    let mut magic = [0u8; 6];
-    let is_file = {
-        let mut file = File::open(path).map_err(io)?;
-        let mut got = 0;
-        while got < magic.len() {
-            match file.read(&mut magic[got..]).map_err(io)? {
-                0 => break,
-                n => got += n,
-            }
+    let remote = super::remote(path)?;
+    let (mut seekable, len): (Box<dyn ReadSeek>, u64) = match &remote {
+        Some((object, size)) => (
+            Box::new(crate::store::SeekableObject::new(object.clone(), *size)),
+            *size,
+        ),
+        None => {
+            let file = File::open(path).map_err(io)?;
+            let len = file.metadata().map_err(io)?.len();
+            (Box::new(file), len)
         }
-        got == magic.len() && &magic == FILE_MAGIC
     };
-    let file = File::open(path).map_err(io)?;
+    let mut magic = [0u8; 6];
+    let mut got = 0;
+    while got < magic.len() {
+        match seekable.read(&mut magic[got..]).map_err(io)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let is_file = got == magic.len() && &magic == FILE_MAGIC;
+    seekable.seek(SeekFrom::Start(0)).map_err(io)?;
     let damaged = |why: String| bad(ArrowError::IpcError(format!("the file is damaged: {why}")));
     if is_file {
-        check_blocks(&file).map_err(|e| match e {
+        check_blocks(&mut seekable, len).map_err(|e| match e {
             Footer::Io(e) => io(e),
             Footer::Damaged(why) => damaged(why),
         })?;
-        let reader = crate::util::catch_panic(|| FileReader::try_new_buffered(file, projection))
-            .map_err(damaged)?
-            .map_err(bad)?;
+        seekable.seek(SeekFrom::Start(0)).map_err(io)?;
+        let reader =
+            crate::util::catch_panic(|| FileReader::try_new_buffered(seekable, projection))
+                .map_err(damaged)?
+                .map_err(bad)?;
         Ok((reader.schema(), Box::new(reader)))
     } else {
+        // A stream is read front to back: from storage, by ranged GETs
+        // several at a time.
+        let stream: Box<dyn Read + Send> = match remote {
+            Some((object, size)) => Box::new(object.reader(0, size)),
+            None => seekable,
+        };
         let reader =
-            crate::util::catch_panic(|| StreamReader::try_new(BufReader::new(file), projection))
+            crate::util::catch_panic(|| StreamReader::try_new(BufReader::new(stream), projection))
                 .map_err(damaged)?
                 .map_err(bad)?;
         Ok((reader.schema(), Box::new(reader)))
@@ -100,9 +123,7 @@ enum Footer {
 /// allocates a block's claimed length before reading it, so a damaged
 /// footer could otherwise claim terabytes of memory; this names the block
 /// instead. (An IPC stream's reader grows its buffer as the bytes come.)
-fn check_blocks(mut file: &File) -> Result<(), Footer> {
-    use std::io::{Seek, SeekFrom};
-    let len = file.metadata().map_err(Footer::Io)?.len();
+fn check_blocks(file: &mut dyn ReadSeek, len: u64) -> Result<(), Footer> {
     let damaged = |why: String| Err(Footer::Damaged(why));
     // The file starts with the magic padded to 8 bytes, and ends with the
     // footer's length (i32) and the magic again.

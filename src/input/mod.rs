@@ -14,7 +14,7 @@
 //! into a nested object (JSON) or struct column (Parquet).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -657,21 +657,38 @@ pub fn expand(patterns: &[String]) -> Result<Vec<InputFile>, InputError> {
 
 /// Adds the objects an object-storage pattern names (see [`crate::store::list`]):
 /// a glob's matches and a named object must have a known extension; a
-/// "folder" contributes the objects under it that have one. The URL is kept
-/// whole as the file's path.
+/// "folder" contributes the objects under it that have one, with the rules
+/// of a `datasets` folder applied to each folder below it as on disk
+/// ([`datasets_folder`]). The URL is kept whole as the file's path.
 fn add_remote(pattern: &str, files: &mut Vec<InputFile>) -> Result<(), InputError> {
     let listed = crate::store::list(pattern, |name| {
         InputKind::from_path(Path::new(name)).is_some()
     })?;
+    let named =
+        pattern.contains(['*', '?', '[']) || matches!(&listed[..], [one] if one.url == pattern);
+    let mut found = Vec::new();
     for object in listed {
         let path = PathBuf::from(object.url);
         let kind = InputKind::from_path(&path)
             .ok_or_else(|| InputError::UnknownExtension { path: path.clone() })?;
-        files.push(InputFile {
+        found.push(InputFile {
             path,
             kind,
             bytes: object.bytes,
         });
+    }
+    if named {
+        files.extend(found);
+        return Ok(());
+    }
+    let mut folders: BTreeMap<PathBuf, Vec<InputFile>> = BTreeMap::new();
+    for f in found {
+        let dir = f.path.parent().unwrap_or(Path::new("")).to_path_buf();
+        folders.entry(dir).or_default().push(f);
+    }
+    for (dir, mut here) in folders {
+        datasets_folder(&dir, &mut here)?;
+        files.extend(here);
     }
     Ok(())
 }
@@ -774,8 +791,17 @@ fn file_name(f: &InputFile) -> &str {
 ///   folder: `json-train.arrow`, `json-test.arrow`, the `cache-*.arrow`
 ///   each `.map` writes) are refused, naming each version's files;
 /// - the folder's JSON metadata is never read as documents.
+///
+/// `dir` is a local directory or a folder in object storage (its URL);
+/// `here` holds its files with a known extension (the JSON metadata
+/// among them).
 fn datasets_folder(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputError> {
     let has = |name: &str| here.iter().any(|f| file_name(f) == name);
+    let has_state = has("state.json");
+    let shown = || match dir.to_str().filter(|d| crate::store::is_url(d)) {
+        Some(_) => dir.to_path_buf(),
+        None => normalize(dir),
+    };
     if has("dataset_dict.json") {
         let path = dir.join("dataset_dict.json");
         let splits = read_json(&path)?
@@ -792,7 +818,7 @@ fn datasets_folder(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputErr
                 what: "no \"splits\" list".into(),
             })?;
         return Err(InputError::DatasetDict {
-            dir: normalize(dir),
+            dir: shown(),
             splits,
         });
     }
@@ -800,7 +826,7 @@ fn datasets_folder(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputErr
         return Ok(());
     }
     here.retain(|f| !DATASETS_METADATA.contains(&file_name(f)));
-    if dir.join("state.json").is_file() {
+    if has_state {
         return state_files(dir, here);
     }
     let mut versions: Vec<(String, Vec<String>)> = Vec::new();
@@ -815,7 +841,7 @@ fn datasets_folder(dir: &Path, here: &mut Vec<InputFile>) -> Result<(), InputErr
     if versions.len() > 1 {
         versions.sort();
         return Err(InputError::DatasetVersions {
-            dir: normalize(dir),
+            dir: shown(),
             versions: versions
                 .into_iter()
                 .map(|(key, mut names)| {
@@ -895,10 +921,14 @@ fn arrow_version(name: &str) -> String {
     stem.to_string()
 }
 
-/// A small JSON metadata file of a `datasets` folder.
+/// A small JSON metadata file of a `datasets` folder, on disk or in
+/// object storage.
 fn read_json(path: &Path) -> Result<serde_json::Value, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| stat_error(path, source))?;
-    serde_json::from_str(&text).map_err(|e| InputError::DatasetState {
+    let text = match path.to_str().filter(|p| crate::store::is_url(p)) {
+        Some(url) => crate::store::Object::at(url)?.get_all()?.to_vec(),
+        None => std::fs::read(path).map_err(|source| stat_error(path, source))?,
+    };
+    serde_json::from_slice(&text).map_err(|e| InputError::DatasetState {
         path: path.to_owned(),
         what: format!("not valid JSON: {e}"),
     })

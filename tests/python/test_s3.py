@@ -232,6 +232,25 @@ def test_parquet_from_s3_equals_parquet_from_disk(s3, bucket, tmp_path):
     assert_same_shards(tmp_path / "local-part", tmp_path / "remote-part")
 
 
+@pytest.mark.parametrize("form", ["file", "stream"])
+def test_arrow_ipc_from_s3_equals_arrow_ipc_from_disk(s3, bucket, tmp_path, form):
+    """An IPC file is read by seeks (its footer, then each block it lists),
+    a stream front to back; both by ranged GETs smaller than the file."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc
+    import pyarrow.parquet
+    table = pyarrow.parquet.read_table(PARQUET)
+    path = tmp_path / f"docs-{form}.arrow"
+    new = pyarrow.ipc.new_file if form == "file" else pyarrow.ipc.new_stream
+    with pa.OSFile(str(path), "wb") as sink, new(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=64)  # many small record batches
+    assert path.stat().st_size > 4 * CHUNK
+    s3.client().upload_file(str(path), "data", f"ipc/{path.name}")
+    ok(tokenize([str(path)], tmp_path / "local"))
+    ok(tokenize([f"s3://data/ipc/{path.name}"], tmp_path / "remote", env=store_env(s3.url)))
+    assert_same_shards(tmp_path / "local", tmp_path / "remote")
+
+
 def assert_failed_cleanly(proc: subprocess.CompletedProcess, out: Path, *words: str) -> None:
     assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
     for word in words:
