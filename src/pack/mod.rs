@@ -615,17 +615,19 @@ fn no_pad() -> PackError {
 
 /// Resolves `--sep` and `--pad` against the input's manifest and tokenizer.
 fn specials(config: &PackConfig, base: &Manifest) -> Result<Specials, PackError> {
-    let tokenizer = base
-        .tokenizer
-        .file
-        .as_ref()
-        .map(|f| config.input.join(f))
-        .filter(|p| p.is_file())
-        .and_then(|p| tokenizers::Tokenizer::from_file(p).ok());
+    use crate::engine::{LoadedTokenizer, Readings, TokenNames};
+    // The dataset's tokenizer copy, read only for a --sep or --pad, and by
+    // the engine alone where it reads the file: names are all pack asks.
+    let tokenizer = std::cell::OnceCell::new();
+    let tokenizer = || {
+        tokenizer.get_or_init(|| {
+            let path = config.input.join(base.tokenizer.file.as_ref()?);
+            let read = LoadedTokenizer::load_with_fast(&path, Readings::Fast);
+            read.ok().map(|(tokenizer, _)| tokenizer)
+        })
+    };
     let resolve = |flag: &'static str, value: &str| -> Result<u32, PackError> {
-        let names = tokenizer
-            .as_ref()
-            .map(|t| t as &dyn crate::engine::TokenNames);
+        let names = tokenizer().as_ref().map(|t| t as &dyn TokenNames);
         crate::engine::token_arg(flag, value, names, Some(base.vocab_size)).map_err(|e| {
             PackError::Token {
                 flag,
