@@ -429,7 +429,7 @@ def upload_dataset(s3, local: Path, prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small_dataset(s3, tmp_path_factory):
+def small_dataset(s3, bucket, tmp_path_factory):
     """A quarter of the corpus in shards of 16 KiB (about 10 of them), tokenized
     with a word-level tokenizer of its 2,000 commonest words, locally and at small/.
     The in-place tests read it in GETs of ODD_CHUNK bytes, every command the
