@@ -11,9 +11,12 @@ use std::sync::Arc;
 
 use ::parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use ::parquet::arrow::ProjectionMask;
+use ::parquet::errors::ParquetError;
+use ::parquet::file::metadata::RowGroupMetaData;
 use ::parquet::file::reader::ChunkReader;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Fields};
+use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::{DocError, InputError, Location, Payload, TextKey};
@@ -58,6 +61,49 @@ struct Decoded {
     pos: usize,
 }
 
+/// Checks that each column chunk of `leaves` in row groups `groups` (the
+/// first being the file's `first`) lies within the file's `size` bytes, as
+/// its footer places it: the reader would otherwise panic on a negative
+/// place, or allocate what a chunk claims before reading it.
+fn check_chunks(
+    groups: &[RowGroupMetaData],
+    first: usize,
+    leaves: &[usize],
+    size: u64,
+) -> Result<(), String> {
+    for (i, group) in groups.iter().enumerate() {
+        for &leaf in leaves {
+            let Some(column) = group.columns().get(leaf) else {
+                return Err(format!(
+                    "row group {} has {} columns, and the schema {} or more",
+                    first + i,
+                    group.num_columns(),
+                    leaf + 1
+                ));
+            };
+            // Where the reader starts the chunk (its `byte_range`).
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let length = column.compressed_size();
+            let within = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(length).ok())
+                .and_then(|(start, length)| start.checked_add(length))
+                .is_some_and(|end| end <= size);
+            if !within {
+                return Err(format!(
+                    "its footer puts column {} of row group {} at byte {start} with {length} bytes, \
+                     outside the file's {size} bytes",
+                    column.column_path(),
+                    first + i
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl ParquetSource {
     /// Opens `path` and checks that `key` names a string column; the size of
     /// each row group is added to `progress` once its last row is handed out.
@@ -74,21 +120,32 @@ impl ParquetSource {
         };
         // An object in storage is read by ranged GETs of what the reader
         // asks for: the footer, then the projected column chunks.
+        // The parquet reader panics on some damaged footers: those are
+        // damaged files too.
+        let damaged = |why: String| {
+            parquet_error(ParquetError::General(format!("the file is damaged: {why}")))
+        };
         match super::remote(path)? {
             Some((object, size)) => {
                 let remote = crate::store::RemoteFile::new(object, size);
                 let builder =
-                    ParquetRecordBatchReaderBuilder::try_new(remote).map_err(parquet_error)?;
-                Self::from_builder(builder, path, key, groups, progress)
+                    crate::util::catch_panic(|| ParquetRecordBatchReaderBuilder::try_new(remote))
+                        .map_err(damaged)?
+                        .map_err(parquet_error)?;
+                Self::from_builder(builder, path, size, key, groups, progress)
             }
             None => {
-                let file = File::open(path).map_err(|source| InputError::Open {
+                let open_error = |source| InputError::Open {
                     path: path.to_owned(),
                     cause: source,
-                })?;
+                };
+                let file = File::open(path).map_err(open_error)?;
+                let size = file.metadata().map_err(open_error)?.len();
                 let builder =
-                    ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
-                Self::from_builder(builder, path, key, groups, progress)
+                    crate::util::catch_panic(|| ParquetRecordBatchReaderBuilder::try_new(file))
+                        .map_err(damaged)?
+                        .map_err(parquet_error)?;
+                Self::from_builder(builder, path, size, key, groups, progress)
             }
         }
     }
@@ -97,6 +154,7 @@ impl ParquetSource {
     fn from_builder<T: ChunkReader + 'static>(
         builder: ParquetRecordBatchReaderBuilder<T>,
         path: &Path,
+        size: u64,
         key: &TextKey,
         groups: Option<std::ops::Range<usize>>,
         progress: Arc<AtomicU64>,
@@ -105,28 +163,32 @@ impl ParquetSource {
             path: path.to_owned(),
             cause: source,
         };
-        let (names, mask) = if key.is_whole_row() {
-            (Vec::new(), ProjectionMask::all())
+        let schema = builder.parquet_schema();
+        let (names, leaves): (Vec<String>, Vec<usize>) = if key.is_whole_row() {
+            (Vec::new(), (0..schema.num_columns()).collect())
         } else {
             let names = resolve(builder.schema().fields(), key, path)?;
             // Parquet leaf paths are the Arrow field names from the top, so
             // the leaves under `names` are exactly the text column.
-            let schema = builder.parquet_schema();
             let leaves = schema
                 .columns()
                 .iter()
                 .enumerate()
                 .filter(|(_, column)| column.path().parts().starts_with(&names))
-                .map(|(index, _)| index);
-            let mask = ProjectionMask::leaves(schema, leaves);
-            (names, mask)
+                .map(|(index, _)| index)
+                .collect();
+            (names, leaves)
         };
+        let mask = ProjectionMask::leaves(schema, leaves.iter().copied());
 
         let all = builder.metadata().row_groups();
         let groups = groups.unwrap_or(0..all.len());
         let groups = groups.start.min(all.len())..groups.end.min(all.len());
         let first_group = groups.start;
         let selected = &all[groups.clone()];
+        check_chunks(selected, first_group, &leaves, size).map_err(|why| {
+            parquet_error(ParquetError::General(format!("the file is damaged: {why}")))
+        })?;
         let group_rows = selected
             .iter()
             .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
@@ -171,7 +233,12 @@ impl ParquetSource {
                 self.row += 1;
                 return Ok(Some((Location::Row { row_group, row }, payload)));
             }
-            let batch = match self.reader.next() {
+            let next = crate::util::catch_panic(|| self.reader.next()).unwrap_or_else(|why| {
+                Some(Err(ArrowError::ParquetError(format!(
+                    "the file is damaged: {why}"
+                ))))
+            });
+            let batch = match next {
                 None => return Ok(None),
                 Some(Ok(batch)) => batch,
                 Some(Err(source)) => {
@@ -669,5 +736,42 @@ mod tests {
         bytes[4..half].fill(0x5a);
         std::fs::write(&file.path, &bytes).unwrap();
         assert!(read(file, "text").is_err());
+    }
+
+    /// A damaged file found by the parquet fuzz target: its footer places
+    /// the text column's chunk at byte -19, on which the parquet reader
+    /// panics. prep names the file, the column and the row group, for text
+    /// and for whole rows (chat mode), and no panic escapes.
+    #[test]
+    fn a_column_chunk_outside_the_file_is_refused_naming_it() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/parquet/damaged-chunk-offset.parquet");
+        let bytes = std::fs::metadata(&fixture).unwrap().len();
+        for key in ["text", ""] {
+            let file = InputFile {
+                path: fixture.clone(),
+                kind: InputKind::Parquet,
+                bytes,
+            };
+            let mut reader = Reader::new(
+                vec![file],
+                if key.is_empty() {
+                    TextKey::whole_row()
+                } else {
+                    TextKey::parse(key)
+                },
+            );
+            let err = crate::util::catch_panic(|| reader.next_batch(1 << 20, 1000))
+                .expect("no panic")
+                .expect_err("a damaged file")
+                .to_string();
+            assert!(
+                err.contains("damaged-chunk-offset.parquet")
+                    && err.contains(&format!(
+                        "its footer puts column \"text\" of row group 0 at byte -19 with 206 bytes, outside the file's {bytes} bytes"
+                    )),
+                "{err}"
+            );
+        }
     }
 }
