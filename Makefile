@@ -13,7 +13,7 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-long fuzz-check clean
 
 all: build
 
@@ -355,15 +355,35 @@ bench-validate: build $(VENV)/.installed
 # AddressSanitizer would otherwise abort on as if it were a crash.
 # The stable toolchain takes the sanitizer flags with RUSTC_BOOTSTRAP=1.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := idx manifest seg sum engine chat arrow
+FUZZ_TARGETS := idx manifest seg sum engine chat arrow parquet
 fuzz:
 	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
 	for t in $(FUZZ_TARGETS); do \
 		mkdir -p tools/fuzz/corpus/$$t && \
 		ASAN_OPTIONS=allocator_may_return_null=1 \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --fuzz-dir tools/fuzz $$t tools/fuzz/corpus/$$t tools/fuzz/seeds/$$t \
-			-- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+			-- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
 	done
+
+# The sustained campaign: each target for FUZZ_LONG_SECONDS (10 minutes) on its
+# kept corpus (tools/fuzz/corpus/TARGET, which grows from run to run), one after
+# another, then the table of what each did (tools/fuzz_report.py): minutes,
+# execs, corpus, coverage, crashes. A crash does not stop the others; the table
+# names the input libFuzzer saved, and the target exits 1 at the end.
+FUZZ_LONG_SECONDS ?= 600
+FUZZ_LOGS := target/fuzz-logs
+fuzz-long:
+	$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	mkdir -p $(FUZZ_LOGS)
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p tools/fuzz/corpus/$$t; \
+		ASAN_OPTIONS=allocator_may_return_null=1 \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --fuzz-dir tools/fuzz $$t tools/fuzz/corpus/$$t tools/fuzz/seeds/$$t \
+			-- -max_total_time=$(FUZZ_LONG_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 \
+			> $(FUZZ_LOGS)/$$t.log 2>&1; \
+		echo $$? > $(FUZZ_LOGS)/$$t.rc; \
+	done
+	python3 tools/fuzz_report.py $(FUZZ_LOGS) tools/fuzz/corpus $(FUZZ_TARGETS)
 
 # The fuzz targets must keep compiling (CI runs this; it needs no sanitizer).
 fuzz-check:
