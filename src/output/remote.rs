@@ -173,10 +173,9 @@ impl Store {
             .listing()?
             .into_keys()
             .filter_map(|name| {
-                let (version, n) = journal_part(&name)?;
-                Some((version.to_owned(), n, name))
+                let (version, n) = journal_part(&name).map(|(v, n)| (v.to_owned(), n))?;
+                Some((name, version, n))
             })
-            .map(|(version, n, name)| (name, version, n))
             .collect())
     }
 
