@@ -19,9 +19,9 @@ from pathlib import Path
 
 def summary(log: str) -> dict[str, object]:
     done = re.findall(r"Done (\d+) runs in (\d+) second", log)
-    execs = re.findall(r"stat::number_of_executed_units: (\d+)", log)
-    new = re.findall(r"stat::new_units_added: (\d+)", log)
-    rss = re.findall(r"stat::peak_rss_mb: (\d+)", log)
+    execs = re.findall(r"stat::number_of_executed_units:\s+(\d+)", log)
+    new = re.findall(r"stat::new_units_added:\s+(\d+)", log)
+    rss = re.findall(r"stat::peak_rss_mb:\s+(\d+)", log)
     cov = re.findall(r"\bcov: (\d+) ft: (\d+)", log)
     saved = re.findall(r"Test unit written to (\S+)", log)
     crash = re.findall(r"==\d+==\s*(ERROR: .*|WARNING: .*)|(panicked at .*)|(deadly signal)", log)
@@ -60,7 +60,7 @@ def main() -> int:
                           f"saved: {', '.join(s['saved']) or 'nothing'}")
             crashes = max(crashes, 1)
         secs, execs = s["seconds"], s["execs"]
-        rate = f"{execs / secs:,.0f}" if secs and execs else "?"
+        rate = (f"{execs / secs:,.0f}" if execs / secs >= 10 else f"{execs / secs:.1f}") if secs and execs else "?"
         print(f"| {t} | {secs / 60:.1f} | {execs:,} | {rate} | {files:,} | {s['cov']} | {s['rss']} | {crashes} |"
               if secs is not None and execs is not None else
               f"| {t} | ? | ? | ? | {files:,} | {s['cov']} | {s['rss']} | {crashes} |")
