@@ -25,6 +25,11 @@ const FILE_MAGIC: &[u8; 6] = b"ARROW1";
 
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
 
+/// Whole rows are written as JSON this many at a time: a record batch may
+/// claim far more rows than its bytes hold (a column of nulls needs no
+/// buffer), and the JSON of all of them at once could fill memory.
+const JSON_ROWS: usize = 1024;
+
 /// An open `.arrow` file, handing out the text of each row in order.
 pub(crate) struct ArrowSource {
     path: PathBuf,
@@ -36,8 +41,11 @@ pub(crate) struct ArrowSource {
     /// The arrays on the path to the text in the batch being handed out
     /// (top-level column first, the text last), its length and position.
     chain: Vec<ArrayRef>,
-    /// Whole rows as JSON objects, when whole rows are read.
+    /// The batch being handed out, when whole rows are read, and the JSON
+    /// objects of its rows from `rows_from` on (at most [`JSON_ROWS`]).
+    whole: Option<RecordBatch>,
     rows: Vec<Vec<u8>>,
+    rows_from: usize,
     len: usize,
     pos: usize,
     /// 0-based index in the file of the next row; record batches read so far.
@@ -199,7 +207,9 @@ impl ArrowSource {
             batches,
             names,
             chain: Vec::new(),
+            whole: None,
             rows: Vec::new(),
+            rows_from: 0,
             len: 0,
             pos: 0,
             row: 0,
@@ -230,26 +240,41 @@ impl ArrowSource {
                 }
             };
             self.batch += 1;
+            self.len = batch.num_rows();
+            self.pos = 0;
             if self.names.is_empty() {
-                self.rows =
-                    super::parquet::json_rows(&batch).map_err(|source| InputError::ArrowRead {
-                        path: self.path.clone(),
-                        batch: self.batch,
-                        row: self.row,
-                        cause: source,
-                    })?;
+                self.whole = Some(batch);
+                self.rows.clear();
+                self.rows_from = 0;
             } else {
                 self.chain = self.decode(&batch)?;
             }
-            self.len = batch.num_rows();
-            self.pos = 0;
         }
         let pos = self.pos;
-        self.pos += 1;
-        let payload = match self.rows.get_mut(pos) {
-            Some(row) => Payload::Json(std::mem::take(row)),
+        let payload = match &self.whole {
+            Some(batch) => {
+                if pos >= self.rows_from + self.rows.len() {
+                    let n = JSON_ROWS.min(self.len - pos);
+                    let rows = super::parquet::json_rows(&batch.slice(pos, n))
+                        .and_then(|rows| {
+                            (rows.len() == n).then_some(rows).ok_or_else(|| {
+                                ArrowError::JsonError(format!("{n} rows gave other JSON lines"))
+                            })
+                        })
+                        .map_err(|source| InputError::ArrowRead {
+                            path: self.path.clone(),
+                            batch: self.batch,
+                            row: self.row,
+                            cause: source,
+                        })?;
+                    self.rows = rows;
+                    self.rows_from = pos;
+                }
+                Payload::Json(std::mem::take(&mut self.rows[pos - self.rows_from]))
+            }
             None => row_payload(&self.chain, pos, &self.key),
         };
+        self.pos += 1;
         let row = self.row;
         self.row += 1;
         Ok(Some((Location::FileRow(row), payload)))
@@ -443,5 +468,36 @@ mod tests {
                 .starts_with(&format!("{}: ", path.display())),
             "{err}"
         );
+    }
+
+    /// The arrow fuzz target's out-of-memory input was a batch of 1.6 KB
+    /// claiming millions of rows of nulls, whose JSON as whole rows ran to
+    /// gigabytes. Whole rows are now written a slice of [`JSON_ROWS`] at a
+    /// time, and every row is still handed out once, in order.
+    #[test]
+    fn whole_rows_of_a_batch_claiming_many_rows_are_written_a_slice_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nulls.arrow");
+        const ROWS: usize = 10 * JSON_ROWS + 7;
+        let nulls: ArrayRef = Arc::new(arrow::array::NullArray::new(ROWS));
+        let id: ArrayRef = Arc::new(Int64Array::from_iter_values(0..ROWS as i64));
+        let big = RecordBatch::try_from_iter(vec![("gone", nulls), ("id", id)]).unwrap();
+        write(&path, &[big], true);
+        let mut source = ArrowSource::open(&path, &TextKey::whole_row()).unwrap();
+        let mut seen = 0;
+        while let Some((location, payload)) = source.next_doc().unwrap() {
+            assert!(
+                source.rows.len() <= JSON_ROWS,
+                "{} rows as JSON",
+                source.rows.len()
+            );
+            assert_eq!(location, Location::FileRow(seen as u64));
+            let Payload::Json(row) = payload else {
+                panic!("row {seen}: {payload:?}");
+            };
+            assert_eq!(row, format!("{{\"id\":{seen}}}").into_bytes(), "row {seen}");
+            seen += 1;
+        }
+        assert_eq!(seen, ROWS);
     }
 }
