@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--pinned", default="plain", help="cuda: the staging memory, plain or wc (write-combined)")
-    ap.add_argument("--gather", default="host", help="cuda: who gathers rows, host or device")
+    ap.add_argument("--gather", default="host", help="cuda: who gathers rows: host, device (a kernel) or dma (the copy engines)")
     ap.add_argument("--json", type=Path, help="where to write every report")
     args = ap.parse_args()
     packed = dataset(args.prep, args.scratch, args.gb)

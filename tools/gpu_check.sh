@@ -16,6 +16,7 @@
 # wheel/ (`maturin build`), gzipped to travel light.
 #
 #   tools/gpu_check.sh BUILD OUT
+#   STEPS="device-tests sweep-dma" tools/gpu_check.sh BUILD OUT   # only those
 #
 # Every step's output goes to OUT/gpu.log; the sweep's reports to
 # OUT/bench_*.json. The tables and the summary come last.
@@ -32,10 +33,16 @@ for f in prep it; do gunzip -c "$BUILD/$f.gz" >"$WORK/bin/$f" && chmod +x "$WORK
 PREP=$WORK/bin/prep
 IT=$WORK/bin/it
 
-# step NAME SECONDS CMD...: runs CMD with a time limit, logs it, notes its status.
+# step NAME SECONDS CMD...: runs CMD with a time limit, logs it, notes its
+# status. With STEPS set (names, space-separated), only the steps it names run:
+# device time is short, and a rerun need only repeat what failed.
 step() {
     local name=$1 limit=$2
     shift 2
+    if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then
+        echo "$name: not run (STEPS)" >>"$SUMMARY"
+        return 0
+    fi
     local start=$SECONDS
     echo "=== $name: $*" >>"$LOG"
     timeout "$limit" "$@" >>"$LOG" 2>&1
@@ -58,11 +65,12 @@ sed -n '2p' <(nvidia-smi --query-gpu=name,driver_version --format=csv) >>"$SUMMA
 step device-tests 120 "$IT" gpu:: --test-threads 1 --nocapture
 if grep -q "skipped: no CUDA" "$LOG"; then echo "device-tests: SOME SKIPPED" >>"$SUMMARY"; fi
 
-# 2. The sweeps: plain pinned staging (the default), rows gathered by the
-#    GPU, write-combined staging, and to host memory (the gather alone, no
-#    copy to the device).
+# 2. The sweeps: plain pinned staging (the default), rows gathered by a
+#    kernel on the GPU, rows copied by its copy engines, write-combined
+#    staging, and to host memory (the gather alone, no copy to the device).
 step sweep-plain 300 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --json "$OUT/bench_gpu_plain.json"
 step sweep-device 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --gather device --json "$OUT/bench_gpu_device.json"
+step sweep-dma 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --gather dma --json "$OUT/bench_gpu_dma.json"
 step sweep-wc 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --pinned wc --json "$OUT/bench_gpu_wc.json"
 step sweep-cpu 200 python3 tools/bench_gpu.py --prep "$PREP" --scratch "$WORK/data" --device cpu --json "$OUT/bench_cpu.json"
 
@@ -79,6 +87,8 @@ step memcheck-bench 180 $SAN --tool memcheck "$PREP" bench-read "$WORK/data/pack
     --device cuda:0 --batch 256 --steps 64
 step memcheck-bench-device 180 $SAN --tool memcheck "$PREP" bench-read "$WORK/data/packed-2048" \
     --device cuda:0 --batch 256 --steps 64 --gather device
+step memcheck-bench-dma 180 $SAN --tool memcheck "$PREP" bench-read "$WORK/data/packed-2048" \
+    --device cuda:0 --batch 256 --steps 64 --gather dma
 
 echo "=== summary" >>"$LOG"
 cat "$SUMMARY" >>"$LOG"

@@ -10,9 +10,9 @@ A background thread gathers each batch's rows (in prep.Sampler's order:
 this rank's share of a seeded permutation, a new one each epoch) into a
 pinned staging buffer and copies it to the device on its own stream, up to
 `depth` batches ahead; ids are widened to int64 (or int32) on the device.
-With `gather="device"` the GPU reads the rows from the dataset's files
-itself (page-locked in place), which is faster where host memory is the
-limit. The tensor is the loader's memory, handed over without a copy
+With `gather="device"` (a kernel) or `gather="dma"` (the copy engines)
+the GPU reads the rows from the dataset's files itself (page-locked in
+place), which is faster where host memory is the limit. The tensor is the loader's memory, handed over without a copy
 (`__cuda_array_interface__`), and the loader keeps the stream rules itself:
 
 - torch's current stream (when the batch is taken) waits on the device
@@ -59,8 +59,10 @@ class DeviceLoader:
     core); `dtype`: "int64" (default, what nn.Embedding takes), "int32", or
     None for the ids as stored (uint16 or uint32); `gather`: "host" (the
     loader's threads copy rows into pinned staging buffers, the default) or
-    "device" (the GPU reads each row from the dataset's files, page-locked
-    in place: fewer passes over host memory, for a dataset that fits in it).
+    "device" (a kernel on the GPU reads each row from the dataset's files,
+    page-locked in place: fewer passes over host memory, for a dataset that
+    fits in it) or "dma" (the GPU's copy engines copy each row from there:
+    one pass, as a plain pinned copy; CUDA 12.8 or newer).
     """
 
     def __init__(self, path: str | os.PathLike, *, batch_size: int, device: int | None = None,
@@ -73,8 +75,8 @@ class DeviceLoader:
 
         if dtype not in _WIDEN:
             raise ValueError(f"dtype must be 'int64', 'int32' or None, not {dtype!r}")
-        if gather not in ("host", "device"):
-            raise ValueError(f"gather must be 'host' or 'device', not {gather!r}")
+        if gather not in ("host", "device", "dma"):
+            raise ValueError(f"gather must be 'host', 'device' or 'dma', not {gather!r}")
         default_rank, default_world = _default_rank()
         rank = default_rank if rank is None else operator.index(rank)
         world_size = default_world if world_size is None else operator.index(world_size)
@@ -88,7 +90,7 @@ class DeviceLoader:
         self._native = _native.CudaLoader(
             os.fspath(path), self.device, operator.index(batch_size), operator.index(depth),
             operator.index(seed), rank, world_size, self.epoch, self.position, end,
-            operator.index(threads), _WIDEN[dtype], gather == "device")
+            operator.index(threads), _WIDEN[dtype], gather)
         self.seq_len = self._native.row_tokens
 
     def __iter__(self) -> Iterator[Any]:

@@ -77,8 +77,9 @@ pub(crate) struct Args {
     pinned: Pinned,
 
     /// cuda: who gathers a batch's rows: host (the loader's threads, into
-    /// staging buffers) or device (the GPU, from the dataset page-locked in
-    /// place: it must fit in memory).
+    /// staging buffers), device (a kernel on the GPU, from the dataset
+    /// page-locked in place: it must fit in memory) or dma (the GPU's copy
+    /// engines, from there too; CUDA 12.8 or newer).
     #[arg(long, default_value = "host", value_parser = parse::<Gather>)]
     gather: Gather,
 

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use super::Gather;
 use super::{
     Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Pinned, Position, Widen,
 };
@@ -100,32 +101,6 @@ pub struct BenchConfig {
     pub pinned: Pinned,
     /// Who gathers a batch's rows on a GPU.
     pub gather: Gather,
-}
-
-/// Who gathers a batch's rows when they go to a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Gather {
-    /// The loader's threads, into staging buffers the GPU copies from.
-    #[default]
-    Host,
-    /// The GPU, from the dataset registered in place
-    /// (`CudaBackend::gather_on_device`).
-    Device,
-}
-
-impl FromStr for Gather {
-    type Err = LoaderError;
-
-    /// `host` or `device`.
-    fn from_str(s: &str) -> Result<Gather, LoaderError> {
-        match s {
-            "host" => Ok(Gather::Host),
-            "device" => Ok(Gather::Device),
-            _ => Err(LoaderError::Usage(format!(
-                "gather {s:?}: expected host or device"
-            ))),
-        }
-    }
 }
 
 /// The length of the simulated training step.
@@ -326,7 +301,7 @@ fn cuda(
     ordinal: usize,
     config: &BenchConfig,
 ) -> Result<BenchReport, LoaderError> {
-    let mut backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?
+    let backend = super::cuda::CudaBackend::new(ordinal, ds.dtype(), config.widen)?
         .with_pinned(config.pinned);
     let pinned = match config.pinned {
         Pinned::Plain => "plain",
@@ -334,11 +309,10 @@ fn cuda(
     };
     let place = match config.gather {
         Gather::Host => format!("GPU cuda:{ordinal} ({pinned} pinned staging)"),
-        Gather::Device => {
-            backend = backend.gather_on_device(ds.clone())?;
-            format!("GPU cuda:{ordinal} (rows gathered on the device)")
-        }
+        Gather::Device => format!("GPU cuda:{ordinal} (rows gathered by a kernel on the device)"),
+        Gather::Dma => format!("GPU cuda:{ordinal} (rows copied by the device's copy engines)"),
     };
+    let backend = backend.gather_with(config.gather, ds.clone())?;
     bench(ds, Arc::new(backend), &place, config)
 }
 

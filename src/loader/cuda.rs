@@ -18,6 +18,10 @@
 //! goes. Host memory is then read once per byte instead of three times (the
 //! gather's read and write, the copy's read), which is what bounds the
 //! host gather on a machine whose memory is slower than its PCIe link.
+//! Or the GPU's copy engines copy the rows from the registered shards
+//! ([`CudaBackend::gather_by_copies`]): one batched copy per batch
+//! (`cuMemcpyBatchAsync`, CUDA 12.8 or newer), then the widening kernel,
+//! as for a staged copy.
 //!
 //! The backend does its own synchronisation with events it owns, and never
 //! relies on cudarc's event tracking (which a consumer may turn off on the
@@ -40,7 +44,7 @@ use cudarc::driver::{
 };
 
 use super::{check_widen, Backend, Batch, LoaderError};
-pub use super::{Pinned, Widen};
+pub use super::{Gather, Pinned, Widen};
 use crate::format::{Dataset, Dtype, Manifest};
 
 /// The `cuMemHostAlloc` flags of each kind of staging memory.
@@ -90,16 +94,25 @@ impl Target {
 }
 
 /// Rows gathered by the GPU from the mapped dataset itself
-/// ([`CudaBackend::gather_on_device`]): the shards' mappings registered
-/// with the driver (page-locked in place, read-only), and the kernel that
-/// copies each row of a batch, given its address, into device memory.
+/// ([`CudaBackend::gather_on_device`], [`CudaBackend::gather_by_copies`]):
+/// the shards' mappings registered with the driver (page-locked in place,
+/// read-only), and what copies each row of a batch, given its address,
+/// into device memory.
 struct DeviceGather {
     dataset: Arc<Dataset>,
     /// The registered ranges' first bytes, unregistered when the backend drops.
     registered: Vec<usize>,
-    kernel: CudaFunction,
+    read: RowRead,
     /// Tokens per row.
     row_tokens: u64,
+}
+
+/// What reads the rows of a batch from the registered dataset.
+enum RowRead {
+    /// The gather kernel: it widens as it writes.
+    Kernel(CudaFunction),
+    /// The copy engines, one batched copy per batch, into the raw buffer.
+    Copies(BatchCopy),
 }
 
 fn driver_error(what: &str) -> impl Fn(DriverError) -> LoaderError + '_ {
@@ -211,6 +224,21 @@ impl CudaBackend {
         self
     }
 
+    /// Has rows gathered as `gather` says: by the loader's threads (the
+    /// backend as it is), by a kernel ([`CudaBackend::gather_on_device`])
+    /// or by the copy engines ([`CudaBackend::gather_by_copies`]).
+    pub fn gather_with(
+        self,
+        gather: Gather,
+        dataset: Arc<Dataset>,
+    ) -> Result<CudaBackend, LoaderError> {
+        match gather {
+            Gather::Host => Ok(self),
+            Gather::Device => self.gather_on_device(dataset),
+            Gather::Dma => self.gather_by_copies(dataset),
+        }
+    }
+
     /// Has the GPU gather each batch's rows itself, from `dataset`'s mapped
     /// shards, instead of the producer's threads copying them into staging
     /// buffers: the host's memory is read once per byte (by the GPU, over
@@ -222,7 +250,41 @@ impl CudaBackend {
     /// An error when the GPU or driver cannot read registered read-only
     /// memory at its host address, when registering fails (too little
     /// memory to lock, say), or for rows under 8 bytes.
-    pub fn gather_on_device(mut self, dataset: Arc<Dataset>) -> Result<CudaBackend, LoaderError> {
+    pub fn gather_on_device(self, dataset: Arc<Dataset>) -> Result<CudaBackend, LoaderError> {
+        let (name, ptx) = gather_ptx(self.dtype, self.widen);
+        let kernel = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .and_then(|m| m.load_function(&name))
+            .map_err(driver_error("loading the gather kernel"))?;
+        let mut backend = self.register(dataset, RowRead::Kernel(kernel))?;
+        // The gather kernel widens as it writes: the widening kernel of a
+        // staged copy is not needed.
+        backend.kernel = None;
+        Ok(backend)
+    }
+
+    /// Has the GPU's copy engines copy each batch's rows from `dataset`'s
+    /// mapped shards, registered in place as for
+    /// [`CudaBackend::gather_on_device`]: one batched copy
+    /// (`cuMemcpyBatchAsync`) per batch, a copy per row, into the batch's
+    /// device buffer, which the widening kernel then widens. Host memory is read once per byte,
+    /// by DMA, as by a plain pinned copy.
+    ///
+    /// An error where the driver has no batched copies (before CUDA 12.8),
+    /// and in the cases of [`CudaBackend::gather_on_device`].
+    pub fn gather_by_copies(self, dataset: Arc<Dataset>) -> Result<CudaBackend, LoaderError> {
+        let copies = BatchCopy::find()?;
+        self.register(dataset, RowRead::Copies(copies))
+    }
+
+    /// Registers `dataset`'s shards with the driver for `read` to read rows
+    /// from: page-locked in place, read-only, mapped for the device.
+    fn register(
+        mut self,
+        dataset: Arc<Dataset>,
+        read: RowRead,
+    ) -> Result<CudaBackend, LoaderError> {
         use cudarc::driver::sys::CUdevice_attribute as A;
         let name = dataset.dir().display().to_string();
         if dataset.dtype() != self.dtype {
@@ -258,19 +320,13 @@ impl CudaBackend {
                 )));
             }
         }
-        let (name_k, ptx) = gather_ptx(self.dtype, self.widen);
-        let kernel = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .and_then(|m| m.load_function(&name_k))
-            .map_err(driver_error("loading the gather kernel"))?;
         self.ctx
             .bind_to_thread()
             .map_err(driver_error("binding the context"))?;
         let mut gather = DeviceGather {
             dataset: dataset.clone(),
             registered: Vec::new(),
-            kernel,
+            read,
             row_tokens,
         };
         for s in 0..dataset.n_shards() {
@@ -301,9 +357,6 @@ impl CudaBackend {
             gather.registered.push(bin.as_ptr() as usize);
         }
         self.gather = Some(gather);
-        // The gather kernel widens as it writes: the widening kernel of a
-        // staged copy is not needed.
-        self.kernel = None;
         Ok(self)
     }
 
@@ -419,6 +472,206 @@ fn copy_htod(
         .map_err(driver_error("copying to the device"))
 }
 
+/// The copies of one batch's rows, as `cuMemcpyBatchAsync` takes them: a
+/// copy per row. Rows are not joined where they happen to lie one after
+/// another: in sampler order (a permutation) that is rare, and a copy that
+/// ran from one shard's registered range into the next is not one the
+/// driver promises to take.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CopyPlan {
+    /// Where each copy writes, on the device.
+    pub dsts: Vec<u64>,
+    /// Where each copy reads, in the registered dataset.
+    pub srcs: Vec<u64>,
+    /// Bytes per copy.
+    pub sizes: Vec<usize>,
+}
+
+impl CopyPlan {
+    /// The plan for the rows whose addresses `addresses` holds (8 bytes
+    /// each, little-endian, as the producer writes them), `row_bytes` each,
+    /// written row after row from device address `base`.
+    pub fn new(addresses: &[u8], base: u64, row_bytes: usize) -> CopyPlan {
+        let srcs: Vec<u64> = addresses
+            .chunks_exact(super::ADDRESS)
+            .map(|a| u64::from_le_bytes(a.try_into().expect("8 bytes")))
+            .collect();
+        CopyPlan {
+            dsts: (0..srcs.len() as u64)
+                .map(|k| base + k * row_bytes as u64)
+                .collect(),
+            sizes: vec![row_bytes; srcs.len()],
+            srcs,
+        }
+    }
+}
+
+/// `CUmemcpyAttributes` (CUDA 12.8 and 13): how the copies of a batched
+/// copy may read their sources. cudarc's bindings for CUDA 12.4, which
+/// prep builds against so that older drivers load it, do not have it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemcpyAttributes {
+    /// `CUmemcpySrcAccessOrder`.
+    src_access_order: u32,
+    src_loc_hint: cudarc::driver::sys::CUmemLocation,
+    dst_loc_hint: cudarc::driver::sys::CUmemLocation,
+    /// `CUmemcpyFlags`.
+    flags: u32,
+}
+
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`: sources are read in stream order.
+const SRC_ACCESS_ORDER_STREAM: u32 = 1;
+
+type BatchCopy12080 = unsafe extern "C" fn(
+    dsts: *mut u64,
+    srcs: *mut u64,
+    sizes: *mut usize,
+    count: usize,
+    attrs: *mut MemcpyAttributes,
+    attrs_idxs: *mut usize,
+    num_attrs: usize,
+    fail_idx: *mut usize,
+    stream: CUstream,
+) -> CUresult;
+
+/// CUDA 13 dropped `failIdx`.
+type BatchCopy13000 = unsafe extern "C" fn(
+    dsts: *mut u64,
+    srcs: *mut u64,
+    sizes: *mut usize,
+    count: usize,
+    attrs: *mut MemcpyAttributes,
+    attrs_idxs: *mut usize,
+    num_attrs: usize,
+    stream: CUstream,
+) -> CUresult;
+
+/// The driver's `cuMemcpyBatchAsync`, found at run time in the version the
+/// driver has: its parameters changed between CUDA 12.8 and 13.
+enum BatchCopy {
+    V12080(BatchCopy12080),
+    V13000(BatchCopy13000),
+}
+
+impl BatchCopy {
+    /// The driver's batched copy; an error where it has none.
+    fn find() -> Result<BatchCopy, LoaderError> {
+        use cudarc::driver::sys as cu;
+        let mut version = 0;
+        // SAFETY: writes one int.
+        unsafe { cu::cuDriverGetVersion(&mut version) }
+            .result()
+            .map_err(driver_error("reading the driver's version"))?;
+        let ask = match version {
+            v if v >= 13000 => 13000,
+            v if v >= 12080 => 12080,
+            v => {
+                return Err(LoaderError::Backend(format!(
+                    "the CUDA driver ({}.{}) has no batched copies (CUDA 12.8 or newer): gather rows on the host or with --gather device",
+                    v / 1000,
+                    v % 1000 / 10
+                )))
+            }
+        };
+        let mut pfn = std::ptr::null_mut();
+        let mut status = cu::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        // SAFETY: looks a symbol up by name, writing its address and the
+        // lookup's status.
+        unsafe {
+            cu::cuGetProcAddress_v2(
+                c"cuMemcpyBatchAsync".as_ptr(),
+                &mut pfn,
+                ask,
+                cu::CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_DEFAULT as u64,
+                &mut status,
+            )
+        }
+        .result()
+        .map_err(driver_error("finding cuMemcpyBatchAsync"))?;
+        if pfn.is_null()
+            || status != cu::CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS
+        {
+            return Err(LoaderError::Backend(format!(
+                "the CUDA driver has no cuMemcpyBatchAsync for CUDA {}.{} ({status:?})",
+                ask / 1000,
+                ask % 1000 / 10
+            )));
+        }
+        // SAFETY: the driver returned the function of the version asked
+        // for, whose parameters are those of the type it becomes.
+        Ok(unsafe {
+            if ask >= 13000 {
+                BatchCopy::V13000(std::mem::transmute::<*mut std::ffi::c_void, BatchCopy13000>(pfn))
+            } else {
+                BatchCopy::V12080(std::mem::transmute::<*mut std::ffi::c_void, BatchCopy12080>(pfn))
+            }
+        })
+    }
+
+    /// Queues `plan`'s copies on `stream`, from host memory to device
+    /// `ordinal`'s memory, the sources read in stream order.
+    ///
+    /// # Safety
+    /// Each source range must be registered (or pinned) host memory that
+    /// stays alive and unchanged until the stream has run the copies, and
+    /// each destination range device memory of `stream`'s context that
+    /// nothing else touches until then.
+    unsafe fn run(
+        &self,
+        plan: &mut CopyPlan,
+        ordinal: usize,
+        stream: &CudaStream,
+    ) -> Result<(), LoaderError> {
+        use cudarc::driver::sys::{CUmemLocation, CUmemLocationType};
+        let mut attrs = [MemcpyAttributes {
+            src_access_order: SRC_ACCESS_ORDER_STREAM,
+            src_loc_hint: CUmemLocation {
+                type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+                id: 0,
+            },
+            dst_loc_hint: CUmemLocation {
+                type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal as i32,
+            },
+            flags: 0,
+        }];
+        let mut first = [0usize];
+        // The driver reads the arrays during the call and never writes them.
+        let CopyPlan { dsts, srcs, sizes } = plan;
+        let count = sizes.len();
+        let result = match self {
+            BatchCopy::V13000(f) => f(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                count,
+                attrs.as_mut_ptr(),
+                first.as_mut_ptr(),
+                1,
+                stream.cu_stream(),
+            ),
+            BatchCopy::V12080(f) => {
+                let mut failed = usize::MAX;
+                f(
+                    dsts.as_mut_ptr(),
+                    srcs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    count,
+                    attrs.as_mut_ptr(),
+                    first.as_mut_ptr(),
+                    1,
+                    &mut failed,
+                    stream.cu_stream(),
+                )
+            }
+        };
+        result
+            .result()
+            .map_err(driver_error("copying a batch's rows to the device"))
+    }
+}
+
 impl Backend for CudaBackend {
     type Staging = Staging;
     type Target = Target;
@@ -436,10 +689,17 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_target(&self, bytes: usize) -> Result<Target, LoaderError> {
-        // Gathering on the device writes the ids straight where the
-        // consumer reads them: the raw buffer is needed only unwidened.
-        let raw = match (&self.gather, self.widen) {
-            (Some(_), Widen::I32 | Widen::I64) => None,
+        // The gather kernel writes the ids straight where the consumer
+        // reads them: the raw buffer is needed only unwidened.
+        let kernel_gather = matches!(
+            self.gather,
+            Some(DeviceGather {
+                read: RowRead::Kernel(_),
+                ..
+            })
+        );
+        let raw = match (kernel_gather, self.widen) {
+            (true, Widen::I32 | Widen::I64) => None,
             _ => Some(
                 self.stream
                     .alloc_zeros::<u8>(bytes)
@@ -486,22 +746,46 @@ impl Backend for CudaBackend {
                 .wait(&done)
                 .map_err(driver_error("ordering after the consumer"))?;
         }
-        if let Some(gather) = &self.gather {
-            self.gather_rows(gather, staging, target, bytes / super::ADDRESS)?;
-            staged
-                .record(&self.stream)
-                .map_err(driver_error("recording the staging event"))?;
-            return self.ready_event();
-        }
-        let raw = target
-            .raw
-            .as_mut()
-            .expect("a staged target holds its raw buffer");
-        // The whole buffer, always: a partial last batch copies stale bytes
-        // past its rows, which the consumer does not read.
-        self.stream
-            .memcpy_htod(&staging.host, raw)
-            .map_err(driver_error("copying a batch to the device"))?;
+        let raw = match &self.gather {
+            Some(
+                gather @ DeviceGather {
+                    read: RowRead::Kernel(kernel),
+                    ..
+                },
+            ) => {
+                self.gather_rows(gather, kernel, staging, target, bytes / super::ADDRESS)?;
+                staged
+                    .record(&self.stream)
+                    .map_err(driver_error("recording the staging event"))?;
+                return self.ready_event();
+            }
+            Some(
+                gather @ DeviceGather {
+                    read: RowRead::Copies(copies),
+                    ..
+                },
+            ) => {
+                let raw = target
+                    .raw
+                    .as_mut()
+                    .expect("a copied target holds its raw buffer");
+                self.copy_rows(gather, copies, staging, raw, bytes / super::ADDRESS)?;
+                raw
+            }
+            None => {
+                let raw = target
+                    .raw
+                    .as_mut()
+                    .expect("a staged target holds its raw buffer");
+                // The whole buffer, always: a partial last batch copies
+                // stale bytes past its rows, which the consumer does not
+                // read.
+                self.stream
+                    .memcpy_htod(&staging.host, raw)
+                    .map_err(driver_error("copying a batch to the device"))?;
+                raw
+            }
+        };
         // The staging buffer is free again once this point is reached: the
         // ring waits on it before the next gather into the buffer.
         staged
@@ -562,10 +846,11 @@ impl Backend for CudaBackend {
 
 impl CudaBackend {
     /// Queues the gather of `rows` rows, whose addresses are the first
-    /// `rows` entries of `staging`, into `target`'s ids.
+    /// `rows` entries of `staging`, into `target`'s ids, by `kernel`.
     fn gather_rows(
         &self,
         gather: &DeviceGather,
+        kernel: &CudaFunction,
         staging: &Staging,
         target: &mut Target,
         rows: usize,
@@ -582,7 +867,7 @@ impl CudaBackend {
                 .expect("an unwidened target holds its raw buffer"),
         };
         let config = gather_launch(rows)?;
-        let mut launch = self.stream.launch_builder(&gather.kernel);
+        let mut launch = self.stream.launch_builder(kernel);
         launch.arg(&addresses).arg(ids).arg(&gather.row_tokens);
         // SAFETY: block b reads the address at `addresses + 8b` (pinned
         // staging memory, mapped for the device: the host pointer is its
@@ -594,6 +879,37 @@ impl CudaBackend {
         // rows). The grid is exactly `rows` blocks.
         unsafe { launch.launch(config) }.map_err(driver_error("gathering rows on the device"))?;
         Ok(())
+    }
+
+    /// Queues the copies of `rows` rows, whose addresses are the first
+    /// `rows` entries of `staging`, into `raw`, row after row, by the copy
+    /// engines: one batched copy, a copy per row.
+    fn copy_rows(
+        &self,
+        gather: &DeviceGather,
+        copies: &BatchCopy,
+        staging: &Staging,
+        raw: &mut CudaSlice<u8>,
+        rows: usize,
+    ) -> Result<(), LoaderError> {
+        let row_bytes = gather.row_tokens as usize * self.dtype.size();
+        assert!(
+            rows * row_bytes <= raw.len(),
+            "a batch's rows fit its device buffer"
+        );
+        let addresses = staging
+            .host
+            .as_slice()
+            .map_err(driver_error("reading a staging buffer"))?;
+        let (base, _record) = raw.device_ptr_mut(&self.stream);
+        let mut plan = CopyPlan::new(&addresses[..rows * super::ADDRESS], base, row_bytes);
+        // SAFETY: copy i reads a row (`row_bytes`) at `srcs[i]`, in the
+        // registered dataset (the producer wrote each row's address after
+        // checking the row is that long), mapped for the device and alive
+        // while the backend is; and writes it at `dsts[i]`, row i of `raw`
+        // (rows 0..rows, which fit it: the assert above), on the loader's
+        // stream, which orders it after the consumer's last use of `raw`.
+        unsafe { copies.run(&mut plan, self.ctx.ordinal(), &self.stream) }
     }
 
     /// The batch's ready event, recorded now on the loader's stream.
@@ -1031,6 +1347,34 @@ mod tests {
             assert!(ptx.contains(load) && ptx.contains(store), "{ptx}");
         }
         assert!(gather_launch(0).is_ok() && gather_launch(1 << 31).is_err());
+    }
+
+    #[test]
+    fn a_copy_plan_copies_each_row_to_its_place_in_the_batch() {
+        let row = 4100usize;
+        let base = 1 << 40;
+        // Rows 7 and 8 of a shard lie one after another: still two copies.
+        let at = |r: u64| (1u64 << 32) + r * row as u64;
+        let order = [7u64, 8, 3, 21, 20];
+        let addresses: Vec<u8> = order.iter().flat_map(|&r| at(r).to_le_bytes()).collect();
+        let plan = CopyPlan::new(&addresses, base, row);
+        assert_eq!(plan.srcs, order.map(at).to_vec());
+        assert_eq!(plan.sizes, vec![row; order.len()]);
+        let dsts: Vec<u64> = (0..order.len() as u64)
+            .map(|k| base + k * row as u64)
+            .collect();
+        assert_eq!(plan.dsts, dsts);
+        assert_eq!(CopyPlan::new(&[], base, row).sizes, Vec::<usize>::new());
+    }
+
+    #[test]
+    fn memcpy_attributes_have_the_drivers_layout() {
+        // CUmemcpyAttributes: an enum, two CUmemLocation (enum, int), a uint.
+        assert_eq!(std::mem::size_of::<MemcpyAttributes>(), 24);
+        assert_eq!(std::mem::align_of::<MemcpyAttributes>(), 4);
+        assert_eq!(std::mem::offset_of!(MemcpyAttributes, src_loc_hint), 4);
+        assert_eq!(std::mem::offset_of!(MemcpyAttributes, dst_loc_hint), 12);
+        assert_eq!(std::mem::offset_of!(MemcpyAttributes, flags), 20);
     }
 
     #[test]

@@ -112,6 +112,36 @@ impl FromStr for Pinned {
     }
 }
 
+/// Who gathers a batch's rows when they go to a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gather {
+    /// The loader's threads, into staging buffers the GPU copies from.
+    #[default]
+    Host,
+    /// A kernel on the GPU reads each row from the dataset registered in
+    /// place (`CudaBackend::gather_on_device`).
+    Device,
+    /// The GPU's copy engines copy each row from the dataset registered in
+    /// place, one batched copy per batch (`CudaBackend::gather_by_copies`).
+    Dma,
+}
+
+impl FromStr for Gather {
+    type Err = LoaderError;
+
+    /// `host`, `device` or `dma`.
+    fn from_str(s: &str) -> Result<Gather, LoaderError> {
+        match s {
+            "host" => Ok(Gather::Host),
+            "device" => Ok(Gather::Device),
+            "dma" => Ok(Gather::Dma),
+            _ => Err(LoaderError::Usage(format!(
+                "gather {s:?}: expected host, device or dma"
+            ))),
+        }
+    }
+}
+
 /// The ids as the consumer receives them on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Widen {
@@ -990,6 +1020,15 @@ mod tests {
         assert!(check_widen(Dtype::U32, Widen::I64, 1 << 32).is_ok());
         assert!(check_widen(Dtype::U32, Widen::None, 1 << 32).is_ok());
         assert!(check_widen(Dtype::U16, Widen::I32, 1 << 32).is_ok());
+    }
+
+    #[test]
+    fn gather_parses_its_three_names_and_refuses_others() {
+        assert_eq!("host".parse::<Gather>().unwrap(), Gather::Host);
+        assert_eq!("device".parse::<Gather>().unwrap(), Gather::Device);
+        assert_eq!("dma".parse::<Gather>().unwrap(), Gather::Dma);
+        let err = "gpu".parse::<Gather>().unwrap_err().to_string();
+        assert!(err.contains("host, device or dma"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::common::*;
 use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
-use prep::loader::cuda::{device_count, CudaBackend, IdType, Widen};
+use prep::loader::cuda::{device_count, CudaBackend, Gather, IdType, Widen};
 use prep::loader::{Loader, LoaderConfig, LoaderError, Order, Position};
 
 const ROW: usize = 64;
@@ -118,14 +118,21 @@ fn config(epochs: u64) -> LoaderConfig {
 #[test]
 fn batches_reach_the_device_widened_and_in_order_across_epochs() {
     // Rows of 67 tokens start off 16-byte boundaries: the device gather's
-    // head and tail are copied token by token.
-    for (gather_on_device, row) in [(false, ROW), (true, ROW), (true, 67)] {
-        every_case_in_order(gather_on_device, row);
+    // head and tail are copied token by token, and the copy engines copy
+    // rows of odd lengths at odd addresses.
+    for (gather, row) in [
+        (Gather::Host, ROW),
+        (Gather::Device, ROW),
+        (Gather::Device, 67),
+        (Gather::Dma, ROW),
+        (Gather::Dma, 67),
+    ] {
+        every_case_in_order(gather, row);
     }
 }
 
-/// Every dtype and widening, rows gathered by the host or by the device.
-fn every_case_in_order(gather_on_device: bool, row: usize) {
+/// Every dtype and widening, rows gathered as `gather` says.
+fn every_case_in_order(gather: Gather, row: usize) {
     for (dtype, widen, top) in [
         (Dtype::U16, Widen::I64, 1 << 16),
         (Dtype::U16, Widen::I32, 1 << 16),
@@ -139,12 +146,8 @@ fn every_case_in_order(gather_on_device: bool, row: usize) {
         };
         let t = TestDir::new();
         let ds = dataset_of_rows(&t, dtype, 300, top, row);
-        let backend = if gather_on_device {
-            let b = Arc::try_unwrap(backend).ok().expect("the only reference");
-            Arc::new(b.gather_on_device(ds.clone()).unwrap())
-        } else {
-            backend
-        };
+        let b = Arc::try_unwrap(backend).ok().expect("the only reference");
+        let backend = Arc::new(b.gather_with(gather, ds.clone()).unwrap());
         let order = config(2).order;
         let mut loader = Loader::new(ds.clone(), backend.clone(), config(2)).unwrap();
         let consumer = backend.context().new_stream().unwrap();
@@ -171,7 +174,7 @@ fn every_case_in_order(gather_on_device: bool, row: usize) {
                     assert_eq!(
                         got,
                         i64::from(id),
-                        "{dtype:?} {widen:?}, rows of {row} (gathered on the device: {gather_on_device}): ids keep their value"
+                        "{dtype:?} {widen:?}, rows of {row} (gathered: {gather:?}): ids keep their value"
                     );
                 }
             }

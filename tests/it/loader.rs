@@ -5,7 +5,8 @@
 //! while a copy out of it runs, though the backend tracks nothing itself;
 //! no target is freed before the consumer's fence on it, even when the
 //! loader is dropped first; at most `depth` batches are ahead; errors and
-//! drops mid-epoch end cleanly. The asynchronous test backend below copies
+//! drops mid-epoch end cleanly; a backend that reads rows itself (as the
+//! GPU's gathers do) is handed each row's address. The asynchronous test backend below copies
 //! and frees on a thread of its own, like a GPU stream, with random delays.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,7 +18,7 @@ use std::time::Duration;
 use crate::common::*;
 use prep::format::{Dataset, Dtype};
 use prep::loader::{
-    Backend, Batch, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position,
+    Backend, Batch, Done, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position,
 };
 use prep::sampler::Sampler;
 
@@ -100,6 +101,104 @@ fn records_of_different_lengths_are_refused() {
     .err()
     .unwrap();
     assert!(err.to_string().contains("differ in length"), "{err}");
+}
+
+/// Reads the rows itself, as a GPU backend that registers the dataset does
+/// (a kernel or the copy engines): the producer hands it each row's
+/// address, which it finds in one of the shards' mappings and copies from.
+/// The producer's address path, on a machine without a GPU.
+struct AddressBackend {
+    dataset: Arc<Dataset>,
+    row_bytes: usize,
+}
+
+impl Backend for AddressBackend {
+    type Staging = Vec<u8>;
+    type Target = Vec<u8>;
+    type Fence = Done;
+
+    fn alloc_staging(&self, bytes: usize) -> Result<Vec<u8>, LoaderError> {
+        Ok(vec![0; bytes])
+    }
+
+    fn alloc_target(&self, bytes: usize) -> Result<Vec<u8>, LoaderError> {
+        Ok(vec![0; bytes])
+    }
+
+    fn fence(&self) -> Result<Done, LoaderError> {
+        Ok(Done)
+    }
+
+    fn staging_mut<'a>(&self, staging: &'a mut Vec<u8>) -> Result<&'a mut [u8], LoaderError> {
+        Ok(staging)
+    }
+
+    fn copy(
+        &self,
+        staging: &mut Vec<u8>,
+        target: &mut Vec<u8>,
+        bytes: usize,
+        _after: Option<Done>,
+        _staged: &mut Done,
+    ) -> Result<Done, LoaderError> {
+        assert_eq!(bytes % 8, 0, "whole addresses");
+        let ds = &self.dataset;
+        for (k, address) in staging[..bytes].chunks_exact(8).enumerate() {
+            let at = u64::from_le_bytes(address.try_into().unwrap()) as usize;
+            let row = (0..ds.n_shards())
+                .map(|s| ds.shard_bin(s))
+                .find_map(|bin| {
+                    let start = bin.as_ptr() as usize;
+                    let offset = at.checked_sub(start)?;
+                    bin.get(offset..offset + self.row_bytes)
+                })
+                .ok_or_else(|| LoaderError::Backend(format!("{at:#x} is in no shard")))?;
+            target[k * self.row_bytes..(k + 1) * self.row_bytes].copy_from_slice(row);
+        }
+        Ok(Done)
+    }
+
+    fn wait(&self, _: &Done) -> Result<(), LoaderError> {
+        Ok(())
+    }
+
+    fn gathers(&self) -> Option<&Dataset> {
+        Some(&self.dataset)
+    }
+}
+
+#[test]
+fn a_backend_that_reads_rows_itself_gets_each_rows_address_in_sampler_order() {
+    let t = TestDir::new();
+    let ds = rows_dataset(&t, 103);
+    assert!(ds.n_shards() > 2, "rows from several shards");
+    let backend = Arc::new(AddressBackend {
+        dataset: ds.clone(),
+        row_bytes: ROW * 2,
+    });
+    let order = Order::single(9);
+    let mut config = config(7, 2, order, 0, 0);
+    config.end_epoch = Some(2);
+    let mut loader = Loader::new(ds.clone(), backend, config).unwrap();
+    let mut seen = [0u64; 2];
+    while let Some(batch) = loader.next_batch().unwrap() {
+        let sampler = order.sampler(ds.len(), batch.epoch());
+        let bytes = ROW * 2;
+        for r in 0..batch.rows() {
+            let index = sampler.get(batch.position() + r as u64).unwrap();
+            assert_eq!(
+                &batch.target()[r * bytes..(r + 1) * bytes],
+                expected_row(&ds, index).as_slice(),
+                "epoch {}, row {} of the batch at {}",
+                batch.epoch(),
+                r,
+                batch.position()
+            );
+        }
+        seen[batch.epoch() as usize] += batch.rows() as u64;
+        batch.release(None);
+    }
+    assert_eq!(seen, [ds.len(); 2], "every row of both epochs");
 }
 
 /// A completion flag: the fence of the test backend.

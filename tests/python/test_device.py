@@ -3,7 +3,8 @@
 On a machine with a GPU (torch.cuda available), against the mapped reader
 (prep.Dataset in prep.Sampler's order) as the reference:
 - every batch of two epochs, for int64, int32 and the stored dtype, rows
-  gathered by the host or by the GPU, equals the host rows, on the device,
+  gathered by the host, by a kernel on the GPU or by its copy engines,
+  equals the host rows, on the device,
   with no copy (the tensor's address is the loader's buffer);
 - a tensor kept past later batches stays valid and holds its buffer until it
   is freed; holding every buffer while asking for the next is refused;
@@ -68,8 +69,13 @@ def test_without_a_gpu_construction_says_why(packed):
         prep.DeviceLoader(packed, batch_size=4, device=0)
 
 
+def test_an_unknown_gather_is_refused_naming_the_three(packed):
+    with pytest.raises(ValueError, match="'host', 'device' or 'dma'"):
+        prep.DeviceLoader(packed, batch_size=4, device=0, gather="gpu")
+
+
 @needs_gpu
-@pytest.mark.parametrize("gather", ["host", "device"])
+@pytest.mark.parametrize("gather", ["host", "device", "dma"])
 @pytest.mark.parametrize("dtype", ["int64", "int32", None])
 def test_batches_equal_the_host_rows_for_two_epochs(packed, dtype, gather):
     ds = prep.Dataset(packed)

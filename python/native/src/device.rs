@@ -28,7 +28,9 @@ use pyo3::types::PyDict;
 
 use prep::format::Dataset;
 use prep::loader::cuda::{CUstream, CudaBackend};
-use prep::loader::{Backend, Batch, Loader, LoaderConfig, LoaderError, Order, Position, Widen};
+use prep::loader::{
+    Backend, Batch, Gather, Loader, LoaderConfig, LoaderError, Order, Position, Widen,
+};
 
 /// Usage errors are ValueError; a dataset that cannot be read is OSError;
 /// a CUDA failure (no driver, no such device) is RuntimeError.
@@ -54,7 +56,7 @@ pub struct CudaLoader {
 impl CudaLoader {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, device, batch_rows, depth, seed, rank, world_size, epoch, position, end_epoch, threads, widen, gather_on_device=false))]
+    #[pyo3(signature = (path, device, batch_rows, depth, seed, rank, world_size, epoch, position, end_epoch, threads, widen, gather="host"))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -69,9 +71,10 @@ impl CudaLoader {
         end_epoch: Option<u64>,
         threads: usize,
         widen: &str,
-        gather_on_device: bool,
+        gather: &str,
     ) -> PyResult<CudaLoader> {
         let widen: Widen = widen.parse().map_err(to_py)?;
+        let gather: Gather = gather.parse().map_err(to_py)?;
         if batch_rows == 0 || depth == 0 {
             return Err(PyValueError::new_err(
                 "batch_size and depth must be at least 1",
@@ -80,10 +83,8 @@ impl CudaLoader {
         let loader = py
             .detach(|| {
                 let dataset = Arc::new(Dataset::open(&path).map_err(LoaderError::from)?);
-                let mut backend = CudaBackend::new(device, dataset.dtype(), widen)?;
-                if gather_on_device {
-                    backend = backend.gather_on_device(dataset.clone())?;
-                }
+                let backend = CudaBackend::new(device, dataset.dtype(), widen)?
+                    .gather_with(gather, dataset.clone())?;
                 let backend = Arc::new(backend);
                 let config = LoaderConfig {
                     batch_rows,
