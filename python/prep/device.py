@@ -12,8 +12,9 @@ pinned staging buffer and copies it to the device on its own stream, up to
 `depth` batches ahead; ids are widened to int64 (or int32) on the device.
 With `gather="device"` (a kernel) or `gather="dma"` (the copy engines)
 the GPU reads the rows from the dataset's files itself (page-locked in
-place), which is faster where host memory is the limit. The tensor is the loader's memory, handed over without a copy
-(`__cuda_array_interface__`), and the loader keeps the stream rules itself:
+place), which is faster where host memory is the limit. The tensor is the
+loader's memory, handed over without a copy (`__cuda_array_interface__`),
+and the loader keeps the stream rules itself:
 
 - torch's current stream (when the batch is taken) waits on the device
   for the batch's copy; the host does not wait.
@@ -75,8 +76,6 @@ class DeviceLoader:
 
         if dtype not in _WIDEN:
             raise ValueError(f"dtype must be 'int64', 'int32' or None, not {dtype!r}")
-        if gather not in ("host", "device", "dma"):
-            raise ValueError(f"gather must be 'host', 'device' or 'dma', not {gather!r}")
         default_rank, default_world = _default_rank()
         rank = default_rank if rank is None else operator.index(rank)
         world_size = default_world if world_size is None else operator.index(world_size)

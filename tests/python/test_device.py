@@ -70,7 +70,7 @@ def test_without_a_gpu_construction_says_why(packed):
 
 
 def test_an_unknown_gather_is_refused_naming_the_three(packed):
-    with pytest.raises(ValueError, match="'host', 'device' or 'dma'"):
+    with pytest.raises(ValueError, match="expected host, device or dma"):
         prep.DeviceLoader(packed, batch_size=4, device=0, gather="gpu")
 
 
