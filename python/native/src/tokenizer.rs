@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::PyBytes;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyInt, PyList};
 use rayon::prelude::*;
 
 use prep::engine::{EncodeState, FastTokenizer, LoadedTokenizer, PostProcessorTokens, Readings};
@@ -33,7 +34,16 @@ struct Inner {
     special_exact: bool,
     pool: rayon::ThreadPool,
     path: PathBuf,
+    /// A Python int for each id below `vocab_size` (at most [`MAX_INTS`]),
+    /// made at the first list of ids: a list then holds references to
+    /// them (a reference count raised each) instead of a new int object per
+    /// id, which was most of the time `encode_batch` spent holding the GIL.
+    ints: PyOnceLock<Vec<Py<PyInt>>>,
 }
+
+/// The most ids [`Inner::ints`] keeps an int for: 32 MiB of ints at most,
+/// far above every real vocabulary (Gemma 3's 262,144: 8 MiB).
+const MAX_INTS: u64 = 1 << 20;
 
 impl Inner {
     /// The ids of `text`, appended to `out`.
@@ -64,6 +74,23 @@ impl Inner {
             out.extend_from_slice(&self.special.after);
         }
         Ok(())
+    }
+
+    /// `ids` as a Python list of ints.
+    fn list<'py>(&self, py: Python<'py>, ids: &[u32]) -> PyResult<Bound<'py, PyList>> {
+        let ints = self.ints.get_or_init(py, || {
+            let n = self.loaded.vocab_size.min(MAX_INTS) as u32;
+            (0..n)
+                .map(|id| id.into_pyobject(py).unwrap().unbind())
+                .collect()
+        });
+        PyList::new(
+            py,
+            ids.iter().map(|&id| match ints.get(id as usize) {
+                Some(int) => int.bind(py).clone(),
+                None => id.into_pyobject(py).unwrap(),
+            }),
+        )
     }
 
     /// Every text's ids, in order, encoded on the pool.
@@ -143,6 +170,7 @@ impl Tokenizer {
                 special_exact,
                 pool,
                 path: file,
+                ints: PyOnceLock::new(),
             })))
         })
     }
@@ -182,30 +210,36 @@ impl Tokenizer {
 
     /// The ids of `text`.
     #[pyo3(signature = (text, add_special_tokens=false))]
-    fn encode(
+    fn encode<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         text: PyBackedStr,
         add_special_tokens: bool,
-    ) -> PyResult<Vec<u32>> {
+    ) -> PyResult<Bound<'py, PyList>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         py.detach(|| self.0.encode_into(&text, add_special_tokens, &mut ids))
             .map_err(PyValueError::new_err)?;
-        Ok(ids)
+        self.0.list(py, &ids)
     }
 
     /// The ids of every text, encoded on every thread with the GIL
     /// released: a list of lists. The texts are borrowed from their Python
     /// strings (UTF-8 as Python keeps it), not copied.
     #[pyo3(signature = (texts, add_special_tokens=false))]
-    fn encode_batch(
+    fn encode_batch<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         texts: Vec<PyBackedStr>,
         add_special_tokens: bool,
-    ) -> PyResult<Vec<Vec<u32>>> {
-        py.detach(|| self.0.encode_each(&texts, add_special_tokens))
-            .map_err(PyValueError::new_err)
+    ) -> PyResult<Bound<'py, PyList>> {
+        let each = py
+            .detach(|| self.0.encode_each(&texts, add_special_tokens))
+            .map_err(PyValueError::new_err)?;
+        let lists = each
+            .iter()
+            .map(|ids| self.0.list(py, ids))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, lists)
     }
 
     /// [`Tokenizer::encode_batch`] as two byte strings for numpy: every
