@@ -268,8 +268,8 @@ impl CudaBackend {
     /// mapped shards, registered in place as for
     /// [`CudaBackend::gather_on_device`]: one batched copy
     /// (`cuMemcpyBatchAsync`) per batch, a copy per row, into the batch's
-    /// device buffer, which the widening kernel then widens. Host memory is read once per byte,
-    /// by DMA, as by a plain pinned copy.
+    /// device buffer, which the widening kernel then widens. Host memory
+    /// is read once per byte, by DMA, as by a plain pinned copy.
     ///
     /// An error where the driver has no batched copies (before CUDA 12.8),
     /// and in the cases of [`CudaBackend::gather_on_device`].
@@ -568,7 +568,7 @@ impl BatchCopy {
             v if v >= 12080 => 12080,
             v => {
                 return Err(LoaderError::Backend(format!(
-                    "the CUDA driver ({}.{}) has no batched copies (CUDA 12.8 or newer): gather rows on the host or with --gather device",
+                    "the CUDA driver ({}.{}) has no batched copies (CUDA 12.8 or newer): gather rows on the host, or with a kernel (--gather device)",
                     v / 1000,
                     v % 1000 / 10
                 )))
