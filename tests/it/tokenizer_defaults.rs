@@ -155,15 +155,19 @@ fn default_eos_is_the_special_end_of_document_token_of_every_real_tokenizer() {
                     let hf = LoadedTokenizer::load(path).unwrap();
                     let (fast, engine) =
                         LoadedTokenizer::load_with_fast(path, Readings::Fast).unwrap();
-                    (path, hf, fast, engine.unwrap().is_ok())
+                    let engine = engine.unwrap().map(|e| e.describe());
+                    (path, hf, fast, engine)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (path, hf, fast, engine_runs) in results {
+    for (path, hf, fast, engine) in results {
         let name = path.file_name().unwrap().to_string_lossy();
-        assert!(engine_runs, "{name}: the fast engine runs every real file");
+        let Ok(described) = engine else {
+            panic!("{name}: the fast engine runs every real file")
+        };
+        described_in_words(&name, path, &described);
         assert!(
             !fast.hf_is_read(),
             "{name}: a fast load reads no HF tokenizer"
@@ -174,6 +178,31 @@ fn default_eos_is_the_special_end_of_document_token_of_every_real_tokenizer() {
         }
         same_names(&name, path, &hf, &fast);
         assert!(!fast.hf_is_read(), "{name}: the names came without HF");
+    }
+}
+
+/// A run's summary names the engine's stages in words: it ends with the
+/// file's model, and carries none of Rust's debug spelling.
+fn described_in_words(name: &str, path: &Path, described: &str) {
+    let json = zstd::decode_all(std::fs::File::open(path).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    // A file may leave its model untagged; HF then tells it by its fields.
+    let model = match json["model"]["type"].as_str() {
+        Some(model) => model,
+        None if json["model"]["merges"].is_array() => "BPE",
+        None if json["model"]["max_input_chars_per_word"].is_number() => "WordPiece",
+        None if json["model"]["vocab"].is_array() => "Unigram",
+        None => panic!("{name}: an untagged model of no known kind"),
+    };
+    assert!(
+        described.ends_with(model),
+        "{name}: {described:?} names no {model}"
+    );
+    for debug in ["{", "}", "Some(", "(\"", "Sequence(", "fold:"] {
+        assert!(
+            !described.contains(debug),
+            "{name}: {described:?} has {debug:?}"
+        );
     }
 }
 

@@ -79,6 +79,25 @@ impl std::fmt::Debug for BertNormalizer {
     }
 }
 
+/// In words: the steps this file turns on.
+impl std::fmt::Display for BertNormalizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let steps: Vec<&str> = [
+            (self.clean_text, "cleaned"),
+            (self.handle_chinese_chars, "CJK characters spaced out"),
+            (self.strip_accents, "accents stripped"),
+            (self.lowercase, "lowercased"),
+        ]
+        .into_iter()
+        .filter_map(|(on, step)| on.then_some(step))
+        .collect();
+        match steps.as_slice() {
+            [] => write!(f, "BERT's (nothing turned on)"),
+            steps => write!(f, "BERT's ({})", steps.join(", ")),
+        }
+    }
+}
+
 impl BertNormalizer {
     /// Reads a `BertNormalizer` object. HF requires the three flags and
     /// takes a missing or null `strip_accents` as unset; a file it would

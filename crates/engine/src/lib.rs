@@ -347,27 +347,25 @@ impl FastTokenizer {
 
     /// The stages the engine runs, in words, for a run's summary.
     pub fn describe(&self) -> String {
-        let normalizer = match &self.normalizer {
-            Some(n) => format!("{n:?} normalizer, "),
-            None => String::new(),
-        };
-        let steps = |s: &Steps| format!("{} pre-tokenizer steps", s.0.len());
+        let mut parts = Vec::new();
+        if let Some(n) = &self.normalizer {
+            parts.push(format!("normalizer: {n}"));
+        }
         let (pre, model) = match &self.model {
             Engine::ByteLevel { pre, .. } => {
                 let pre = match pre {
-                    PreTokenizer::Scan(p, false) => format!("{p:?} split pattern"),
-                    PreTokenizer::Scan(p, true) => {
-                        format!("{p:?} split pattern with a prefix space")
-                    }
-                    PreTokenizer::Steps(s) => steps(s),
+                    PreTokenizer::Scan(p, false) => p.to_string(),
+                    PreTokenizer::Scan(p, true) => format!("{p} with a prefix space"),
+                    PreTokenizer::Steps(s) => s.to_string(),
                 };
                 (pre, "byte-level BPE")
             }
-            Engine::SentencePiece(s, _) => (steps(s), "SentencePiece BPE"),
-            Engine::Unigram(s, _) => (steps(s), "Unigram"),
-            Engine::WordPiece(s, _) => (steps(s), "WordPiece"),
+            Engine::SentencePiece(s, _) => (s.to_string(), "SentencePiece BPE"),
+            Engine::Unigram(s, _) => (s.to_string(), "Unigram"),
+            Engine::WordPiece(s, _) => (s.to_string(), "WordPiece"),
         };
-        format!("{normalizer}{pre}, {model}")
+        parts.extend([pre, model.to_string()]);
+        parts.join("; ")
     }
 
     /// Appends the ids of `text` to `out`: exactly HF tokenizers'

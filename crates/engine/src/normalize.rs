@@ -215,6 +215,34 @@ impl Normalizer {
     }
 }
 
+/// In words, for a run's summary.
+impl std::fmt::Display for Normalizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Normalizer::Nfc => write!(f, "NFC"),
+            Normalizer::Nfd => write!(f, "NFD"),
+            Normalizer::Nfkc => write!(f, "NFKC"),
+            Normalizer::Nfkd => write!(f, "NFKD"),
+            Normalizer::Lowercase => write!(f, "lowercase"),
+            Normalizer::Replace(from, to) => write!(f, "{from:?} replaced by {to:?}"),
+            Normalizer::ReplaceRegex(_, to) => write!(f, "a pattern replaced by {to:?}"),
+            Normalizer::Prepend(p) => write!(f, "{p:?} prepended"),
+            Normalizer::Strip { left, right } => match (left, right) {
+                (true, false) => write!(f, "whitespace stripped on the left"),
+                (false, true) => write!(f, "whitespace stripped on the right"),
+                _ => write!(f, "whitespace stripped"),
+            },
+            Normalizer::StripAccents => write!(f, "accents stripped"),
+            Normalizer::Bert(b) => write!(f, "{b}"),
+            Normalizer::Sequence(all) => {
+                let all: Vec<String> = all.iter().map(Normalizer::to_string).collect();
+                write!(f, "{}", all.join(", then "))
+            }
+            Normalizer::Precompiled(_) => write!(f, "SentencePiece's compiled character map"),
+        }
+    }
+}
+
 /// `text` in one of the four Unicode forms: `quick` is the form's quick
 /// check, `run` appends a text in the form.
 ///

@@ -134,6 +134,31 @@ fn is_punc(c: char) -> bool {
     }
 }
 
+/// In words, for a run's summary: each step, in order.
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "no pre-tokenizer");
+        }
+        let step = |s: &Step| match s {
+            Step::Split { matcher, .. } => match matcher {
+                Matcher::Known(Known::Whole(p)) => p.to_string(),
+                Matcher::Known(Known::Digits3) => "DeepSeek V3's digit split".into(),
+                Matcher::Known(Known::Cjk) => "DeepSeek V3's CJK split".into(),
+                Matcher::Known(Known::DeepSeek) => "DeepSeek V3's split pattern".into(),
+                Matcher::Char(_) => "a split on a class of characters".into(),
+                Matcher::Regex(_) | Matcher::Dfa(_) => "a split on a pattern".into(),
+            },
+            Step::ByteLevel { regex: true, .. } => "byte-level with GPT-2's split pattern".into(),
+            Step::ByteLevel { regex: false, .. } => "byte-level".into(),
+            Step::Metaspace { replacement, .. } => format!("Metaspace ({replacement})"),
+            Step::Bert => "BERT's words".into(),
+        };
+        let steps: Vec<String> = self.0.iter().map(step).collect();
+        write!(f, "pre-tokenizer: {}", steps.join(", then "))
+    }
+}
+
 impl Steps {
     /// Reads a pre-tokenizer, or says which part the engine cannot run.
     pub(crate) fn from_json(p: &Value) -> Result<Steps, Unsupported> {

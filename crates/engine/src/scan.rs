@@ -44,6 +44,26 @@ pub enum Pattern {
     DeepSeek,
 }
 
+/// In words, for a run's summary: the family, and how this variant
+/// differs from the family's usual one.
+impl std::fmt::Display for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = |f: &mut std::fmt::Formatter<'_>, family: &str, n: u8| match n {
+            3 => write!(f, "{family}'s split pattern"),
+            n => write!(f, "{family}'s split pattern with runs of up to {n} numbers"),
+        };
+        match *self {
+            Pattern::Gpt2 { fold: false } => write!(f, "GPT-2's split pattern"),
+            Pattern::Gpt2 { fold: true } => {
+                write!(f, "GPT-2's split pattern with contractions in any case")
+            }
+            Pattern::Cl100k { numbers } => bound(f, "cl100k", numbers),
+            Pattern::O200k { numbers } => bound(f, "o200k", numbers),
+            Pattern::DeepSeek => write!(f, "DeepSeek V3's split patterns"),
+        }
+    }
+}
+
 /// The bounds on a run of numbers the scanners are recognised with.
 pub(crate) const NUMBER_BOUNDS: std::ops::RangeInclusive<u8> = 1..=9;
 
