@@ -515,7 +515,7 @@ fn merged_manifest(
     let mut manifest = base.derived(
         shards,
         crate::format::Provenance {
-            created: crate::util::now_rfc3339(),
+            created: crate::util::created_time(),
             options,
             documents,
             fingerprint: job,

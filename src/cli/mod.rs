@@ -115,6 +115,12 @@ where
             return code;
         }
     };
+    // Checked before any work, so that a run meant to be reproducible
+    // does not write a manifest with the clock's time instead.
+    if let Err(why) = prep::util::source_date_epoch() {
+        eprintln!("prep: error: {why}");
+        return EXIT_ERROR;
+    }
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Shuffle(args) => shuffle::run(args),

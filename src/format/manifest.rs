@@ -332,7 +332,7 @@ impl Provenance {
         Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
-            created: crate::util::now_rfc3339(),
+            created: crate::util::created_time(),
             inputs,
             options,
             documents,

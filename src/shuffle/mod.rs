@@ -534,7 +534,7 @@ fn provenance(
 ) -> Provenance {
     match recorded {
         Some(p) => Provenance {
-            created: crate::util::now_rfc3339(),
+            created: crate::util::created_time(),
             ..p.clone()
         },
         None => Provenance::new(
