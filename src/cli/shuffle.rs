@@ -115,7 +115,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     config.threads = args.threads;
     let bar = super::progress::Bar::new(args.write.quiet);
     let r = shuffle::run(&config, &bar)?;
-    if !args.write.quiet {
+    if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let how = if r.buckets == 0 {
             "in memory".to_owned()

@@ -202,6 +202,8 @@ pub struct ShuffleReport {
     pub bytes: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// The output was already complete: nothing was done.
+    pub already_complete: bool,
 }
 
 /// The key of document `g` (see [`crate::permute::shuffle_key`], which
@@ -360,6 +362,7 @@ fn shuffle_into(
                 buckets: 0,
                 bytes: 0,
                 elapsed: started.elapsed(),
+                already_complete: true,
             });
         }
         Start::Resume(journal) => resume(&mut output, journal, &plan.fingerprint, &tmp, progress)?,
@@ -431,6 +434,7 @@ fn shuffle_into(
         buckets,
         bytes: plan.token_bytes,
         elapsed: started.elapsed(),
+        already_complete: false,
     })
 }
 
