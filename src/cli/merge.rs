@@ -57,11 +57,11 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let m = &r.manifest;
     if r.already_complete {
         eprintln!(
-            "{} is already this merge: {} records, {} tokens in {} shards. Nothing to do.",
+            "{} is already this merge: {} records, {} tokens in {}. Nothing to do.",
             config.output.display(),
             m.n_records,
             m.n_tokens,
-            m.shards.len()
+            super::count(m.shards.len() as u64, "shard")
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -78,12 +78,12 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     }
     let dedup = m.provenance.documents.deduplicated;
     eprintln!(
-        "Merged {} parts into {}: {} records, {} tokens in {} shards ({}){} in {:.2}s; wrote {} of shard data.{}",
-        r.parts,
+        "Merged {} into {}: {} records, {} tokens in {} ({}){} in {:.2}s; wrote {} of shard data.{}",
+        super::count(r.parts as u64, "part"),
         config.output.display(),
         m.n_records,
         m.n_tokens,
-        m.shards.len(),
+        super::count(m.shards.len() as u64, "shard"),
         if how.is_empty() { "none".to_owned() } else { how.join(", ") },
         if dedup > 0 { format!("; {dedup} duplicate documents dropped in all") } else { String::new() },
         r.elapsed.as_secs_f64(),

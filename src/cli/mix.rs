@@ -92,16 +92,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let m = &r.manifest;
         eprintln!(
-            "Mixed {} documents ({} tokens, {}) from {} sources with seed {} in {:.1}s: {:.0} MB/s. Wrote {} in {} shards.",
+            "Mixed {} documents ({} tokens, {}) from {} with seed {} in {:.1}s: {:.0} MB/s. Wrote {} in {}.",
             m.n_records,
             m.n_tokens,
             format_bytes(r.bytes),
-            r.sources.len(),
+            super::count(r.sources.len() as u64, "source"),
             config.seed,
             secs,
             r.bytes as f64 / 1e6 / secs,
             config.output.display(),
-            m.shards.len(),
+            super::count(m.shards.len() as u64, "shard"),
         );
         for s in &r.sources {
             eprintln!(

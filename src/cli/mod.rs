@@ -178,6 +178,14 @@ fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
 }
 
+/// `n` with its noun, singular for one: "1 shard", "10 shards".
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

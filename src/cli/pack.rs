@@ -130,7 +130,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "Packed{part} {} documents into {} rows of {} tokens ({}, {order}) in {:.1}s: {:.1}M tokens/s.\n\
              Padding: {} tokens ({:.2}%). Documents cut: {} ({:.2}%). Pieces: {}. Tokens dropped: {}.\n\
-             Wrote {} in {} shards ({}).{}",
+             Wrote {} in {} ({}).{}",
             p.documents,
             p.rows,
             config.seq_len,
@@ -144,7 +144,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             p.pieces,
             p.tokens_dropped,
             config.output.display(),
-            m.shards.len(),
+            super::count(m.shards.len() as u64, "shard"),
             format_bytes(m.shards.iter().map(|s| s.bin_bytes).sum()),
             prep::util::peak_rss_bytes()
                 .map_or(String::new(), |b| format!(" Peak memory {}.", format_bytes(b))),

@@ -123,16 +123,16 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             format!("out of core through {} buckets", r.buckets)
         };
         eprintln!(
-            "Shuffled {} documents ({} tokens, {}) from {} inputs with seed {} {how} in {:.1}s: {:.0} MB/s. Wrote {} in {} shards.{}",
+            "Shuffled {} documents ({} tokens, {}) from {} with seed {} {how} in {:.1}s: {:.0} MB/s. Wrote {} in {}.{}",
             r.manifest.n_records,
             r.manifest.n_tokens,
             format_bytes(r.bytes),
-            r.manifest.provenance.inputs.len(),
+            super::count(r.manifest.provenance.inputs.len() as u64, "input"),
             config.seed,
             secs,
             r.bytes as f64 / 1e6 / secs,
             config.output.display(),
-            r.manifest.shards.len(),
+            super::count(r.manifest.shards.len() as u64, "shard"),
             peak(),
         );
     }
@@ -188,16 +188,16 @@ fn gather(mut args: Args) -> anyhow::Result<ExitCode> {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         let m = &r.manifest;
         eprintln!(
-            "Gathered bucket {bucket} of {} ({} documents, {} tokens, {}) from {} scatter parts in {:.1}s: {:.0} MB/s. Wrote {} in {} shards.{}",
+            "Gathered bucket {bucket} of {} ({} documents, {} tokens, {}) from {} in {:.1}s: {:.0} MB/s. Wrote {} in {}.{}",
             m.partition.as_ref().map_or(0, |p| p.parts),
             m.n_records,
             m.n_tokens,
             format_bytes(r.bytes),
-            r.parts,
+            super::count(r.parts as u64, "scatter part"),
             secs,
             r.bytes as f64 / 1e6 / secs,
             config.output.display(),
-            m.shards.len(),
+            super::count(m.shards.len() as u64, "shard"),
             peak(),
         );
     }

@@ -82,12 +82,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         for s in &r.sides {
             let m = &s.manifest;
             eprintln!(
-                "  {}: {} documents ({:.2}%), {} tokens, {} shards",
+                "  {}: {} documents ({:.2}%), {} tokens, {}",
                 config.output.join(s.side.name()).display(),
                 m.n_records,
                 100.0 * m.n_records as f64 / r.documents.max(1) as f64,
                 m.n_tokens,
-                m.shards.len()
+                super::count(m.shards.len() as u64, "shard")
             );
         }
     }

@@ -258,21 +258,21 @@ fn summary(config: &TokenizeConfig, shuffle_seed: Option<u64>, r: &TokenizeRepor
     let docs = &m.provenance.documents;
     if r.already_complete {
         return format!(
-            "{} is already complete: {} records, {} tokens in {} shards. Nothing to do.",
+            "{} is already complete: {} records, {} tokens in {}. Nothing to do.",
             config.output.display(),
             m.n_records,
             m.n_tokens,
-            m.shards.len()
+            super::count(m.shards.len() as u64, "shard")
         );
     }
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let mut s = format!(
-        "Tokenized {} documents ({} of text) into {} tokens in {:.1}s on {} threads: {:.2} MB/s, {:.0} tokens/s, {:.0} documents/s.",
+        "Tokenized {} documents ({} of text) into {} tokens in {:.1}s on {}: {:.2} MB/s, {:.0} tokens/s, {:.0} documents/s.",
         r.documents,
         format_bytes(r.text_bytes),
         r.tokens,
         secs,
-        r.threads,
+        super::count(r.threads as u64, "thread"),
         r.text_bytes as f64 / 1e6 / secs,
         r.tokens as f64 / secs,
         r.documents as f64 / secs,
@@ -283,18 +283,18 @@ fn summary(config: &TokenizeConfig, shuffle_seed: Option<u64>, r: &TokenizeRepor
     }
     if r.resumed_shards > 0 {
         s += &format!(
-            " Resumed after {} complete shards of an interrupted run.",
-            r.resumed_shards
+            " Resumed after {} of an interrupted run.",
+            super::count(r.resumed_shards as u64, "complete shard")
         );
     }
     s += &format!(
-        " Wrote {}: {} records, {} tokens, {}, vocab {}, in {} shards ({}); {}.",
+        " Wrote {}: {} records, {} tokens, {}, vocab {}, in {} ({}); {}.",
         config.output.display(),
         m.n_records,
         m.n_tokens,
         m.dtype,
         m.vocab_size,
-        m.shards.len(),
+        super::count(m.shards.len() as u64, "shard"),
         format_bytes(m.shards.iter().map(|s| s.bin_bytes + s.idx_bytes).sum()),
         r.eos_note,
     );

@@ -90,7 +90,11 @@ fn human(r: &Report) -> String {
     if r.valid {
         s += &format!("{}: valid\n", r.dataset);
     } else {
-        s += &format!("{}: INVALID, {} problems\n", r.dataset, r.total_problems());
+        s += &format!(
+            "{}: INVALID, {}\n",
+            r.dataset,
+            super::count(r.total_problems(), "problem")
+        );
         for p in &r.problems {
             let mut at = Vec::new();
             if let Some(shard) = p.shard {
@@ -122,8 +126,8 @@ fn human(r: &Report) -> String {
         }
     }
     s += &format!(
-        "Checked {} shards, {} records, {} tokens, {} ({}) in {:.2}s: {:.0} MB/s.\n",
-        c.shards,
+        "Checked {}, {} records, {} tokens, {} ({}) in {:.2}s: {:.0} MB/s.\n",
+        super::count(c.shards, "shard"),
         c.records,
         c.tokens,
         format_bytes(c.bytes),

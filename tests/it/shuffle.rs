@@ -191,7 +191,10 @@ fn the_command_line_shuffles_and_refuses_a_full_directory() {
         .arg(&out));
     let said = String::from_utf8_lossy(&again.stderr);
     assert!(said.contains("already complete"), "{said}");
-    assert!(!said.contains("Shuffled"), "a run that did nothing reports work: {said}");
+    assert!(
+        !said.contains("Shuffled"),
+        "a run that did nothing reports work: {said}"
+    );
     // Another seed: refused without --overwrite.
     let err = fails(
         t.prep()

@@ -342,7 +342,7 @@ fn the_human_report_names_file_and_position() {
     let out = run(t.prep().arg("validate").arg(case("token_out_of_range")));
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("INVALID, 1 problems"), "{text}");
+    assert!(text.contains("INVALID, 1 problem"), "{text}");
     assert!(
         text.contains("token_out_of_range: shard 2, shard-00002.bin, record 0, token 10: token id 47 is not below vocab_size 42"),
         "{text}"
