@@ -62,16 +62,7 @@ const SCAN_MAX: usize = 48;
 pub struct BpeState {
     cache: PieceCache,
     syms: Vec<(u32, Merge)>,
-    nodes: Vec<Node>,
-    heap: BinaryHeap<Reverse<(u32, u32)>>,
-}
-
-#[derive(Clone, Copy)]
-struct Node {
-    id: u32,
-    prev: u32,
-    next: u32,
-    alive: bool,
+    heap: HeapMerge,
 }
 
 const NONE: u32 = u32::MAX;
@@ -151,27 +142,55 @@ impl Bpe {
 
     /// Heap merging over a linked list, as HF does it.
     fn merge_heap(&self, piece: &[u8], state: &mut BpeState, out: &mut Vec<u32>) {
-        let nodes = &mut state.nodes;
-        let heap = &mut state.heap;
+        state
+            .heap
+            .merge(self.ids(piece), |left, right| self.merge(left, right), out);
+    }
+}
+
+/// The buffers of [`HeapMerge::merge`], kept by each worker.
+#[derive(Default)]
+pub(crate) struct HeapMerge {
+    nodes: Vec<Node>,
+    heap: BinaryHeap<Reverse<(u32, u32)>>,
+}
+
+/// A symbol in [`HeapMerge`]'s linked list.
+#[derive(Clone, Copy)]
+struct Node {
+    id: u32,
+    prev: u32,
+    next: u32,
+    alive: bool,
+}
+
+impl HeapMerge {
+    /// Merges `ids` by `merge`'s ranks as HF does, with a heap of (rank,
+    /// position) over a linked list, the entries made stale by earlier
+    /// merges skipped: lowest rank, leftmost first, as [`merge_scan`] does,
+    /// but not quadratic in a long piece. Pushes the ids left to `out`.
+    /// Byte-level and SentencePiece-style BPE both merge this way.
+    pub(crate) fn merge(
+        &mut self,
+        ids: impl Iterator<Item = u32>,
+        merge: impl Fn(u32, u32) -> Option<Merge>,
+        out: &mut Vec<u32>,
+    ) {
+        let HeapMerge { nodes, heap } = self;
         nodes.clear();
         heap.clear();
-        let ids = self.ids(piece);
-        let n = ids.clone().count() as u32;
-        if n == 0 {
-            return;
-        }
         nodes.extend(ids.enumerate().map(|(i, id)| Node {
             id,
             prev: if i == 0 { NONE } else { i as u32 - 1 },
-            next: if i as u32 + 1 == n {
-                NONE
-            } else {
-                i as u32 + 1
-            },
+            next: i as u32 + 1,
             alive: true,
         }));
+        let Some(last) = nodes.last_mut() else {
+            return;
+        };
+        last.next = NONE;
         for i in 0..nodes.len() - 1 {
-            if let Some(m) = self.merge(nodes[i].id, nodes[i + 1].id) {
+            if let Some(m) = merge(nodes[i].id, nodes[i + 1].id) {
                 heap.push(Reverse((m.rank, i as u32)));
             }
         }
@@ -182,7 +201,7 @@ impl Bpe {
             }
             let right = nodes[left.next as usize];
             // A stale entry: the pair at `pos` changed since it was pushed.
-            let Some(m) = self.merge(left.id, right.id).filter(|m| m.rank == rank) else {
+            let Some(m) = merge(left.id, right.id).filter(|m| m.rank == rank) else {
                 continue;
             };
             nodes[pos as usize].id = m.id;
@@ -190,12 +209,12 @@ impl Bpe {
             nodes[left.next as usize].alive = false;
             if right.next != NONE {
                 nodes[right.next as usize].prev = pos;
-                if let Some(m) = self.merge(m.id, nodes[right.next as usize].id) {
+                if let Some(m) = merge(m.id, nodes[right.next as usize].id) {
                     heap.push(Reverse((m.rank, pos)));
                 }
             }
             if left.prev != NONE {
-                if let Some(m) = self.merge(nodes[left.prev as usize].id, m.id) {
+                if let Some(m) = merge(nodes[left.prev as usize].id, m.id) {
                     heap.push(Reverse((m.rank, left.prev)));
                 }
             }

@@ -48,8 +48,7 @@
 //! [`PieceCache`] (at most about 9 MiB a worker), plus the merge buffers, which
 //! grow to the longest piece merged.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use foldhash::fast::FixedState;
 use serde_json::Value;
@@ -122,16 +121,7 @@ pub(crate) struct State {
     cache: PieceCache,
     ids: Vec<u32>,
     syms: Vec<(u32, Merge)>,
-    nodes: Vec<Node>,
-    heap: BinaryHeap<Reverse<(u32, u32)>>,
-}
-
-#[derive(Clone, Copy)]
-struct Node {
-    id: u32,
-    prev: u32,
-    next: u32,
-    alive: bool,
+    heap: bpe::HeapMerge,
 }
 
 #[inline(always)]
@@ -456,59 +446,13 @@ impl Model {
         bpe::merge_scan(syms, |left, right| self.merge(left, right));
     }
 
-    /// Heap merging over a linked list, as HF does it: (rank, position)
-    /// pairs, the stale ones skipped.
+    /// Heap merging over a linked list, as HF does it.
     fn merge_heap(&self, state: &mut State, out: &mut Vec<u32>) {
-        let State {
-            ids, nodes, heap, ..
-        } = state;
-        nodes.clear();
-        heap.clear();
-        let n = ids.len() as u32;
-        nodes.extend(ids.iter().enumerate().map(|(i, &id)| Node {
-            id,
-            prev: if i == 0 { NONE } else { i as u32 - 1 },
-            next: if i as u32 + 1 == n {
-                NONE
-            } else {
-                i as u32 + 1
-            },
-            alive: true,
-        }));
-        for i in 0..nodes.len().saturating_sub(1) {
-            if let Some(m) = self.merge(nodes[i].id, nodes[i + 1].id) {
-                heap.push(Reverse((m.rank, i as u32)));
-            }
-        }
-        while let Some(Reverse((rank, pos))) = heap.pop() {
-            let left = nodes[pos as usize];
-            if !left.alive || left.next == NONE {
-                continue;
-            }
-            let right = nodes[left.next as usize];
-            // A stale entry: the pair at `pos` changed since it was pushed.
-            let Some(m) = self.merge(left.id, right.id).filter(|m| m.rank == rank) else {
-                continue;
-            };
-            nodes[pos as usize].id = m.id;
-            nodes[pos as usize].next = right.next;
-            nodes[left.next as usize].alive = false;
-            if right.next != NONE {
-                nodes[right.next as usize].prev = pos;
-                if let Some(m) = self.merge(m.id, nodes[right.next as usize].id) {
-                    heap.push(Reverse((m.rank, pos)));
-                }
-            }
-            if left.prev != NONE {
-                if let Some(m) = self.merge(nodes[left.prev as usize].id, m.id) {
-                    heap.push(Reverse((m.rank, left.prev)));
-                }
-            }
-        }
-        let mut i = if nodes.is_empty() { NONE } else { 0 };
-        while i != NONE {
-            out.push(nodes[i as usize].id);
-            i = nodes[i as usize].next;
-        }
+        let State { ids, heap, .. } = state;
+        heap.merge(
+            ids.iter().copied(),
+            |left, right| self.merge(left, right),
+            out,
+        );
     }
 }
