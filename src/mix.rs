@@ -142,6 +142,9 @@ pub enum MixError {
     /// Two inputs that cannot be taken together.
     #[error(transparent)]
     Incompatible(#[from] Box<crate::run::Incompatible>),
+    /// A source that is not a documents dataset.
+    #[error(transparent)]
+    NotDocuments(#[from] Box<crate::run::NotDocuments>),
     /// A source too small for its share within `--max-epochs` passes.
     #[error(
         "source {}: its share is {need} tokens but it holds {has}; that takes {epochs} epochs and --max-epochs is {max} \
@@ -434,6 +437,9 @@ fn open_sources(config: &MixConfig, local: &[Local]) -> Result<Vec<Dataset>, Mix
     let first = &config.sources[0].dir;
     let base = datasets[0].manifest();
     for (ds, s) in datasets.iter().zip(&config.sources) {
+        crate::run::documents_only("mix", &s.dir, ds.manifest(), "mix before pack")?;
+    }
+    for (ds, s) in datasets.iter().zip(&config.sources).skip(1) {
         crate::run::same_documents("mix", first, base, &s.dir, ds.manifest())?;
     }
     Ok(datasets)

@@ -66,8 +66,44 @@ pub struct Incompatible {
     pub b: String,
 }
 
+/// An input a stage reads as documents that holds something else: a
+/// packed dataset's rows are not documents, and a shuffle or a mix of them
+/// would write a dataset of their kind without the segment index it needs.
+#[derive(Debug, thiserror::Error)]
+#[error("{} is a {kind} dataset; {verb} takes documents datasets ({hint})", input.display())]
+pub struct NotDocuments {
+    /// The stage: "shuffle", "mix", "split", "pack".
+    pub verb: &'static str,
+    /// The input.
+    pub input: PathBuf,
+    /// Its kind.
+    pub kind: String,
+    /// Where in the pipeline the stage belongs.
+    pub hint: &'static str,
+}
+
+/// Refuses an input that is not a documents dataset, for a stage that
+/// reads documents: every stage between tokenize and pack.
+pub fn documents_only(
+    verb: &'static str,
+    input: &Path,
+    manifest: &Manifest,
+    hint: &'static str,
+) -> Result<(), Box<NotDocuments>> {
+    if manifest.kind == "documents" {
+        return Ok(());
+    }
+    Err(Box::new(NotDocuments {
+        verb,
+        input: input.into(),
+        kind: manifest.kind.clone(),
+        hint,
+    }))
+}
+
 /// Documents datasets taken together (by `prep shuffle` or `prep mix`)
-/// must read the same way ([`Manifest::documents_difference`]).
+/// must each be documents ([`documents_only`]) and read the same way
+/// ([`Manifest::reading_difference`]).
 pub fn same_documents(
     verb: &'static str,
     first: &Path,
@@ -75,7 +111,7 @@ pub fn same_documents(
     other: &Path,
     b: &Manifest,
 ) -> Result<(), Box<Incompatible>> {
-    match a.documents_difference(b) {
+    match a.reading_difference(b) {
         None => Ok(()),
         Some((what, x, y)) => Err(Box::new(Incompatible {
             verb,

@@ -150,13 +150,8 @@ pub enum SplitError {
         test: f64,
     },
     /// The input is not a documents dataset.
-    #[error("{}: is a {kind} dataset; split takes documents datasets (split before pack)", input.display())]
-    NotDocuments {
-        /// The input.
-        input: PathBuf,
-        /// Its kind.
-        kind: String,
-    },
+    #[error(transparent)]
+    NotDocuments(#[from] Box<crate::run::NotDocuments>),
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
@@ -212,12 +207,7 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     let local = crate::fetch::Local::of(&config.input)?;
     let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
-    if base.kind != "documents" {
-        return Err(SplitError::NotDocuments {
-            input: config.input.clone(),
-            kind: base.kind,
-        });
-    }
+    crate::run::documents_only("split", &config.input, &base, "split before pack")?;
     let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
     let options = json!({
         "seed": config.seed,

@@ -655,21 +655,6 @@ impl Manifest {
         problems
     }
 
-    /// Why `other` cannot be read together with this dataset as one
-    /// stream of documents (shuffled or mixed with it), as
-    /// [`Manifest::reading_difference`] says it: first that both are
-    /// documents datasets, then that they read the same way.
-    pub fn documents_difference(&self, other: &Manifest) -> Option<(&'static str, String, String)> {
-        if self.kind != "documents" || other.kind != "documents" {
-            return Some((
-                "kinds (only documents datasets are read as documents)",
-                self.kind.clone(),
-                other.kind.clone(),
-            ));
-        }
-        self.reading_difference(other)
-    }
-
     /// The first way `other` reads differently from this dataset, as (what,
     /// this value, the other's): tokenizer, dtype, vocabulary, kind, special
     /// tokens and their placement, row length and packing, loss masks or

@@ -166,6 +166,9 @@ pub enum PackError {
     /// The options do not fit together or do not fit the input.
     #[error("{0}")]
     Usage(String),
+    /// The input is not a documents dataset.
+    #[error(transparent)]
+    NotDocuments(#[from] Box<crate::run::NotDocuments>),
     /// A `--pad` or `--sep` value that names no token.
     #[error("--{flag} {value:?}: {why}")]
     Token {
@@ -237,13 +240,12 @@ fn plan(
     shown_as: &std::path::Path,
 ) -> Result<Plan, PackError> {
     let base = input.manifest();
-    if base.kind != "documents" {
-        return Err(PackError::Usage(format!(
-            "{} is a {} dataset; pack takes a documents dataset (from prep tokenize or prep shuffle)",
-            config.input.display(),
-            base.kind
-        )));
-    }
+    crate::run::documents_only(
+        "pack",
+        &config.input,
+        base,
+        "from prep tokenize, shuffle, mix or split",
+    )?;
     let specials = specials(config, base)?;
     // Before anything is written: rows that are not full need a pad token.
     let stream_tokens = input.n_tokens() + input.len() * u64::from(specials.sep.is_some());

@@ -106,6 +106,9 @@ pub enum ShuffleError {
     /// Two inputs that cannot be taken together.
     #[error(transparent)]
     Incompatible(#[from] Box<crate::run::Incompatible>),
+    /// An input that is not a documents dataset.
+    #[error(transparent)]
+    NotDocuments(#[from] Box<crate::run::NotDocuments>),
     /// The output overlaps an input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
@@ -564,6 +567,9 @@ struct Inputs {
 
 /// Opens the inputs, checks that they can be shuffled together, and
 /// describes each for the provenance.
+/// Where shuffle belongs in a pipeline, for an input that is packed.
+const SHUFFLE_BEFORE_PACK: &str = "shuffle before pack; pack's --seed orders the rows it writes";
+
 fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
     let first = paths.first().ok_or(ShuffleError::NoInput)?;
     let local = paths
@@ -575,6 +581,9 @@ fn open_inputs(paths: &[PathBuf]) -> Result<Inputs, ShuffleError> {
         .map(|l| Dataset::open(l.dir()))
         .collect::<Result<Vec<_>, _>>()?;
     let base = datasets[0].manifest().clone();
+    for (ds, path) in datasets.iter().zip(paths) {
+        crate::run::documents_only("shuffle", path, ds.manifest(), SHUFFLE_BEFORE_PACK)?;
+    }
     for (ds, path) in datasets.iter().zip(paths).skip(1) {
         crate::run::same_documents("shuffle", first, &base, path, ds.manifest())?;
     }

@@ -422,22 +422,70 @@ fn bad_options_are_refused_with_exit_2_and_no_output() {
     );
     assert!(!mixed.join("shard-00007.seg").exists());
     assert!(run(t.prep().arg("validate").arg(&mixed)).status.success());
-    // A packed dataset is not packed again.
+    // A packed dataset is not packed again, nor read as documents by any
+    // stage that reads documents: shuffled or mixed, its rows would make a
+    // packed dataset without its segment index. Each names itself and the
+    // input, and writes nothing.
     let packed = t.path("packed");
     ok(t.prep()
         .arg("pack")
         .arg(&input)
         .arg(&packed)
         .args(["--seq-len", "4", "-q"]));
-    let err = fails(
-        t.prep()
-            .arg("pack")
-            .arg(&packed)
-            .arg(t.path("again"))
-            .args(["--seq-len", "4"]),
-        2,
-    );
-    assert!(err.contains("documents dataset"), "{err}");
+    let mix_source = format!("{}:1", packed.display());
+    let again = t.path("again");
+    let stages: [(&str, Vec<&std::ffi::OsStr>); 4] = [
+        (
+            "pack",
+            vec![
+                packed.as_ref(),
+                again.as_ref(),
+                "--seq-len".as_ref(),
+                "4".as_ref(),
+            ],
+        ),
+        (
+            "shuffle",
+            vec![
+                packed.as_ref(),
+                again.as_ref(),
+                "--seed".as_ref(),
+                "1".as_ref(),
+            ],
+        ),
+        (
+            "split",
+            vec![
+                packed.as_ref(),
+                again.as_ref(),
+                "--val".as_ref(),
+                "0.1".as_ref(),
+                "--seed".as_ref(),
+                "1".as_ref(),
+            ],
+        ),
+        (
+            "mix",
+            vec![
+                "--source".as_ref(),
+                mix_source.as_ref(),
+                "--tokens".as_ref(),
+                "8".as_ref(),
+                "--seed".as_ref(),
+                "1".as_ref(),
+                again.as_ref(),
+            ],
+        ),
+    ];
+    for (stage, args) in stages {
+        let err = fails(t.prep().arg(stage).args(args), 2);
+        let said = format!(
+            "{} is a packed dataset; {stage} takes documents datasets",
+            packed.display()
+        );
+        assert!(err.contains(&said), "{stage}: {err}");
+        assert!(!again.exists(), "{stage} wrote {}", again.display());
+    }
     // Re-running is a no-op; other options on the same output are refused.
     ok(t.prep()
         .arg("pack")
