@@ -33,7 +33,8 @@ pub(crate) struct Args {
 
     /// Input files, directories (searched recursively) or globs: several
     /// after one --input (a glob the shell expanded), or --input repeated.
-    /// Documents are read in the sorted order of the paths.
+    /// Documents are read in the sorted order of the paths. A .json file
+    /// is JSON Lines or one JSON array of documents.
     #[arg(long = "input", short = 'i', value_name = "PATH", required = true, num_args = 1..)]
     inputs: Vec<String>,
 

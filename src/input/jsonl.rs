@@ -46,6 +46,18 @@ pub(crate) struct JsonlSource {
     /// The offset of the first line read when it is not the file's first:
     /// line numbers then count from it until an error needs them whole.
     first_line_at: Option<u64>,
+    /// Where the reading stands in a file that is one JSON array of
+    /// documents; `None` for JSON Lines.
+    array: Option<ArrayState>,
+}
+
+/// Reading one JSON array of documents ([`JsonlSource::open`]).
+#[derive(Debug, Default)]
+struct ArrayState {
+    /// Elements handed out so far.
+    elements: u64,
+    /// The closing `]` has been read (and nothing but whitespace after it).
+    ended: bool,
 }
 
 impl JsonlSource {
@@ -54,6 +66,14 @@ impl JsonlSource {
     ///
     /// With `range` (plain files only), only the lines that start at a byte
     /// offset in it are read (see [`super::share`]).
+    ///
+    /// A `.json` file (plain or compressed) whose first byte after a
+    /// byte-order mark and whitespace is `[` is one JSON array whose
+    /// elements are the documents, as Hugging Face `datasets`' json loader
+    /// and the instruction-tuning files it reads (Alpaca, LLaMA-Factory)
+    /// have it; it is read element by element, never whole. Any other file
+    /// is JSON Lines, so a `.jsonl` line may still be a bare array of chat
+    /// messages. [`super::share`] never slices an array file.
     pub(crate) fn open(
         path: &Path,
         compression: Compression,
@@ -101,21 +121,101 @@ impl JsonlSource {
                 Box::new(zstd::stream::read::Decoder::new(counted).map_err(open_error)?)
             }
         };
-        Ok(JsonlSource {
+        JsonlSource::over(path, decoded, pos, range.map(|r| r.end))
+    }
+
+    /// A source reading `decoded`, the file's text from byte `pos` on (up
+    /// to the lines that start before `end`, for a slice).
+    fn over(
+        path: &Path,
+        decoded: Box<dyn Read + Send>,
+        pos: u64,
+        end: Option<u64>,
+    ) -> Result<JsonlSource, InputError> {
+        let may_be_array = end.is_none() && pos == 0 && is_json_name(path);
+        let (decoded, pos) = if may_be_array {
+            let (decoded, bom) = skip_bom(decoded).map_err(|cause| InputError::Read {
+                path: path.to_owned(),
+                line: 1,
+                cause,
+            })?;
+            (decoded, bom)
+        } else {
+            (decoded, pos)
+        };
+        let mut source = JsonlSource {
             path: path.to_owned(),
             reader: BufReader::with_capacity(BUF_SIZE, decoded),
             line: 0,
             scratch: Vec::new(),
             pos,
-            end: range.as_ref().map(|r| r.end),
-            first_line_at: (pos > 0).then_some(pos),
-        })
+            end,
+            first_line_at: (pos > 0 && !may_be_array).then_some(pos),
+            array: None,
+        };
+        if may_be_array {
+            source.start_array().map_err(|e| source.read_error(e))?;
+        }
+        Ok(source)
+    }
+
+    /// Reads past whitespace and, where a `[` follows, past it too, into
+    /// array reading. Whatever is read is counted in the line numbers and
+    /// offsets as JSON Lines reading would count it.
+    fn start_array(&mut self) -> std::io::Result<()> {
+        if self.skip_whitespace()? == Some(b'[') {
+            self.reader.consume(1);
+            self.pos += 1;
+            self.array = Some(ArrayState::default());
+        }
+        Ok(())
+    }
+
+    /// Reads past JSON whitespace, counting lines, and returns the byte
+    /// after it without reading it; `None` at the end of the file.
+    fn skip_whitespace(&mut self) -> std::io::Result<Option<u8>> {
+        loop {
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let n = buf.iter().take_while(|&&b| is_json_whitespace(b)).count();
+            let lines = buf[..n].iter().filter(|&&b| b == b'\n').count();
+            let after = buf.get(n).copied();
+            self.reader.consume(n);
+            self.line += lines as u64;
+            self.pos += n as u64;
+            if after.is_some() {
+                return Ok(after);
+            }
+        }
+    }
+
+    /// An error at the line being read.
+    fn read_error(&self, cause: std::io::Error) -> InputError {
+        InputError::Read {
+            path: self.path.clone(),
+            line: self.line + 1,
+            cause,
+        }
+    }
+
+    /// A malformed array, at the line being read.
+    fn array_error(&self, what: String) -> InputError {
+        InputError::JsonArray {
+            path: self.path.clone(),
+            line: self.line + 1,
+            what,
+        }
     }
 
     /// The next non-blank line, without its `\n` or `\r\n`, or `None` at the
     /// end of the file. Lines holding only JSON whitespace are not documents:
     /// they are skipped, but still counted in the line numbers.
     pub(crate) fn next_doc(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
+        if self.array.is_some() {
+            return self.next_element();
+        }
         loop {
             if self.end.is_some_and(|end| self.pos >= end) {
                 return Ok(None);
@@ -168,6 +268,95 @@ impl JsonlSource {
         }
     }
 
+    /// The next element of an array file, or `None` after its `]`.
+    fn next_element(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
+        let state = self.array.as_ref().expect("reading an array");
+        if state.ended {
+            return Ok(None);
+        }
+        let elements = state.elements;
+        let unclosed = || "the file ends inside its JSON array (no closing `]`)".to_owned();
+        // Between elements: `,` before every element but the first, `]` at the end.
+        let mut next = self.skip_whitespace().map_err(|e| self.read_error(e))?;
+        match next {
+            Some(b']') => {
+                self.reader.consume(1);
+                self.pos += 1;
+                return self.end_array().map(|()| None);
+            }
+            Some(b',') if elements > 0 => {
+                self.reader.consume(1);
+                self.pos += 1;
+                next = self.skip_whitespace().map_err(|e| self.read_error(e))?;
+            }
+            Some(_) if elements == 0 => {}
+            Some(other) => {
+                return Err(self.array_error(format!(
+                    "expected `,` or `]` after element {} of the JSON array, found {}",
+                    elements - 1,
+                    shown(other)
+                )))
+            }
+            None => return Err(self.array_error(unclosed())),
+        }
+        match next {
+            None => return Err(self.array_error(unclosed())),
+            Some(b @ (b',' | b']')) => {
+                return Err(self.array_error(format!(
+                    "expected element {elements} of the JSON array, found {}",
+                    shown(b)
+                )))
+            }
+            Some(_) => {}
+        }
+        let line = self.line + 1;
+        self.scratch.clear();
+        if self.scratch.capacity() > KEEP_LINE_CAPACITY {
+            self.scratch = Vec::new();
+        }
+        let mut scan = ValueScan::default();
+        loop {
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(cause) => return Err(self.read_error(cause)),
+            };
+            if buf.is_empty() {
+                return Err(self.array_error(unclosed()));
+            }
+            let (end, lines) = scan.feed(buf, &mut self.scratch);
+            let used = end.unwrap_or(buf.len());
+            self.reader.consume(used);
+            self.line += lines;
+            self.pos += used as u64;
+            if end.is_some() {
+                break;
+            }
+        }
+        self.array.as_mut().expect("reading an array").elements += 1;
+        Ok(Some((
+            Location::Element {
+                line,
+                index: elements,
+            },
+            Payload::Json(self.scratch.to_vec()),
+        )))
+    }
+
+    /// After the array's `]`: only whitespace may follow.
+    fn end_array(&mut self) -> Result<(), InputError> {
+        let closed_on = self.line + 1;
+        if let Some(b) = self.skip_whitespace().map_err(|e| self.read_error(e))? {
+            return Err(self.array_error(format!(
+                "{} after the JSON array that closes on line {closed_on}: a .json file \
+                 holds one JSON array of documents, or one document a line \
+                 (name it .jsonl to read each line as a document)",
+                shown(b)
+            )));
+        }
+        self.array.as_mut().expect("reading an array").ended = true;
+        Ok(())
+    }
+
     /// Where line `line` (counted from the first line read) is.
     fn location(&self, line: u64) -> Location {
         match self.first_line_at {
@@ -192,6 +381,131 @@ fn skip_line(reader: &mut impl Read, at: u64) -> std::io::Result<u64> {
         if byte[0] == b'\n' {
             return Ok(at);
         }
+    }
+}
+
+/// `decoded` past a UTF-8 byte-order mark at its start, and the mark's
+/// length (0 without one); the bytes read to look are given back otherwise.
+fn skip_bom(mut decoded: Box<dyn Read + Send>) -> std::io::Result<(Box<dyn Read + Send>, u64)> {
+    let mut first = [0u8; 3];
+    let mut n = 0;
+    while n < first.len() {
+        match decoded.read(&mut first[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if first[..n] == *UTF8_BOM {
+        return Ok((decoded, UTF8_BOM.len() as u64));
+    }
+    let given_back = std::io::Cursor::new(first[..n].to_vec());
+    Ok((Box::new(given_back.chain(decoded)), 0))
+}
+
+/// Whether a file's name says JSON (`.json`, `.json.gz`, `.json.zst`, in
+/// any case) rather than JSON Lines: only such a file may be one array.
+fn is_json_name(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".gz")
+        .or_else(|| name.strip_suffix(".zst"))
+        .unwrap_or(&name);
+    stem.ends_with(".json")
+}
+
+/// Whether `path`, a plain file, is one JSON array of documents (see
+/// [`JsonlSource::open`]): it is then read whole by one part of a
+/// partitioned run, never from a line in its middle.
+pub(crate) fn is_array_file(path: &Path) -> Result<bool, InputError> {
+    if !is_json_name(path) {
+        return Ok(false);
+    }
+    let source = JsonlSource::open(path, Compression::None, None, Arc::default())?;
+    Ok(source.array.is_some())
+}
+
+/// A byte as an error message shows it: `\`x\``, or its value.
+fn shown(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("`{}`", b as char)
+    } else {
+        format!("byte 0x{b:02x}")
+    }
+}
+
+/// Finds where one JSON value ends in bytes that arrive in pieces, without
+/// parsing it: strings (with their escapes) and the depth of brackets are
+/// tracked, and the value is whatever lies up to the bracket or quote that
+/// closes it (a bare number or word ends at whitespace, `,` or `]`).
+/// Parsing it is left to [`extract_text`], as for a line.
+#[derive(Debug, Default)]
+struct ValueScan {
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ValueScan {
+    /// Appends to `out` the bytes of `bytes` that belong to the value,
+    /// with each line break outside its strings made a space, so that the
+    /// element reads as one line (JSON allows no raw line break inside a
+    /// string; one there stays, and is malformed as it was). Returns where
+    /// the value ended in `bytes` (`None`: it goes on) and the line breaks
+    /// passed.
+    fn feed(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> (Option<usize>, u64) {
+        let mut lines = 0;
+        let mut breaks = Vec::new();
+        let mut end = None;
+        for (i, &b) in bytes.iter().enumerate() {
+            if self.in_string {
+                if b == b'\n' {
+                    lines += 1;
+                }
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                    if self.depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' if self.depth > 0 => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                // A bare number or word at the top ends before these.
+                b'}' | b']' | b',' | b' ' | b'\t' | b'\r' | b'\n' if self.depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                b'\n' | b'\r' => {
+                    lines += u64::from(b == b'\n');
+                    breaks.push(out.len() + i);
+                }
+                _ => {}
+            }
+        }
+        out.extend_from_slice(&bytes[..end.unwrap_or(bytes.len())]);
+        for at in breaks {
+            out[at] = b' ';
+        }
+        (end, lines)
     }
 }
 
@@ -1154,5 +1468,186 @@ mod tests {
         assert!(err.to_string().contains("gone.jsonl: cannot open"), "{err}");
         let batch = reader.next_batch(100, 100).unwrap().unwrap();
         assert_eq!(batch[0].file, 1);
+    }
+
+    /// Hands out its bytes `step` at a time, so that every boundary
+    /// between the reader's buffers is met.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.bytes.len() - self.at);
+            buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    /// Every document of `bytes`, read as the file `name`, `step` bytes at
+    /// a time.
+    fn documents(
+        name: &str,
+        bytes: &[u8],
+        step: usize,
+    ) -> Result<Vec<(Location, Vec<u8>)>, InputError> {
+        let trickle = Trickle {
+            bytes: bytes.to_vec(),
+            at: 0,
+            step,
+        };
+        let mut source = JsonlSource::over(Path::new(name), Box::new(trickle), 0, None)?;
+        let mut out = Vec::new();
+        while let Some((loc, payload)) = source.next_doc()? {
+            let Payload::Json(bytes) = payload else {
+                panic!("not JSON: {payload:?}")
+            };
+            out.push((loc, bytes));
+        }
+        Ok(out)
+    }
+
+    /// Any JSON value, strings full of what a scan must not be fooled by.
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e9f64..1e9).prop_map(Value::from),
+            "[a-z\\[\\]{},:\"\\\\\n\r\t é😀]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z\\[\"{]{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// A `.json` file that is one array gives its elements, whatever
+        /// is in their strings, however it is laid out (compact, pretty,
+        /// CRLF, a byte-order mark) and however the reads fall; each
+        /// element is one line, and the line it starts on is counted.
+        #[test]
+        fn an_array_file_gives_its_elements(
+            elements in prop::collection::vec(json_value(), 0..6),
+            layout in 0..4usize,
+            step in 1..9usize,
+        ) {
+            let array = serde_json::Value::Array(elements.clone());
+            let text = match layout {
+                0 => serde_json::to_string(&array).unwrap(),
+                1 => serde_json::to_string_pretty(&array).unwrap(),
+                2 => serde_json::to_string_pretty(&array).unwrap().replace('\n', "\r\n"),
+                _ => format!("\u{feff}\n  {}\n\n", serde_json::to_string_pretty(&array).unwrap()),
+            };
+            for name in ["a.json", "a.JSON.gz"] {
+                let got = documents(name, text.as_bytes(), step).unwrap();
+                prop_assert_eq!(got.len(), elements.len());
+                let mut last_line = 0;
+                for ((loc, bytes), want) in got.iter().zip(&elements) {
+                    let parsed: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+                    prop_assert_eq!(&parsed, want);
+                    prop_assert!(!bytes.contains(&b'\n') && !bytes.contains(&b'\r'));
+                    let Location::Element { line, .. } = *loc else { panic!("{loc:?}") };
+                    prop_assert!(line >= last_line);
+                    last_line = line;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn array_elements_are_numbered_and_placed_on_their_lines() {
+        let text = "\u{feff}[\n  {\"text\": \"a\"},\n\n  {\"text\":\n    \"b\"}, 7\n]\n";
+        let got = documents("a.json", text.as_bytes(), 3).unwrap();
+        let locations: Vec<Location> = got.iter().map(|(loc, _)| *loc).collect();
+        assert_eq!(
+            locations,
+            [
+                Location::Element { line: 2, index: 0 },
+                Location::Element { line: 4, index: 1 },
+                Location::Element { line: 5, index: 2 },
+            ]
+        );
+        assert_eq!(got[1].1, b"{\"text\":     \"b\"}");
+        assert_eq!(
+            Location::Element { line: 4, index: 1 }.to_string(),
+            "line 4 (element 1 of its JSON array)"
+        );
+    }
+
+    #[test]
+    fn only_json_files_are_read_as_arrays() {
+        // A JSON Lines file whose lines are bare arrays (chat messages).
+        let lines = "[{\"role\": \"user\"}]\n[{\"role\": \"user\"}]\n";
+        for name in ["a.jsonl", "a.ndjson.zst"] {
+            let got = documents(name, lines.as_bytes(), 64).unwrap();
+            assert_eq!(got.len(), 2, "{name}");
+            assert_eq!(got[0].0, Location::Line(1));
+        }
+        // A .json file of JSON Lines objects is JSON Lines.
+        let got = documents("a.json", b"\n{\"text\": 1}\n{\"text\": 2}\n", 64).unwrap();
+        assert_eq!(
+            got.iter().map(|(loc, _)| *loc).collect::<Vec<_>>(),
+            [Location::Line(2), Location::Line(3)]
+        );
+    }
+
+    #[test]
+    fn a_malformed_array_names_the_line_and_what_is_wrong() {
+        for (text, line, what) in [
+            (
+                "[{}\n{}]",
+                2,
+                "expected `,` or `]` after element 0 of the JSON array, found `{`",
+            ),
+            (
+                "[{},\n]",
+                2,
+                "expected element 1 of the JSON array, found `]`",
+            ),
+            (
+                "[,{}]",
+                1,
+                "expected element 0 of the JSON array, found `,`",
+            ),
+            (
+                "[{},\n{\"a\": [1,",
+                2,
+                "the file ends inside its JSON array (no closing `]`)",
+            ),
+            (
+                "[\n",
+                2,
+                "the file ends inside its JSON array (no closing `]`)",
+            ),
+            (
+                "[{}]\n\n{}",
+                3,
+                "`{` after the JSON array that closes on line 1",
+            ),
+            (
+                "[\"a]\"",
+                1,
+                "the file ends inside its JSON array (no closing `]`)",
+            ),
+        ] {
+            let err = documents("bad.json", text.as_bytes(), 2).unwrap_err();
+            let InputError::JsonArray { line: at, .. } = err else {
+                panic!("{text:?}: {err:?}")
+            };
+            assert_eq!(at, line, "{text:?}: {err}");
+            assert!(err.to_string().contains(what), "{text:?}: {err}");
+            assert!(err.to_string().starts_with("bad.json: line "), "{err}");
+        }
+        // An empty array is no document.
+        assert!(documents("empty.json", b" [ ] \n", 1).unwrap().is_empty());
     }
 }

@@ -126,6 +126,17 @@ pub enum InputError {
         /// The underlying error.
         cause: std::io::Error,
     },
+    /// A `.json` file that is one JSON array is not a well-formed one (an
+    /// element without a `,` between, no closing `]`, more after it).
+    #[error("{}: line {line}: {what}", path.display())]
+    JsonArray {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line where reading stopped.
+        line: u64,
+        /// What is wrong.
+        what: String,
+    },
     /// Reading or decompressing a JSONL file failed part way (a truncated
     /// `.gz`, a corrupt `.zst`, a disk error).
     #[error("{}: reading failed at line {line}: {cause}", path.display())]
@@ -421,6 +432,14 @@ pub enum Location {
         /// 1-based line number counted from there.
         line: u64,
     },
+    /// Element `index` (0-based) of a file that is one JSON array,
+    /// starting on line `line` (1-based).
+    Element {
+        /// The line the element starts on.
+        line: u64,
+        /// Its place in the array.
+        index: u64,
+    },
     /// 0-based row in an Arrow IPC file.
     FileRow(u64),
     /// 0-based row group and 0-based row within it, in a Parquet file.
@@ -439,6 +458,9 @@ impl fmt::Display for Location {
             Location::Line(line) => write!(f, "line {line}"),
             Location::LineFrom { start, line } => {
                 write!(f, "line {line} counted from byte {start}")
+            }
+            Location::Element { line, index } => {
+                write!(f, "line {line} (element {index} of its JSON array)")
             }
             Location::FileRow(row) => write!(f, "row {row}"),
             Location::Row { row_group, row } => write!(f, "row group {row_group}, row {row}"),

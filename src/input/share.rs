@@ -73,10 +73,14 @@ pub fn share(files: &[InputFile], part: Part) -> Result<Vec<Share>, InputError> 
         // starts), or compressed and starting in them: read it all.
         let first_mine = owner(start) == part.index;
         // Arrow IPC is read whole too: its record batches are found only by
-        // reading the stream from its start.
-        let compressed = matches!(file.kind, InputKind::Jsonl(c) if c != Compression::None)
-            || file.kind == InputKind::Arrow;
-        if first_mine && (file.bytes == 0 || end <= mine.end || compressed) {
+        // reading the stream from its start; and so is a file that is one
+        // JSON array, whose elements are found from its `[` on.
+        let whole_only = matches!(file.kind, InputKind::Jsonl(c) if c != Compression::None)
+            || file.kind == InputKind::Arrow
+            || (file.kind == InputKind::Jsonl(Compression::None)
+                && (end > mine.start && start < mine.end || first_mine)
+                && super::jsonl::is_array_file(&file.path)?);
+        if first_mine && (file.bytes == 0 || end <= mine.end || whole_only) {
             out.push(whole(file));
             continue;
         }
@@ -84,6 +88,8 @@ pub fn share(files: &[InputFile], part: Part) -> Result<Vec<Share>, InputError> 
             continue;
         }
         match file.kind {
+            // An array starting in another part's bytes: that part reads it.
+            InputKind::Jsonl(Compression::None) if whole_only => {}
             InputKind::Jsonl(Compression::None) => {
                 let from = mine.start.max(start) - start;
                 let to = mine.end.min(end) - start;

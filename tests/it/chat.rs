@@ -876,3 +876,45 @@ fn weight_zero_turns_are_not_trained() {
         "{err}"
     );
 }
+
+/// The real instruction-tuning files that are one JSON array (Alpaca,
+/// ShareGPT with tool calls, preference pairs: LLaMA-Factory's `.json`
+/// files, in ../shared) are read as they are: the same tokens, masks and
+/// counts as the JSON Lines of the same rows.
+#[test]
+fn real_json_array_datasets_read_as_their_json_lines() {
+    let dir = root().join("../shared/corpora/chat/data");
+    if !dir.is_dir() {
+        eprintln!("skipped: {} is not here", dir.display());
+        return;
+    }
+    let t = TestDir::new();
+    let tok = gpt2_chatml(&t);
+    let template = t.write("template.jinja", CHATML);
+    let run = |input: &Path, out: &Path| {
+        let mut cmd = tokenize_with(&t, &tok, &[input], out);
+        cmd.args(["--chat", "--skip-bad"])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+        Manifest::read(out).unwrap()
+    };
+    let mut seen = 0;
+    for name in ["alpaca_en_demo", "glaive_toolcall_en_demo", "dpo_en_demo"] {
+        let array = dir.join(format!("{name}.json"));
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(&array).unwrap()).unwrap();
+        let lines: String = rows.iter().map(|r| format!("{r}\n")).collect();
+        let jsonl = t.write(&format!("{name}.jsonl"), lines);
+        let (a, b) = (
+            t.path(&format!("{name}-array")),
+            t.path(&format!("{name}-lines")),
+        );
+        let (ma, mb) = (run(&array, &a), run(&jsonl, &b));
+        assert_eq!(masked_records(&a), masked_records(&b), "{name}");
+        assert_eq!(ma.provenance.documents, mb.provenance.documents, "{name}");
+        assert_eq!(ma.provenance.documents.read, rows.len() as u64, "{name}");
+        seen += ma.n_records;
+    }
+    assert!(seen > 1000, "the three files give conversations: {seen}");
+}

@@ -119,6 +119,64 @@ fn jsonl_gz_zst_and_parquet_give_identical_records() {
     }
 }
 
+/// A `.json` file that is one JSON array of rows (as Alpaca's and
+/// LLaMA-Factory's files are, and as `datasets` reads them), pretty-printed
+/// or on one line, plain or compressed, gives the same records as the JSON
+/// Lines of the same rows; a partitioned run reads an array file whole in
+/// one part, and its parts merged are the one-machine dataset.
+#[test]
+fn a_json_array_file_gives_the_records_of_its_json_lines() {
+    let t = TestDir::new();
+    let texts = sample_texts();
+    let rows: Vec<serde_json::Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| serde_json::json!({"id": i, "text": text, "meta": {"tags": ["[", "]"]}}))
+        .collect();
+    let array = serde_json::Value::Array(rows);
+    let pretty = serde_json::to_string_pretty(&array).unwrap();
+    let compact = serde_json::to_string(&array).unwrap();
+    let reference = t.path("ref");
+    let lines = t.write("rows.jsonl", jsonl(&refs(&texts)));
+    ok(&mut tokenize_cmd(&t, &[&lines], &reference));
+    let expected_files = shard_files(&reference);
+    let inputs = [
+        t.write("pretty.json", &pretty),
+        t.write("compact.json", &compact),
+        t.write("pretty.json.gz", gzip_bytes(pretty.as_bytes())),
+        t.write("compact.JSON.zst", zstd_bytes(compact.as_bytes())),
+    ];
+    for input in &inputs {
+        let name = input.file_name().unwrap().to_string_lossy().into_owned();
+        let out = t.path(&format!("out-{name}"));
+        ok(&mut tokenize_cmd(&t, &[input], &out));
+        assert!(
+            shard_files(&out) == expected_files,
+            "{name}: shard bytes differ from the JSON Lines'"
+        );
+    }
+    // Three parts over an array file and the JSON Lines after it: the
+    // array goes whole to the part owning its first byte.
+    let both = [&inputs[0], &lines];
+    let whole = t.path("whole");
+    ok(tokenize_cmd(&t, &both, &whole).args(["--shard-size", "200B"]));
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let part = t.path(&format!("part{i}"));
+        ok(tokenize_cmd(&t, &both, &part).args([
+            "--shard-size",
+            "200B",
+            "--part",
+            &format!("{i}/3"),
+        ]));
+        parts.push(part);
+    }
+    let merged = t.path("merged");
+    ok(t.prep().arg("merge").args(&parts).arg(&merged).arg("-q"));
+    assert_eq!(records(&merged), records(&whole));
+    assert_eq!(records(&whole).len(), 2 * texts.len());
+}
+
 /// A UTF-8 byte-order mark before the first line (Notepad and other
 /// Windows tools write one) is skipped, as Python's `utf-8-sig` and most
 /// JSON readers skip it, plain or compressed: the records equal those of
