@@ -1043,7 +1043,7 @@ mod tests {
     fn invalid_utf8() {
         let err = extract_text(b"{\"text\": \"\xff\"}", &TextKey::parse("text")).unwrap_err();
         assert_eq!(err, DocError::InvalidUtf8 { offset: 10 });
-        assert_eq!(err.to_string(), "invalid UTF-8 at byte 10 of the line");
+        assert_eq!(err.to_string(), "invalid UTF-8 at byte 10 of the document");
     }
 
     #[test]
@@ -1105,7 +1105,7 @@ mod tests {
         let err = text(r#"{"id": 1, "body": "x", "id": 2}"#, "text").unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"no field "text"; the line has fields "id", "body""#
+            r#"no field "text"; the document has fields "id", "body""#
         );
         // Nested: the fields of the object where the lookup failed.
         let err = text(r#"{"meta": {"id": 1, "b": {}}}"#, "meta.text").unwrap_err();
@@ -1127,7 +1127,7 @@ mod tests {
         let err = text(r#"{}"#, "text").unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"no field "text"; the line has no fields"#
+            r#"no field "text"; the document has no fields"#
         );
     }
 

@@ -297,7 +297,7 @@ fn list_names(names: &[String]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DocError {
     /// The line is not valid UTF-8.
-    #[error("invalid UTF-8 at byte {offset} of the line")]
+    #[error("invalid UTF-8 at byte {offset} of the document")]
     InvalidUtf8 {
         /// Byte offset of the first invalid byte within the line.
         offset: usize,
@@ -327,7 +327,7 @@ pub enum DocError {
         found: &'static str,
     },
     /// The text field is absent.
-    #[error("no field {key:?}; the line has {}", field_list(fields))]
+    #[error("no field {key:?}; the document has {}", field_list(fields))]
     MissingField {
         /// The whole text key.
         key: String,

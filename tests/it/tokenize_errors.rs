@@ -118,7 +118,7 @@ fn missing_text_field_lists_the_fields_the_line_has() {
         &[
             "in.jsonl",
             "line 3",
-            r#"no field "text"; the line has fields "id", "body", "meta""#,
+            r#"no field "text"; the document has fields "id", "body", "meta""#,
         ],
     );
     // Nested: the fields of the object where the key was not found.
