@@ -481,7 +481,7 @@ impl ValueScan {
             }
             match b {
                 b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
+                b'{' | b'[' => self.depth = self.depth.saturating_add(1),
                 b'}' | b']' if self.depth > 0 => {
                     self.depth -= 1;
                     if self.depth == 0 {
