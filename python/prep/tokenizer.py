@@ -25,8 +25,9 @@ from ._native import Tokenizer as _Native
 
 
 class Tokenizer:
-    """A tokenizer.json loaded for encoding. `threads`: the threads of
-    `encode_batch` (default: every core)."""
+    """A tokenizer.json loaded for encoding. `threads`: the threads that
+    encode in `encode_batch` (default: every core); its lists are made on
+    the calling thread meanwhile."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None) -> None:
         self._native = _Native(os.fspath(path), threads)

@@ -63,6 +63,20 @@ def test_ids_equal_tokenizers(path: Path, texts: list[str], tmp_path: Path) -> N
     assert ours.vocab_size == max(hf.get_vocab(with_added_tokens=True).values()) + 1
 
 
+def test_lists_come_back_in_order_from_many_chunks(texts: list[str]) -> None:
+    """encode_batch makes its lists while later chunks of texts are encoded;
+    with chunks of very uneven cost (long texts among short ones) they
+    finish out of order, and the lists still follow the texts."""
+    tok = prep.Tokenizer.from_file(FILES[0], threads=2)
+    long = max(texts, key=len)
+    batch = [long if i % 97 == 0 else texts[i % len(texts)][:50] for i in range(6000)]
+    want = [tok.encode(t) for t in batch]
+    assert tok.encode_batch(batch) == want
+    ids, ends = tok.encode_batch(batch, return_numpy=True)
+    assert ends.tolist() == np.cumsum([len(w) for w in want]).tolist()
+    assert tok.encode_batch([]) == []
+
+
 def test_a_folder_and_the_decoder(tmp_path: Path) -> None:
     (tmp_path / "tokenizer.json").write_bytes(read(FILES[0]))
     tok = prep.Tokenizer.from_file(tmp_path)

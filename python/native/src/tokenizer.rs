@@ -93,6 +93,70 @@ impl Inner {
         )
     }
 
+    /// Every text's ids as a list of lists, the lists made on the calling
+    /// thread (which holds the GIL) while the pool encodes the texts after
+    /// them: the texts go out in chunks, and each chunk's lists are made as
+    /// soon as it and every chunk before it are back. The GIL is released
+    /// while a chunk is awaited.
+    fn encode_lists<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &[PyBackedStr],
+        special: bool,
+    ) -> PyResult<Vec<Bound<'py, PyList>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let threads = self.pool.current_num_threads();
+        // Enough chunks to keep every thread busy and the lists close
+        // behind, few enough that a chunk outweighs its hand-over.
+        let size = texts.len().div_ceil(threads * 16).clamp(16, 4096);
+        let chunks: Vec<&[PyBackedStr]> = texts.chunks(size).collect();
+        let (done, results) = std::sync::mpsc::channel();
+        // Shared with the closure that waits without the GIL, which must be Send.
+        let results = Mutex::new(results);
+        self.pool.in_place_scope(|scope| {
+            for (k, chunk) in chunks.iter().enumerate() {
+                let done = done.clone();
+                scope.spawn(move |_| {
+                    let ids = chunk
+                        .iter()
+                        .map(|t| {
+                            let t: &str = t;
+                            let mut ids = Vec::with_capacity(t.len() / 3 + 2);
+                            self.encode_into(t, special, &mut ids).map(|()| ids)
+                        })
+                        .collect::<Result<Vec<_>, String>>();
+                    // The receiver is gone only after an error, when the
+                    // rest is not wanted.
+                    let _ = done.send((k, ids));
+                });
+            }
+            drop(done);
+            let mut lists = Vec::with_capacity(texts.len());
+            let mut waiting = std::collections::BTreeMap::new();
+            let mut next = 0;
+            while next < chunks.len() {
+                let (k, ids) = match waiting.remove(&next) {
+                    Some(ids) => (next, ids),
+                    // Every chunk reports unless its thread panicked.
+                    None => py
+                        .detach(|| results.lock().expect("one waiter").recv())
+                        .map_err(|_| PyValueError::new_err("a tokenizer thread failed"))?,
+                };
+                if k != next {
+                    waiting.insert(k, ids);
+                    continue;
+                }
+                for ids in ids.map_err(PyValueError::new_err)? {
+                    lists.push(self.list(py, &ids)?);
+                }
+                next += 1;
+            }
+            Ok(lists)
+        })
+    }
+
     /// Every text's ids, in order, encoded on the pool.
     fn encode_each(&self, texts: &[PyBackedStr], special: bool) -> Result<Vec<Vec<u32>>, String> {
         self.pool.install(|| {
@@ -232,13 +296,7 @@ impl Tokenizer {
         texts: Vec<PyBackedStr>,
         add_special_tokens: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let each = py
-            .detach(|| self.0.encode_each(&texts, add_special_tokens))
-            .map_err(PyValueError::new_err)?;
-        let lists = each
-            .iter()
-            .map(|ids| self.0.list(py, ids))
-            .collect::<PyResult<Vec<_>>>()?;
+        let lists = self.0.encode_lists(py, &texts, add_special_tokens)?;
         PyList::new(py, lists)
     }
 
