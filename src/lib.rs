@@ -1,10 +1,10 @@
 //! prep: offline dataset preparation for LLM pretraining.
 //!
-//! prep turns raw text (JSONL, plain or compressed, and Parquet) into token
+//! prep turns raw text (JSONL, plain or compressed, Parquet and Arrow) into token
 //! datasets that training code maps without copying. The work flows one way:
 //! [`input`] reads documents, [`tokenize`] turns them into ids with a
-//! HuggingFace tokenizer, and [`format`] writes and reads the shards; the
-//! format itself is specified in [`format`]'s documentation.
+//! HuggingFace tokenizer, and [`mod@format`] writes and reads the shards; the
+//! format itself is specified in [`mod@format`]'s documentation.
 //!
 //! Everything the `prep` binary does can be done from Rust: each subcommand
 //! builds a config (for example [`tokenize::TokenizeConfig`]) and calls the

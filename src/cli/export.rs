@@ -15,7 +15,9 @@ use prep::size::format_bytes;
 /// as int32). nanogpt: OUT, one flat file of uint16 tokens. llmc: the
 /// directory OUT of llm.c shards NAME_train_NNNNNN.bin (and NAME_val_000000.bin
 /// with --val-tokens). datatrove: OUT.ds + OUT.ds.index + OUT.ds.metadata.
-/// Records are written in dataset order; packed datasets export row by row.
+/// olmo-core: the directory OUT of token_ids_part_NNNN.npy,
+/// labels_mask_part_NNNN.npy and token_ids_part_NNNN.csv.gz (OLMo-core's
+/// fine-tuning input, as open-instruct writes it). Records are written in dataset order; packed datasets export row by row.
 #[derive(Debug, Parser)]
 #[command(
     after_help = "Exit codes: 0 success, 2 usage error, a dataset that cannot be read, or one the format cannot hold."

@@ -39,7 +39,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Tokenize JSONL (plain, .gz, .zst) or Parquet into a sharded token dataset.
+    /// Tokenize JSONL (plain, .gz, .zst), Parquet or Arrow into a sharded token dataset.
     Tokenize(tokenize::Args),
     /// Shuffle documents into an exact, uniformly random order in bounded memory.
     Shuffle(shuffle::Args),
@@ -51,7 +51,7 @@ enum Command {
     Split(split::Args),
     /// Join the partial datasets of a --part run (or shuffle buckets) into one dataset, without copying tokens.
     Merge(merge::Args),
-    /// Write a dataset as Megatron-LM, nanoGPT, llm.c or datatrove token files.
+    /// Write a dataset as Megatron-LM, nanoGPT, llm.c, datatrove or OLMo-core token files.
     Export(export::Args),
     /// Read Megatron-LM, nanoGPT, llm.c or datatrove token files into a dataset.
     Import(import::Args),

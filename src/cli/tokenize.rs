@@ -13,7 +13,8 @@ use prep::tokenize_then_shuffle::TokenizeThenShuffle;
 
 /// Tokenize raw documents into a sharded token dataset.
 ///
-/// Reads JSONL (plain, .gz or .zst) and Parquet, tokenizes every document with
+/// Reads JSONL (plain, .gz or .zst), Parquet and Arrow (.arrow files, as a
+/// Hugging Face `datasets` cache holds them), tokenizes every document with
 /// a HuggingFace tokenizer.json exactly as the Python `tokenizers` package's
 /// `encode(text, add_special_tokens=False)` does, appends an end-of-document
 /// token, and writes DIR/manifest.json with shards DIR/shard-NNNNN.bin + .idx.
@@ -24,6 +25,9 @@ use prep::tokenize_then_shuffle::TokenizeThenShuffle;
     after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
 Exit codes: 0 success, 2 usage, input or I/O error."
 )]
+// The doc comments are the command's --help, where token strings such as
+// <eos> are text, not HTML.
+#[allow(rustdoc::invalid_html_tags)]
 pub(crate) struct Args {
     /// HuggingFace tokenizer.json (may be .zst or .gz compressed), or a
     /// directory holding one (a save_pretrained folder, a hub cache snapshot).

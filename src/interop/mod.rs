@@ -1,6 +1,7 @@
 //! `prep export` and `prep import`: the token files other trainers load
-//! (Megatron-LM/NeMo, nanoGPT, llm.c, datatrove), written from a prep
-//! dataset and read back into one.
+//! (Megatron-LM/NeMo, nanoGPT, llm.c, datatrove, and OLMo-core's
+//! fine-tuning files), written from a prep dataset and read back into one
+//! (all but OLMo-core's, which are written only).
 //!
 //! Every layout is specified in its module, from the facts the trainers'
 //! loaders check. Exports write each file under a temporary name and rename
