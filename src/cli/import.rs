@@ -8,9 +8,8 @@ use clap::Parser;
 
 use super::write_flags::WriteFlags;
 
-use super::export::FormatArg;
 use prep::engine::{token_arg, LoadedTokenizer};
-use prep::interop::{self, ImportConfig};
+use prep::interop::{self, Format, ImportConfig};
 
 /// Read token files of another trainer into a prep dataset (shards,
 /// checksums, manifest).
@@ -29,7 +28,7 @@ Exit codes: 0 success, 2 usage error or a file that is not what its format says.
 pub(crate) struct Args {
     /// The format of the inputs.
     #[arg(value_enum, value_name = "FORMAT")]
-    format: FormatArg,
+    format: ImportFormat,
 
     /// Inputs, then the output dataset directory. (Counted in `run`, not by
     /// clap: a minimum here would make clap refuse options between paths.)
@@ -54,6 +53,32 @@ pub(crate) struct Args {
 
     #[command(flatten)]
     write: WriteFlags,
+}
+
+/// The formats prep reads back: every export format but olmo-core, whose
+/// files (label masks beside ids) have no import, so that clap refuses it
+/// with the list of what is accepted rather than the run failing later.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ImportFormat {
+    /// Megatron-LM / NeMo indexed dataset (.bin + .idx).
+    Megatron,
+    /// nanoGPT flat uint16 file.
+    Nanogpt,
+    /// llm.c token shards.
+    Llmc,
+    /// datatrove / nanotron (.ds, .ds.index, .ds.metadata).
+    Datatrove,
+}
+
+impl ImportFormat {
+    fn format(self) -> Format {
+        match self {
+            ImportFormat::Megatron => Format::Megatron,
+            ImportFormat::Nanogpt => Format::NanoGpt,
+            ImportFormat::Llmc => Format::Llmc,
+            ImportFormat::Datatrove => Format::Datatrove,
+        }
+    }
 }
 
 pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
@@ -96,4 +121,28 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+
+    use super::super::Cli;
+
+    #[test]
+    fn olmo_core_is_refused_when_the_command_line_is_parsed() {
+        let err = Cli::try_parse_from(["prep", "import", "olmo-core", "in", "out"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidValue, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("olmo-core"), "{text}");
+        assert!(
+            text.contains("megatron") && text.contains("datatrove"),
+            "{text}"
+        );
+        for format in ["megatron", "nanogpt", "llmc", "datatrove"] {
+            Cli::try_parse_from(["prep", "import", format, "in", "out"])
+                .unwrap_or_else(|e| panic!("{format}: {e}"));
+        }
+    }
 }
