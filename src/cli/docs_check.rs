@@ -424,3 +424,261 @@ fn help_and_version_are_accepted_and_a_bad_value_is_not() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("x.md:5: "), "{}", found[0]);
 }
+
+/// Whether `sub` (a subcommand's `Command`) has the long flag `long`.
+fn has_long(sub: &clap::Command, long: &str) -> bool {
+    long == "help"
+        || sub.get_arguments().any(|a| {
+            a.get_long() == Some(long)
+                || a.get_all_aliases()
+                    .is_some_and(|aliases| aliases.contains(&long))
+        })
+}
+
+/// The subcommand a heading names as `prep NAME` (backticked or not).
+fn heading_command(heading: &str) -> Option<String> {
+    let words: Vec<&str> = heading
+        .split(|c: char| !c.is_alphanumeric() && c != '-')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let i = words.iter().position(|w| *w == "prep")?;
+    let name = words.get(i + 1)?;
+    Cli::command()
+        .find_subcommand(name)
+        .map(|_| name.to_string())
+}
+
+/// Flags the docs name that belong to other programs, each with its owner:
+/// a flag in prose that is no subcommand's is an error unless listed here.
+const FOREIGN_FLAGS: &[(&str, &str)] = &[
+    ("features", "cargo"),
+    ("workspace", "cargo"),
+    ("no-deps", "cargo doc, pip"),
+    ("split-sentences", "Megatron-LM's tools/preprocess_data.py"),
+    ("train-samples", "Megatron-LM's training"),
+    ("split", "Megatron-LM's training"),
+    ("data-path", "Megatron-LM's training"),
+    ("array", "sbatch"),
+    ("dependency", "sbatch"),
+    ("kill-on-invalid-dep", "sbatch"),
+    ("address", "tools/prep_ray.py"),
+    ("num-cpus", "tools/prep_ray.py"),
+    ("task-cpus", "tools/prep_ray.py"),
+    ("max-retries", "tools/prep_ray.py"),
+    ("run", "tools/prep_ray.py"),
+    ("log-dir", "tools/prep_ray.py"),
+    ("parts", "tools/prep_ray.py, tools/slurm"),
+    ("bucket", "tools/slurm/prep_slurm.sh"),
+    ("data", "tools/slurm/prep_slurm.sh"),
+    ("repeat", "tools/bench_*.py"),
+    ("mib", "tools/bench_*.py"),
+];
+
+/// The flags named in a Markdown text's prose (outside code blocks), each
+/// against the subcommands it is about, as `FILE:LINE: ERROR`:
+/// - a backticked `prep SUBCOMMAND ...` is checked as a usage synopsis;
+/// - a backticked bare flag (`--seq-len`, `--seq-len 2049`, `--to=llmc`) must
+///   be a flag of the subcommand the section is about (the nearest heading
+///   below the title that names `prep NAME`) or of one the line names, or,
+///   outside such a section, of any subcommand; a flag of another program
+///   must be in [`FOREIGN_FLAGS`].
+fn prose_problems(file: &str, markdown: &str) -> Vec<String> {
+    let cli = Cli::command();
+    let mut out = Vec::new();
+    // The subcommand of the nearest heading that names one, and its level.
+    let mut section: Option<(usize, String)> = None;
+    let mut in_block = false;
+    for (i, line) in markdown.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            continue;
+        }
+        if trimmed.starts_with('#') {
+            let level = trimmed.chars().take_while(|&c| c == '#').count();
+            // A page's title names every command the page is about; only a
+            // section heading narrows the flags to one subcommand.
+            match heading_command(trimmed).filter(|_| level >= 2) {
+                Some(name) => section = Some((level, name)),
+                // A heading at the same level or above ends the section.
+                None if section.as_ref().is_some_and(|(l, _)| level <= *l) => section = None,
+                None => {}
+            }
+            continue;
+        }
+        // The section's subcommand, and any the line itself names ("as
+        // export's `--val-tokens`").
+        let mut context: Vec<String> = section.iter().map(|(_, n)| n.clone()).collect();
+        if !context.is_empty() {
+            context.extend(
+                line.split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+                    .filter(|w| cli.find_subcommand(w).is_some())
+                    .map(str::to_string),
+            );
+        }
+        for (n, span) in line.split('`').enumerate() {
+            // The odd pieces of a line split at backticks are code spans.
+            if n % 2 == 0 {
+                continue;
+            }
+            let span = span.trim();
+            let mut words = span.split_whitespace();
+            // `prep NAME ...`, not a placeholder (`prep COMMAND`, `prep ...`).
+            if words.next() == Some("prep")
+                && words
+                    .next()
+                    .is_some_and(|w| w.starts_with(|c: char| c.is_ascii_lowercase() || c == '-'))
+            {
+                if let Err(e) = check_synopsis(span) {
+                    out.push(format!("{file}:{}: `{span}`: {e}", i + 1));
+                }
+                continue;
+            }
+            let Some(long) = span.strip_prefix("--") else {
+                continue;
+            };
+            let long = long
+                .split(|c: char| c == '=' || c.is_whitespace())
+                .next()
+                .unwrap_or("");
+            if !long.starts_with(|c: char| c.is_ascii_alphanumeric())
+                || !long.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                || FOREIGN_FLAGS.iter().any(|(flag, _)| *flag == long)
+            {
+                continue;
+            }
+            let known = if context.is_empty() {
+                cli.get_subcommands().any(|s| has_long(s, long))
+            } else {
+                context
+                    .iter()
+                    .filter_map(|name| cli.find_subcommand(name))
+                    .any(|s| has_long(s, long))
+            };
+            if !known {
+                let whose = if context.is_empty() {
+                    "no subcommand of prep".to_string()
+                } else {
+                    format!("prep {}", context.join(" / prep "))
+                };
+                out.push(format!(
+                    "{file}:{}: `--{long}`: {whose} has no such flag",
+                    i + 1
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_flag_named_in_prose_is_a_flag_of_its_subcommand() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut report = String::new();
+    for path in doc_files() {
+        let markdown =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let name = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for problem in prose_problems(&name, &markdown) {
+            let _ = writeln!(report, "{problem}");
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "flags named in the docs' prose that prep does not have:\n{report}"
+    );
+}
+
+#[test]
+fn a_flag_in_prose_is_checked_against_its_section() {
+    let doc = "# Mix and split\n\nUse `--seq-len 2049` and `--seed`.\n\n## `prep split`\n\n\
+               Deterministic for any `--threads`.\n\n## Both\n\nAny `--threads`.\n";
+    let found = prose_problems("x.md", doc);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("x.md:7: `--threads`: prep split"),
+        "{}",
+        found[0]
+    );
+    // A foreign flag is known by its owner; an unknown one is not.
+    assert!(prose_problems("x.md", "`cargo build --features cuda`, `--features`\n").is_empty());
+    let found = prose_problems("x.md", "Run `prep pack a b --seq-lenn 8`, then `--nope`.\n");
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("--seq-lenn"), "{}", found[0]);
+    assert!(found[1].contains("no subcommand of prep"), "{}", found[1]);
+    assert!(prose_problems("x.md", "```sh\n`--nope`\n```\n").is_empty());
+}
+
+/// The layout block of docs/development.md: the path each entry starts with.
+fn layout_entries(markdown: &str) -> Vec<String> {
+    let start = markdown
+        .find("## Layout")
+        .expect("docs/development.md has a ## Layout");
+    let block = &markdown[start..];
+    let open = block.find("```text\n").expect("the layout is a text block") + "```text\n".len();
+    let close = block[open..].find("```").expect("the layout block ends") + open;
+    block[open..close]
+        .lines()
+        .filter(|l| !l.starts_with(' ') && !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_documented_layout_is_the_tree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let markdown = std::fs::read_to_string(root.join("docs/development.md")).unwrap();
+    let entries = layout_entries(&markdown);
+    let mut problems = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &entries {
+        if !seen.insert(e.as_str()) {
+            problems.push(format!("{e} is listed twice"));
+        }
+        if !root.join(e).exists() {
+            problems.push(format!("{e} is listed but does not exist"));
+        }
+    }
+    // Every directory at the top and every module under src/ is listed (a
+    // file or directory listed whole, or its parent directory).
+    let listed = |path: &str| {
+        entries.iter().any(|e| {
+            e.trim_end_matches('/') == path.trim_end_matches('/')
+                || (e.ends_with('/') && path.starts_with(e.as_str()))
+        })
+    };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() && !name.starts_with('.') && name != "target" {
+            names.push(format!("{name}/"));
+        }
+    }
+    for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let slash = if entry.path().is_dir() { "/" } else { "" };
+        names.push(format!("src/{name}{slash}"));
+    }
+    for name in names {
+        let covered = listed(&name)
+            || entries
+                .iter()
+                .any(|e| e.starts_with(&name) && name.ends_with('/'));
+        if !covered {
+            problems.push(format!("{name} is in the tree but not in the layout"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/development.md's layout and the tree differ:\n{}",
+        problems.join("\n")
+    );
+}
