@@ -265,11 +265,14 @@ test-compat: $(VENV)/.installed
 
 # Every workspace member: prep and the extension (python/native), which
 # compiles src/cli too. Also with the GPU loader (feature cuda): it must build
-# on machines with no CUDA.
+# on machines with no CUDA. Then the docs, built as a maintainer reads them
+# (private items included, so a module's docs may link its private helpers):
+# a broken link, an ambiguous one or stray HTML is an error.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --features prep/cuda -- -D warnings
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --workspace --no-deps --document-private-items --quiet
 
 # GigaToken (`gigatoken` on PyPI, Rust core), a baseline of bench_engines.py, kept
 # apart from the reference venv (it brings its own numpy and awkward).

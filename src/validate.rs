@@ -2,14 +2,14 @@
 //! file, shards in parallel, with every problem reported (capped per kind).
 //!
 //! The dataset is a local directory or an address in object storage; the
-//! checks are the same code for both ([`crate::source`]): each file is read
+//! checks are the same code for both ([`crate::format::Files`]): each file is read
 //! in order as a sequence of chunks (slices of a mapping, or ranged GETs),
 //! so a remote shard is never held whole.
 //!
 //! The checks share their primitives with the reader ([`IdxHeader::parse`],
-//! [`offset_violations`], [`Manifest::consistency_problems`]), so what
-//! `validate` accepts the reader opens, and what the reader refuses
-//! `validate` reports.
+//! [`offset_violations`](crate::format::offset_violations),
+//! [`Manifest::consistency_problems`]), so what `validate` accepts the
+//! reader opens, and what the reader refuses `validate` reports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -33,7 +33,7 @@ const JSON_ROWS: usize = 1024;
 /// An open `.arrow` file, handing out the text of each row in order.
 pub(crate) struct ArrowSource {
     path: PathBuf,
-    /// The dotted key, for [`DocError::Null`].
+    /// The dotted key, for [`super::DocError::Null`].
     key: String,
     batches: Batches,
     /// Field names from the top-level column down to the text leaf.
@@ -228,7 +228,7 @@ impl ArrowSource {
         })
     }
 
-    /// The next row's text (or [`DocError::Null`]), or `None` at the end of the file.
+    /// The next row's text (or [`super::DocError::Null`]), or `None` at the end of the file.
     pub(crate) fn next_doc(&mut self) -> Result<Option<(Location, Payload)>, InputError> {
         while self.pos == self.len {
             // The IPC reader panics on some damaged files (a buffer that

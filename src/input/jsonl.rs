@@ -65,7 +65,7 @@ impl JsonlSource {
     /// read from disk are added to `progress`.
     ///
     /// With `range` (plain files only), only the lines that start at a byte
-    /// offset in it are read (see [`super::share`]).
+    /// offset in it are read (see [`fn@super::share`]).
     ///
     /// A `.json` file (plain or compressed) whose first byte after a
     /// byte-order mark and whitespace is `[` is one JSON array whose
@@ -73,7 +73,7 @@ impl JsonlSource {
     /// and the instruction-tuning files it reads (Alpaca, LLaMA-Factory)
     /// have it; it is read element by element, never whole. Any other file
     /// is JSON Lines, so a `.jsonl` line may still be a bare array of chat
-    /// messages. [`super::share`] never slices an array file.
+    /// messages. [`fn@super::share`] never slices an array file.
     pub(crate) fn open(
         path: &Path,
         compression: Compression,

@@ -1,8 +1,8 @@
-//! An output directory in object storage: the store's side of [`Output`].
+//! An output directory in object storage: the store's side of [`crate::output::Output`].
 //!
 //! A stage writes its files into a local staging folder
 //! ([`staging_for`]) exactly as into a local output directory; the
-//! [`Output`] carries them up as the rules of the [module docs](super)
+//! [`crate::output::Output`] carries them up as the rules of the [module docs](super)
 //! require, on the store's own primitives:
 //!
 //! - **One writer**: a lease ([`Lease`]) on `URL/.prep-lock`, taken with a

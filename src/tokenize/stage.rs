@@ -625,7 +625,7 @@ fn stream(
 }
 
 /// This run's share of the input files: all of each, or for a part the
-/// share [`input::share`] gives it.
+/// share [`fn@input::share`] gives it.
 fn shares(
     part: Option<Part>,
     files: Vec<input::InputFile>,
