@@ -88,6 +88,25 @@ mod tests {
         assert!(parse_size("1.2.3MB").unwrap_err().contains("not a number"));
     }
 
+    /// fixtures/sizes/cases.json is the table the Python package's
+    /// `prep.streaming.parse_size` is tested against too: one rule in two
+    /// languages.
+    #[test]
+    fn the_shared_table_of_cases() {
+        let text = include_str!("../fixtures/sizes/cases.json");
+        let table: serde_json::Value = serde_json::from_str(text).unwrap();
+        let cases = table["cases"].as_array().unwrap();
+        assert!(cases.len() > 20);
+        for case in cases {
+            let (input, want) = (case[0].as_str().unwrap(), case[1].as_u64());
+            match (parse_size(input), want) {
+                (Ok(got), Some(want)) => assert_eq!(got, want, "{input:?}"),
+                (Err(_), None) => {}
+                (got, want) => panic!("{input:?}: got {got:?}, the table says {want:?}"),
+            }
+        }
+    }
+
     #[test]
     fn human_sizes() {
         assert_eq!(format_bytes(512), "512 B");

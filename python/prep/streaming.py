@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import operator
 import os
-import re
 from typing import Any, Iterator
 
 import numpy as np
@@ -46,17 +45,13 @@ except ImportError:  # works without torch, as a plain iterable
 
 __all__ = ["StreamingDataset", "parse_size"]
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
 def parse_size(value: int | str) -> int:
-    """Bytes from an int or a size string: "20GiB", "512MiB", "1.5GB", "4096"."""
+    """Bytes from an int or a size string: "20GiB", "512MiB", "1.5GB", "4096".
+
+    A string is read by prep's own parser (the command line's `--shard-size`
+    and `--memory` read sizes the same way); ValueError for one it refuses."""
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"not a size: {value!r} (an int of bytes, or e.g. '20GiB', '500MB')")
-        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        return _native().parse_size(value)
     value = operator.index(value)
     if value < 0:
         raise ValueError(f"a size must not be negative, not {value}")
@@ -67,12 +62,6 @@ def _native():
     from . import _native
 
     return _native
-
-
-def _default_rank() -> tuple[int, int]:
-    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 class StreamingDataset(_Base):
@@ -105,7 +94,7 @@ class StreamingDataset(_Base):
                  in_flight: int | None = None, indices: bool = False):
         if torch is not None:
             super().__init__()
-        default_rank, default_world = _default_rank()
+        default_rank, default_world = default_rank_and_world()
         self.url = os.fspath(url)
         self.cache_dir = os.fspath(cache_dir)
         self.cache_limit = parse_size(cache_limit)

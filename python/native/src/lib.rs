@@ -49,12 +49,22 @@ fn main(py: Python<'_>, argv: Vec<OsString>) -> u8 {
     })
 }
 
+/// Bytes from a size string as the command line reads it ("20GiB",
+/// "512MB", "4096", "1.5GB"): prep's one parser (src/size.rs), so that a
+/// size means the same from Python as on the command line. A string it
+/// refuses raises ValueError with its message.
+#[pyfunction]
+fn parse_size(text: &str) -> PyResult<u64> {
+    prep::size::parse_size(text).map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 /// prep's Rust code for the pip package prep-llm (the `prep` command line,
 /// the streaming reader, the GPU loader and the tokenizer).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     stream::register(m)?;
     device::register(m)?;
     tokenizer::register(m)?;
