@@ -52,29 +52,32 @@ if TYPE_CHECKING:
         UnsupportedVersion,
     )
 
-# The reader's names that `prep` offers, and the submodules.
-_FROM_READER = (
-    "FORMAT_VERSION",
-    "MAX_MANIFEST_BYTES",
-    "SEGMENT_DTYPE",
-    "Dataset",
-    "FormatError",
-    "Permutation",
-    "Sampler",
-    "SegmentError",
-    "UnsupportedVersion",
-)
+# Every public name of `prep` and the submodule it comes from: the one list
+# (the TYPE_CHECKING block above repeats it for type checkers, and
+# tests/python/test_package.py holds the two equal). PackedDataset is offered
+# only where torch imports.
+_NAMES = {
+    "FORMAT_VERSION": "reader",
+    "MAX_MANIFEST_BYTES": "reader",
+    "SEGMENT_DTYPE": "reader",
+    "Dataset": "reader",
+    "FormatError": "reader",
+    "PackedDataset": "reader",
+    "Permutation": "reader",
+    "Sampler": "reader",
+    "SegmentError": "reader",
+    "UnsupportedVersion": "reader",
+    "DeviceLoader": "device",
+    "StreamingDataset": "streaming",
+    "Tokenizer": "tokenizer",
+}
 _SUBMODULES = ("attention", "device", "reader", "streaming", "tokenizer")
 
 
 def _all() -> list[str]:
     from . import reader
 
-    names = [*_FROM_READER, "DeviceLoader", "StreamingDataset", "Tokenizer", "attention", "device",
-             "streaming", "tokenizer"]
-    if "PackedDataset" in reader.__all__:
-        names.append("PackedDataset")
-    return names
+    return [*(n for n in _NAMES if n != "PackedDataset" or n in reader.__all__), *_SUBMODULES]
 
 
 def _version() -> str:
@@ -89,24 +92,11 @@ def _version() -> str:
 def __getattr__(name: str) -> object:
     if name in _SUBMODULES:
         value: object = importlib.import_module(f".{name}", __name__)
-    elif name in _FROM_READER or name == "PackedDataset":
-        from . import reader
-
-        if name == "PackedDataset" and name not in reader.__all__:
-            raise ImportError("prep.PackedDataset needs torch, which could not be imported")
-        value = getattr(reader, name)
-    elif name == "StreamingDataset":
-        from .streaming import StreamingDataset
-
-        value = StreamingDataset
-    elif name == "DeviceLoader":
-        from .device import DeviceLoader
-
-        value = DeviceLoader
-    elif name == "Tokenizer":
-        from .tokenizer import Tokenizer
-
-        value = Tokenizer
+    elif name in _NAMES:
+        module = importlib.import_module(f".{_NAMES[name]}", __name__)
+        if name not in module.__all__:
+            raise ImportError(f"prep.{name} needs torch, which could not be imported")
+        value = getattr(module, name)
     elif name == "__all__":
         value = _all()
     elif name == "__version__":
@@ -118,5 +108,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_FROM_READER, *_SUBMODULES, "DeviceLoader", "StreamingDataset", "Tokenizer",
-                   "__all__", "__version__"})
+    return sorted({*globals(), *_NAMES, *_SUBMODULES, "__all__", "__version__"})

@@ -35,15 +35,11 @@ import operator
 import os
 from typing import Any, Iterator
 
+from ._world import default_rank_and_world
+
+__all__ = ["DeviceLoader"]
+
 _WIDEN = {"int64": "i64", "int32": "i32", None: "none"}
-
-
-def _default_rank() -> tuple[int, int]:
-    import torch
-
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 class DeviceLoader:
@@ -76,7 +72,7 @@ class DeviceLoader:
 
         if dtype not in _WIDEN:
             raise ValueError(f"dtype must be 'int64', 'int32' or None, not {dtype!r}")
-        default_rank, default_world = _default_rank()
+        default_rank, default_world = default_rank_and_world()
         rank = default_rank if rank is None else operator.index(rank)
         world_size = default_world if world_size is None else operator.index(world_size)
         if not 0 <= rank < world_size:

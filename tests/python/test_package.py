@@ -301,3 +301,45 @@ def test_tokenizer_directory_is_read_not_is_a_directory(fresh, tmp_path):
     manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("dir", "file")]
     assert manifests[0]["tokenizer"]["xxh3"] == manifests[1]["tokenizer"]["xxh3"]
     assert manifests[0]["n_tokens"] == manifests[1]["n_tokens"] > 0
+
+
+def test_sizes_read_from_python_as_the_command_line_reads_them():
+    """fixtures/sizes/cases.json is the table src/size.rs is tested against
+    too: "1.5" and ".5GiB" mean the same from Python as on the command line."""
+    from prep.streaming import parse_size
+
+    cases = json.loads((FIXTURES / "sizes" / "cases.json").read_text(encoding="utf-8"))["cases"]
+    assert len(cases) > 20
+    for text, want in cases:
+        if want is None:
+            with pytest.raises(ValueError, match="size"):
+                parse_size(text)
+        else:
+            assert parse_size(text) == want, text
+    assert parse_size(4096) == 4096
+    with pytest.raises(ValueError, match="negative"):
+        parse_size(-1)
+
+
+def test_the_public_names_are_one_list():
+    """prep's names come from _NAMES and _SUBMODULES; the TYPE_CHECKING block
+    that type checkers read names the same ones from the same modules, and
+    each resolves (PackedDataset needs torch, which this venv has)."""
+    import ast
+
+    tree = ast.parse((REPO / "python" / "prep" / "__init__.py").read_text(encoding="utf-8"))
+    block = next(node for node in tree.body
+                 if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    static = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom), ast.dump(node)
+        for alias in node.names:
+            static[alias.name] = node.module or "."
+    submodules = {name for name, module in static.items() if module == "."}
+    names = {name: module for name, module in static.items() if module != "."}
+    assert submodules == set(prep._SUBMODULES)
+    assert names == prep._NAMES
+    assert sorted(prep.__all__) == sorted([*prep._NAMES, *prep._SUBMODULES])
+    for name in prep.__all__:
+        assert getattr(prep, name) is not None, name
+        assert name in dir(prep), name
