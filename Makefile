@@ -159,6 +159,7 @@ else
 	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
 endif
 	$(CARGO) test --workspace --doc
+	$(PYTHON) tools/skipped_tests.py $(if $(PREP_EXTERNAL_DATA),--require "needs PREP_EXTERNAL_DATA")
 
 # The tests tests/tiers.txt marks `slow`, in the environment `make test` runs them in.
 test-slow: $(VENV)/.installed check-tiers
@@ -205,7 +206,7 @@ test-python: $(VENV)/.installed $(AZURITE)/.installed $(S3RVER)/.installed
 	PREP_BIN=$(abspath $(DEBUG)) PREP_WHEEL=$$(ls $(abspath $(WHEELS))/*.whl) PREP_REQUIRE_TORCH=1 \
 	PREP_AZURITE=$(abspath $(AZURITE))/node_modules/.bin/azurite-blob \
 	PREP_S3RVER=$(abspath $(S3RVER))/node_modules/.bin/s3rver \
-		$(VPY) -m pytest -q $(PYTEST_PARALLEL) tests/python $(addprefix --deselect ,$(PY_SLOW))
+		$(VPY) -m pytest -q -rs $(PYTEST_PARALLEL) tests/python $(addprefix --deselect ,$(PY_SLOW))
 
 # tools/slurm through a real Slurm: a one-node cluster (munged, slurmctld and
 # slurmd on 127.0.0.1, all their state in a temporary directory) that

@@ -5,8 +5,10 @@
 
 Writes, deterministically (a re-run gives the same bytes):
 
-  fixtures/tokenizers/{gpt2,deepseek-v3,minilm-wordpiece}.tokenizer.json.zst
-      copied byte for byte; prep reads .zst tokenizer files directly.
+  fixtures/tokenizers/NAME.tokenizer.json.zst, for every NAME of TOKENIZERS
+      (every file of the collection whose licence lets it be redistributed:
+      fixtures/README.md), copied byte for byte; prep reads .zst tokenizer
+      files directly.
   fixtures/tokenizers/deepseek-v3.LICENSE
   fixtures/corpus/debian-sample.jsonl.zst
       about 3 MB of text from debian-docs.jsonl.zst, the corpus of `make demo`.
@@ -35,7 +37,8 @@ from pathlib import Path
 import zstandard
 
 REPO = Path(__file__).resolve().parent.parent
-TOKENIZERS = ("gpt2", "deepseek-v3", "minilm-wordpiece")
+TOKENIZERS = ("gpt2", "deepseek-v3", "minilm-wordpiece", "gpt-neox-20b", "roberta-base", "falcon",
+              "mistral-7b-v0.1", "phi-3-mini", "t5-small", "bert-base-uncased")
 TARGET_TEXT_BYTES = 3_000_000
 MAX_DOC_BYTES = 200_000
 ZSTD_LEVEL = 19

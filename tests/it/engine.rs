@@ -5,9 +5,9 @@
 //! off, as `prep tokenize` runs it) and requires the same ids. The texts are
 //! the committed corpus excerpt, generated adversarial text (runs of spaces
 //! and newlines, digits, mixed scripts, combining marks, JSON escapes,
-//! special-token strings inside words), and, when `../shared/corpora` is
-//! there, the whole real corpus (`--ignored`, in release). The tokenizers are
-//! GPT-2 and DeepSeek V3 as shipped, and GPT-2's vocabulary under the
+//! special-token strings inside words), and, with `PREP_EXTERNAL_DATA`, the
+//! whole real corpus (`--ignored`, in release). The tokenizers are every
+//! byte-level file in fixtures/tokenizers as shipped, and GPT-2's vocabulary under the
 //! cl100k / Llama 3 and o200k split patterns, with and without
 //! `ignore_merges` and extra added tokens, so each scanner and each
 //! added-token pass is checked against the reference.
@@ -72,29 +72,16 @@ fn is_byte_level(pre: &Value) -> bool {
             .is_some_and(|steps| steps.iter().any(is_byte_level))
 }
 
-/// Every byte-level tokenizer file in fixtures/tokenizers and, when it is
-/// there, ../shared/corpora/tokenizers, by name.
+/// Every byte-level tokenizer file in fixtures/tokenizers, by name.
 fn byte_level_files() -> Vec<(String, Vec<u8>)> {
     let mut files = std::collections::BTreeMap::new();
-    for dir in [
-        common::fixture("tokenizers"),
-        common::root().join("../shared/corpora/tokenizers"),
-    ] {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            eprintln!("skipped: {} is not here", dir.display());
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            let Some(name) = name.strip_suffix(".tokenizer.json.zst") else {
-                continue;
-            };
-            let json = read_zst(&path);
-            let v: Value = serde_json::from_slice(&json).unwrap();
-            if is_byte_level(&v["pre_tokenizer"]) {
-                files.insert(name.to_owned(), json);
-            }
+    for path in common::tokenizer_files() {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let name = name.strip_suffix(".tokenizer.json.zst").unwrap().to_owned();
+        let json = read_zst(&path);
+        let v: Value = serde_json::from_slice(&json).unwrap();
+        if is_byte_level(&v["pre_tokenizer"]) {
+            files.insert(name, json);
         }
     }
     files.into_iter().collect()
@@ -500,9 +487,10 @@ fn corpus_identical(keep: impl Fn(&str) -> bool) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The whole shared corpus (tens of MB; run in release with `--ignored`).
+/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore]
+#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs());
 }

@@ -30,15 +30,17 @@ use prep::engine::{EncodeState, FastTokenizer};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-fn shared(name: &str) -> Option<Value> {
-    let path = common::root()
-        .join("../shared/corpora/tokenizers")
-        .join(format!("{name}.tokenizer.json.zst"));
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return None;
-    }
-    Some(serde_json::from_slice(&read_zst(&path)).unwrap())
+/// A SentencePiece-style tokenizer file committed in fixtures/tokenizers.
+fn shipped(name: &str) -> Value {
+    serde_json::from_slice(&read_zst(&common::tokenizer(name))).unwrap()
+}
+
+/// Gemma 3's, which the repository may not ship (`PREP_EXTERNAL_DATA`).
+fn gemma3() -> Value {
+    serde_json::from_slice(&read_zst(&common::external(
+        "tokenizers/gemma3.tokenizer.json.zst",
+    )))
+    .unwrap()
 }
 
 fn metaspace(prepend_scheme: &str, split: bool) -> Value {
@@ -238,9 +240,7 @@ fn variants(name: &str, base: &Value) -> Vec<(String, Value)> {
 fn all_pairs() -> Vec<Pair> {
     let mut list = variants("mini", &mini());
     for name in ["mistral-7b-v0.1", "phi-3-mini"] {
-        if let Some(base) = shared(name) {
-            list.extend(variants(name, &base));
-        }
+        list.extend(variants(name, &shipped(name)));
     }
     list.into_iter()
         .map(|(name, j)| Pair::new(&name, &serde_json::to_vec(&j).unwrap()))
@@ -518,7 +518,7 @@ fn python_package_agrees() {
     let input = dir.write("texts.jsonl", lines);
     let mut bases = vec![("mini".to_owned(), mini())];
     for name in ["mistral-7b-v0.1", "phi-3-mini"] {
-        bases.extend(shared(name).map(|b| (name.to_owned(), b)));
+        bases.push((name.to_owned(), shipped(name)));
     }
     for (name, base) in bases {
         let file = dir.write(&format!("{name}.json"), serde_json::to_vec(&base).unwrap());
@@ -553,90 +553,34 @@ fn python_package_agrees() {
     }
 }
 
-/// The whole shared corpus (tens of MB; run in release with `--ignored`):
-/// the files as shipped, Gemma 3's among them (its pre-tokenizer never
-/// splits, so each document reaches the model whole).
+/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// `PREP_EXTERNAL_DATA`): the files as shipped, Gemma 3's among them (its
+/// pre-tokenizer never splits, so each document reaches the model whole).
 #[test]
-#[ignore]
+#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
 fn shared_corpus_identical() {
-    let gemma = shared("gemma3").map(|j| Pair::new("gemma3", &serde_json::to_vec(&j).unwrap()));
+    let gemma = Pair::new("gemma3", &serde_json::to_vec(&gemma3()).unwrap());
     common::engine::shared_corpus_identical(
         all_pairs()
             .into_iter()
             .filter(|pair| !pair.name.contains('+'))
-            .chain(gemma)
+            .chain([gemma])
             .collect(),
     );
 }
 
-/// Encode speed on the corpus excerpt beside HF's in the same run, one
-/// thread each (release, `--ignored --nocapture`); prints, asserts nothing
-/// about time.
-#[test]
-#[ignore]
-fn speed_on_excerpt() {
-    let texts = excerpt();
-    let bytes: usize = texts.iter().map(String::len).sum();
-    let mb = bytes as f64 / 1e6;
-    for name in ["mistral-7b-v0.1", "phi-3-mini"] {
-        let Some(base) = shared(name) else { continue };
-        let pair = Pair::new(name, &serde_json::to_vec(&base).unwrap());
-        let best = |f: &mut dyn FnMut() -> usize| {
-            (0..3)
-                .map(|_| {
-                    let start = std::time::Instant::now();
-                    let n = f();
-                    (start.elapsed().as_secs_f64(), n)
-                })
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .unwrap()
-        };
-        let (hf, hf_ids) = best(&mut || texts.iter().map(|t| pair.hf_ids(t).len()).sum::<usize>());
-        let mut state = EncodeState::default();
-        let (fast, fast_ids) = best(&mut || {
-            let mut out = Vec::new();
-            texts
-                .iter()
-                .map(|t| {
-                    out.clear();
-                    pair.fast.encode(t, &mut state, &mut out);
-                    out.len()
-                })
-                .sum::<usize>()
-        });
-        // A cold cache: the first pass over text it has not seen.
-        let cold = {
-            let mut state = EncodeState::default();
-            let mut out = Vec::new();
-            let start = std::time::Instant::now();
-            for t in &texts {
-                out.clear();
-                pair.fast.encode(t, &mut state, &mut out);
-            }
-            start.elapsed().as_secs_f64()
-        };
-        assert_eq!(hf_ids, fast_ids);
-        println!(
-            "{name}: {mb:.1} MB, {hf_ids} ids; HF {:.1} MB/s, fast {:.1} MB/s warm ({:.1}x), {:.1} MB/s cold ({:.1}x)",
-            mb / hf,
-            mb / fast,
-            hf / fast,
-            mb / cold,
-            hf / cold
-        );
-    }
-}
-
 /// Every pair with its offset table (the SentencePiece files as shipped
-/// and edited, Gemma 3's too).
+/// and edited).
 fn offset_pairs() -> Vec<(Pair, Offsets)> {
-    let mut list: Vec<(String, Value)> = all_pairs()
+    let list: Vec<(String, Value)> = all_pairs()
         .into_iter()
         .map(|p| (p.name.clone(), serde_json::from_slice(&p.json).unwrap()))
         .collect();
-    if let Some(gemma) = shared("gemma3") {
-        list.push(("gemma3".into(), gemma));
-    }
+    with_offsets(list)
+}
+
+/// Each named tokenizer.json with its pair and offset table.
+fn with_offsets(list: Vec<(String, Value)>) -> Vec<(Pair, Offsets)> {
     list.into_iter()
         .map(|(name, j)| {
             let pair = Pair::new(&name, &serde_json::to_vec(&j).unwrap());
@@ -667,19 +611,33 @@ fn must_place(pair: &Pair) -> bool {
 /// part) are built once.
 #[test]
 fn offsets_are_hf_offsets() {
-    let pairs = offset_pairs();
+    check_offsets(&offset_pairs());
+}
+
+/// As above, for Gemma 3's file as released, which the repository may not
+/// ship.
+#[test]
+#[cfg_attr(
+    not(prep_external_data),
+    ignore = "needs PREP_EXTERNAL_DATA (tokenizers/gemma3.tokenizer.json.zst)"
+)]
+fn gemma3_offsets_are_hf_offsets() {
+    check_offsets(&with_offsets(vec![("gemma3".into(), gemma3())]));
+}
+
+fn check_offsets(pairs: &[(Pair, Offsets)]) {
     let texts: Vec<String> = EDGES
         .iter()
         .map(|s| s.to_string())
         .chain(excerpt().into_iter().take(40))
         .collect();
-    placed_counts(&pairs, &texts);
+    placed_counts(pairs, &texts);
     // Texts with no `▁` of their own and no added token that takes spaces.
     let plain: Vec<&String> = texts
         .iter()
         .filter(|t| !t.contains('\u{2581}') && !t.contains("<|") && !t.contains("</s>"))
         .collect();
-    for (pair, table) in &pairs {
+    for (pair, table) in pairs {
         if !must_place(pair) {
             continue;
         }
@@ -696,7 +654,7 @@ fn offsets_are_hf_offsets() {
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
     runner
         .run(&proptest::collection::vec(fragment(), 0..24), |parts| {
-            offsets_agree(&pairs, &parts.concat()).map_err(TestCaseError::fail)?;
+            offsets_agree(pairs, &parts.concat()).map_err(TestCaseError::fail)?;
             Ok(())
         })
         .unwrap();

@@ -9,7 +9,7 @@
 //! - prep's HF path (`LoadedTokenizer`) gives Python's ids on the `-------`
 //!   family (committed ids the Python package wrote, by
 //!   `tools/unigram_reference.py`), on a committed five-piece vocabulary that
-//!   shows the defect without `../shared`, and on T5 when it is there;
+//!   shows the defect in a few pieces, and on T5 (fixtures/tokenizers);
 //! - the fast engine gives the HF path's ids on the corpus excerpt,
 //!   adversarial text (proptest) and runs of every repeated character, for
 //!   T5 as shipped and edited (byte fallback, every Metaspace setting, no
@@ -28,19 +28,13 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
-/// T5's tokenizer.json, when `../shared` is there.
-fn t5_path() -> Option<PathBuf> {
-    let path = common::root().join("../shared/corpora/tokenizers/t5-small.tokenizer.json.zst");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("skipped: {} is not here", path.display());
-        None
-    }
+/// T5's tokenizer.json (fixtures/tokenizers).
+fn t5_path() -> PathBuf {
+    common::tokenizer("t5-small")
 }
 
-fn t5_json() -> Option<Value> {
-    Some(serde_json::from_slice(&read_zst(&t5_path()?)).unwrap())
+fn t5_json() -> Value {
+    serde_json::from_slice(&read_zst(&t5_path())).unwrap()
 }
 
 fn edited(t5: &Value) -> Vec<(String, Vec<u8>)> {
@@ -82,10 +76,7 @@ fn edited(t5: &Value) -> Vec<(String, Vec<u8>)> {
 }
 
 fn pairs() -> Vec<Pair> {
-    let Some(t5) = t5_json() else {
-        return Vec::new();
-    };
-    edited(&t5)
+    edited(&t5_json())
         .iter()
         .map(|(name, json)| Pair::new(name, json))
         .collect()
@@ -153,9 +144,7 @@ fn unigram_scores_read_as_python_reads_them() {
 
 #[test]
 fn t5_dash_runs_are_pythons() {
-    let Some(path) = t5_path() else {
-        return;
-    };
+    let path = t5_path();
     let want = python_dash_ids("engine/t5-dashes.python-ids.jsonl");
     let json = read_zst(&path);
     let pair = Pair::new("t5", &json);
@@ -219,7 +208,8 @@ fn python() -> Option<PathBuf> {
 /// on the corpus excerpt and the runs.
 #[test]
 fn corpus_excerpt_is_pythons() {
-    let (Some(path), Some(python)) = (t5_path(), python()) else {
+    let path = t5_path();
+    let Some(python) = python() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -262,9 +252,9 @@ fn corpus_excerpt_is_pythons() {
     );
 }
 
-/// The whole shared corpus (run in release with `--ignored`).
+/// The whole corpus (run in release with `--ignored` and `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore]
+#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs().into_iter().take(1).collect());
 }
@@ -403,9 +393,7 @@ fn from_base64(text: &str) -> Vec<u8> {
 /// panic, by the fast engine.
 #[test]
 fn malformed_charsmap_is_refused() {
-    let Some(t5) = t5_json() else {
-        return;
-    };
+    let t5 = t5_json();
     let map = from_base64(t5["normalizer"]["precompiled_charsmap"].as_str().unwrap());
     assert_eq!(to_base64(&map), t5["normalizer"]["precompiled_charsmap"]);
     let size = u32::from_le_bytes(map[..4].try_into().unwrap()) as usize;

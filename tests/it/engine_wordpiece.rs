@@ -4,14 +4,14 @@
 //! Each test encodes the same text with `prep::engine::FastTokenizer` and
 //! with the `tokenizers` crate (`encode(text, false)`, truncation and padding
 //! off, as `prep tokenize` runs it) and requires the same ids. The
-//! tokenizers are MiniLM (committed in fixtures/) and BERT base uncased (from
-//! ../shared/corpora, when it is there) as shipped, and MiniLM edited to
+//! tokenizers are MiniLM and BERT base uncased (both committed in
+//! fixtures/) as shipped, and MiniLM edited to
 //! cover what they do not: cased, accents stripped or kept whatever the
 //! case, no Chinese-character handling and no cleaning, another subword
 //! prefix, a small `max_input_chars_per_word`, normalized added tokens and
 //! the BERT steps inside sequences. The texts are the committed corpus
 //! excerpt and golden texts, generated adversarial text and, with
-//! `--ignored`, the whole shared corpus. The Rust crate is the reference
+//! `--ignored` and `PREP_EXTERNAL_DATA`, the whole corpus. The Rust crate is the reference
 //! because `python_reference_agrees` checks, where the reference venv is
 //! there, that the Python package gives the same ids on the same texts, and
 //! the golden MiniLM ids (written by the Python package) are checked too.
@@ -34,15 +34,9 @@ fn minilm_json() -> Value {
     .unwrap()
 }
 
-/// BERT base uncased, when ../shared is there.
-fn bert_json() -> Option<Vec<u8>> {
-    let path =
-        common::root().join("../shared/corpora/tokenizers/bert-base-uncased.tokenizer.json.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return None;
-    }
-    Some(read_zst(&path))
+/// BERT base uncased (fixtures/tokenizers).
+fn bert_json() -> Vec<u8> {
+    read_zst(&common::tokenizer("bert-base-uncased"))
 }
 
 /// MiniLM with its BertNormalizer's flags set (`strip_accents` may be null).
@@ -130,9 +124,7 @@ fn pairs() -> Vec<Pair> {
         "minilm",
         &serde_json::to_vec(&minilm_json()).unwrap(),
     )];
-    if let Some(bert) = bert_json() {
-        pairs.push(Pair::new("bert-base-uncased", &bert));
-    }
+    pairs.push(Pair::new("bert-base-uncased", &bert_json()));
     for (name, j) in edited() {
         pairs.push(Pair::new(&name, &serde_json::to_vec(&j).unwrap()));
     }
@@ -264,9 +256,10 @@ json.dump(out, open(f"{d}/ids.json", "w"))
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The whole shared corpus (tens of MB; run in release with `--ignored`).
+/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore]
+#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs());
 }
@@ -455,63 +448,5 @@ fn unsupported_wordpiece_files_are_refused() {
         change(&mut j);
         let refused = FastTokenizer::from_json(&serde_json::to_vec(&j).unwrap());
         assert!(refused.is_err(), "{name}: accepted");
-    }
-}
-
-/// Throughput on the corpus excerpt beside the HF crate in the same run
-/// (release, `--ignored --nocapture`); prints, asserts only the ids.
-#[test]
-#[ignore]
-fn throughput_on_the_excerpt() {
-    use rayon::prelude::*;
-    use std::time::Instant;
-    let texts = texts(&read_zst(&common::fixture(
-        "corpus/debian-sample.jsonl.zst",
-    )));
-    let bytes: usize = texts.iter().map(String::len).sum();
-    let mut pairs = vec![Pair::new(
-        "minilm",
-        &serde_json::to_vec(&minilm_json()).unwrap(),
-    )];
-    if let Some(bert) = bert_json() {
-        pairs.push(Pair::new("bert-base-uncased", &bert));
-    }
-    let mb = bytes as f64 / 1e6;
-    for pair in &pairs {
-        for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let best = |f: &(dyn Fn() -> Vec<Vec<u32>> + Sync)| {
-                (0..3)
-                    .map(|_| {
-                        let t = Instant::now();
-                        let ids = pool.install(f);
-                        (t.elapsed().as_secs_f64(), ids)
-                    })
-                    .min_by(|a, b| a.0.total_cmp(&b.0))
-                    .unwrap()
-            };
-            let (fast_s, fast_ids) = best(&|| {
-                texts
-                    .par_iter()
-                    .map_init(EncodeState::default, |state, text| {
-                        let mut out = Vec::new();
-                        pair.fast.encode(text, state, &mut out);
-                        out
-                    })
-                    .collect()
-            });
-            let (hf_s, hf_ids) = best(&|| texts.par_iter().map(|t| pair.hf_ids(t)).collect());
-            assert!(fast_ids == hf_ids, "{}: ids differ", pair.name);
-            eprintln!(
-                "{} on {mb:.1} MB, {threads} thread(s): fast {:.1} MB/s, hf {:.1} MB/s, {:.1}x",
-                pair.name,
-                mb / fast_s,
-                mb / hf_s,
-                hf_s / fast_s
-            );
-        }
     }
 }

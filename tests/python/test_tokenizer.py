@@ -1,6 +1,6 @@
 """prep.Tokenizer (the fast engine from Python) against the `tokenizers`
-package on every tokenizer file in fixtures/tokenizers and
-../shared/corpora/tokenizers (skipped when absent): the ids of
+package on every tokenizer file in fixtures/tokenizers, and Gemma 3's from
+PREP_EXTERNAL_DATA (fixtures/README.md; skipped, saying so, without it): the ids of
 `encode(text, add_special_tokens=False)` and with special tokens, one text
 at a time and in batches, as lists and as numpy arrays, on 1 and 2
 threads, over the golden texts (fixtures/golden, its long document left
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,12 @@ from tokenizers import Tokenizer as HF
 import prep
 
 REPO = Path(__file__).resolve().parents[2]
-DIRS = [REPO / "fixtures" / "tokenizers", REPO.parent / "shared" / "corpora" / "tokenizers"]
-FILES = sorted(p for d in DIRS if d.is_dir() for p in d.glob("*.tokenizer.json.zst"))
+EXTERNAL = os.environ.get("PREP_EXTERNAL_DATA")
+FILES = [pytest.param(p, id=p.name.split(".")[0])
+         for p in sorted((REPO / "fixtures" / "tokenizers").glob("*.tokenizer.json.zst"))]
+FILES.append(pytest.param(Path(EXTERNAL or ".") / "tokenizers" / "gemma3.tokenizer.json.zst", id="gemma3",
+                          marks=pytest.mark.skipif(not EXTERNAL, reason="needs PREP_EXTERNAL_DATA "
+                                                   "(tokenizers/gemma3.tokenizer.json.zst)")))
 
 EDGES = ["", " ", "  hello   world  ", "\n\n\t", "Hello<|endoftext|>world", "<s>x</s>", "[CLS] a [SEP]",
          "héllo wörld 中文 日本語 한국어 😀👩\u200d💻", "e\u0301 ﬁ Ⅻ ｶ", "don't 'TIS", "12345678901234", "\u2581x"]
@@ -39,7 +44,7 @@ def texts() -> list[str]:
     return EDGES + [t for t in golden if len(t) < 1 << 20]
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.name.split(".")[0] for p in FILES])
+@pytest.mark.parametrize("path", FILES)
 def test_ids_equal_tokenizers(path: Path, texts: list[str], tmp_path: Path) -> None:
     hf = HF.from_str(read(path).decode())
     hf.no_truncation()
@@ -67,7 +72,7 @@ def test_lists_come_back_in_order_from_many_chunks(texts: list[str]) -> None:
     """encode_batch makes its lists while later chunks of texts are encoded;
     with chunks of very uneven cost (long texts among short ones) they
     finish out of order, and the lists still follow the texts."""
-    tok = prep.Tokenizer.from_file(FILES[0], threads=2)
+    tok = prep.Tokenizer.from_file(FILES[0].values[0], threads=2)
     long = max(texts, key=len)
     batch = [long if i % 97 == 0 else texts[i % len(texts)][:50] for i in range(6000)]
     want = [tok.encode(t) for t in batch]
@@ -78,7 +83,7 @@ def test_lists_come_back_in_order_from_many_chunks(texts: list[str]) -> None:
 
 
 def test_a_folder_and_the_decoder(tmp_path: Path) -> None:
-    (tmp_path / "tokenizer.json").write_bytes(read(FILES[0]))
+    (tmp_path / "tokenizer.json").write_bytes(read(FILES[0].values[0]))
     tok = prep.Tokenizer.from_file(tmp_path)
     hf = HF.from_file(str(tmp_path / "tokenizer.json"))
     text = "A folder holds tokenizer.json: héllo"

@@ -109,16 +109,13 @@ pub fn check_all(pairs: &[Pair], text: &str) -> Result<(), String> {
 }
 
 /// The whole-corpus check of the `--ignored` tests: every document of
-/// ../shared/corpora/debian-docs.jsonl.zst through each pair, the pairs in
-/// parallel (HF's encoding is the slow side); panics naming the first
-/// differences. Says so and passes when the corpus is not here.
+/// debian-docs.jsonl.zst (under `PREP_EXTERNAL_DATA`, [`super::external`])
+/// through each pair, the pairs in parallel (HF's encoding is the slow
+/// side); panics naming the first differences, or when the corpus is not
+/// there.
 pub fn shared_corpus_identical(pairs: Vec<Pair>) {
     use rayon::prelude::*;
-    let path = super::root().join("../shared/corpora/debian-docs.jsonl.zst");
-    if !path.exists() {
-        eprintln!("skipped: {} is not here", path.display());
-        return;
-    }
+    let path = super::external("debian-docs.jsonl.zst");
     let texts = texts(&read_zst(&path));
     let failures: Vec<String> = pairs
         .par_iter()

@@ -42,6 +42,46 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)
 }
 
+/// The environment variable naming the directory of what the repository
+/// may not ship (fixtures/README.md): `tokenizers/gemma3.tokenizer.json.zst`
+/// (Gemma's terms of use) and `debian-docs.jsonl.zst` (the whole corpus,
+/// 15 MB). CI points it at ../shared/corpora.
+pub const EXTERNAL_DATA: &str = "PREP_EXTERNAL_DATA";
+
+/// A file under [`EXTERNAL_DATA`]. A test that needs one is marked
+/// `#[cfg_attr(not(prep_external_data), ignore = "...")]`, so that where the
+/// variable was not set at build time the test framework reports it skipped,
+/// with its reason; where it is set, a missing file fails the test.
+pub fn external(rel: &str) -> PathBuf {
+    let dir = std::env::var_os(EXTERNAL_DATA)
+        .unwrap_or_else(|| panic!("{EXTERNAL_DATA} is not set, and this test needs {rel} from it"));
+    let path = PathBuf::from(dir).join(rel);
+    assert!(
+        path.is_file(),
+        "{} is not there ({EXTERNAL_DATA} names {})",
+        path.display(),
+        PathBuf::from(std::env::var_os(EXTERNAL_DATA).unwrap()).display()
+    );
+    path
+}
+
+/// A real tokenizer file committed in fixtures/tokenizers (`gpt2`,
+/// `mistral-7b-v0.1`, ...).
+pub fn tokenizer(name: &str) -> PathBuf {
+    fixture(&format!("tokenizers/{name}.tokenizer.json.zst"))
+}
+
+/// Every tokenizer file committed in fixtures/tokenizers, sorted.
+pub fn tokenizer_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixture("tokenizers"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".tokenizer.json.zst"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// The GPT-2 tokenizer fixture.
 pub fn gpt2() -> PathBuf {
     fixture("tokenizers/gpt2.tokenizer.json.zst")
