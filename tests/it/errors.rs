@@ -2,8 +2,16 @@
 //! prints its cause or returns it as a source, never both, and the command
 //! line prints the chain. A cause printed twice (`x: No such file: No such
 //! file`) fails here.
+//!
+//! And no message leaves the user guessing: Ctrl-C and SIGTERM say how to
+//! go on (and the re-run does), a file of another tool says whose it is
+//! not, a full disk says what prep left on it.
 
-use crate::common::{fails, fixture, gpt2, TestDir};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::common::{fails, fixture, gpt2, journaled_shards, ok, snapshot, tokenize_cmd, TestDir};
 
 /// Fails `cmd` with exit 2 and checks its message: one line, holding
 /// `expect`, with no clause (the text between ": ") repeated.
@@ -81,4 +89,89 @@ fn unreadable_dataset_files_are_named_once() {
         t.prep().arg("inspect").arg(&ds),
         "No such file or directory",
     );
+}
+
+/// Starts `cmd`, waits until the journal in `dir` lists `shards` completed
+/// shards, sends it `signal`, and returns how it ended.
+fn signal_after_shards(mut cmd: Command, dir: &Path, shards: usize, signal: i32) -> Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let journal = dir.join(".prep-journal.json");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read(&journal).map_or(0, |b| journaled_shards(&b)) < shards {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on the pid of a child this test started and has not
+    // waited for, so the pid is still that child's.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !dir.join("manifest.json").exists(),
+        "the run ended before the signal: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Checks that an interrupted run ended with `code` and the one line that
+/// says to re-run it.
+fn interrupted(out: &Output, code: i32) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "prep: interrupted: re-run the same command to resume"
+    );
+}
+
+#[test]
+fn ctrl_c_says_to_re_run_and_the_re_run_resumes_to_the_same_bytes() {
+    let t = TestDir::new();
+    let corpus = fixture("corpus/debian-sample.jsonl.zst");
+    let args = ["--threads", "1", "--shard-size", "64KiB"];
+    let tokenize = |out: &Path| {
+        let mut cmd = tokenize_cmd(&t, &[&corpus], out);
+        cmd.args(args);
+        cmd
+    };
+    let whole = t.path("whole");
+    ok(&mut tokenize(&whole));
+    let out = t.path("interrupted");
+    interrupted(
+        &signal_after_shards(tokenize(&out), &out, 3, libc::SIGINT),
+        130,
+    );
+    ok(&mut tokenize(&out));
+    assert_eq!(snapshot(&out), snapshot(&whole));
+}
+
+#[test]
+fn sigterm_says_to_re_run_and_the_re_run_resumes_to_the_same_bytes() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(
+        tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &docs)
+            .args(["--shard-size", "64KiB"]),
+    );
+    let pack = |out: &Path| {
+        let mut cmd = t.prep();
+        cmd.args(["pack", "--seq-len", "64", "--shard-size", "32KiB", "-q"])
+            .arg(&docs)
+            .arg(out);
+        cmd
+    };
+    let whole = t.path("whole");
+    ok(&mut pack(&whole));
+    let out = t.path("interrupted");
+    interrupted(
+        &signal_after_shards(pack(&out), &out, 3, libc::SIGTERM),
+        143,
+    );
+    ok(&mut pack(&out));
+    assert_eq!(snapshot(&out), snapshot(&whole));
 }
