@@ -175,3 +175,55 @@ fn sigterm_says_to_re_run_and_the_re_run_resumes_to_the_same_bytes() {
     ok(&mut pack(&out));
     assert_eq!(snapshot(&out), snapshot(&whole));
 }
+
+/// A `manifest.json` of another tool's (no `"format": "prep"`) says the
+/// directory is not a prep dataset and what prep reads, whether prep reads
+/// the directory or would write into it.
+#[test]
+fn a_foreign_manifest_says_the_directory_is_not_a_prep_dataset() {
+    let t = TestDir::new();
+    for (name, manifest, found) in [
+        (
+            "other",
+            r#"{"format": "mds", "version": 2, "shards": []}"#,
+            r#"its "format" is "mds""#,
+        ),
+        (
+            "none",
+            r#"{"version": 1, "files": ["a.bin"]}"#,
+            r#"it has no "format" field"#,
+        ),
+    ] {
+        t.write(&format!("{name}/manifest.json"), manifest);
+        let dir = t.path(name);
+        let out = t.path(&format!("{name}-packed"));
+        let input = t.write("in.jsonl", crate::common::jsonl(&["text"]));
+        let mut inspect = t.prep();
+        inspect.arg("inspect").arg(&dir);
+        let mut validate = t.prep();
+        validate.arg("validate").arg(&dir);
+        let mut pack = t.prep();
+        pack.arg("pack")
+            .arg(&dir)
+            .arg(&out)
+            .args(["--seq-len", "8", "-q"]);
+        let tokenize = tokenize_cmd(&t, &[&input], &dir);
+        for mut cmd in [inspect, validate, pack, tokenize] {
+            let err = fails(&mut cmd, 2);
+            for part in [
+                &format!("{}: ", dir.join("manifest.json").display()),
+                "this manifest.json is not prep's",
+                found,
+                "not a prep dataset",
+                "prep import",
+            ] {
+                assert!(err.contains(part), "{part:?} not in {err}");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join("manifest.json")).unwrap(),
+            manifest,
+            "the other tool's file is left as it was"
+        );
+    }
+}
