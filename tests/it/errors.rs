@@ -176,6 +176,114 @@ fn sigterm_says_to_re_run_and_the_re_run_resumes_to_the_same_bytes() {
     assert_eq!(snapshot(&out), snapshot(&whole));
 }
 
+/// A small tmpfs mounted at a folder of the test's, unmounted on drop.
+struct SmallDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts `bytes` of tmpfs at `dir`, or says why it cannot (mounting
+    /// takes root, or CAP_SYS_ADMIN).
+    fn mount(dir: &Path, bytes: u64) -> Result<SmallDisk, String> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("no mount command: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot mount a tmpfs: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(SmallDisk { dir: dir.into() })
+    }
+
+    fn resize(&self, bytes: u64) {
+        let remount = Command::new("mount")
+            .args(["-o", &format!("remount,size={bytes}")])
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(remount.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// A shuffle whose disk fills up after its first pass says where its
+/// scratch folder is, how large, and that a re-run resumes; given space,
+/// the re-run does, to the bytes of a run that never ran out. Needs a small
+/// file system to fill: a tmpfs, which only root may mount (CI runs as
+/// root); elsewhere the test is skipped, saying so, and the message's
+/// making is tested in src/shuffle (`a_full_disk_names_the_scratch_folder_left_on_it`).
+#[test]
+fn a_shuffle_on_a_full_disk_names_its_scratch_and_resumes() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(
+        tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &docs)
+            .args(["--shard-size", "64KiB"]),
+    );
+    let ds = prep::Dataset::open(&docs).unwrap();
+    let tokens = ds.n_tokens() * 2; // u16 ids
+    let documents = ds.len();
+    // Two buckets of half the documents each: the memory every document
+    // and its 32 bytes of bookkeeping need.
+    let memory = (tokens + documents * 32).to_string();
+    let shuffle = |out: &Path| {
+        let mut cmd = t.prep();
+        cmd.args([
+            "shuffle",
+            "--seed",
+            "3",
+            "--shard-size",
+            "16KiB",
+            "--memory",
+        ])
+        .arg(&memory)
+        .arg(&docs)
+        .arg(out)
+        .arg("-q");
+        cmd
+    };
+    let whole = t.path("whole");
+    ok(&mut shuffle(&whole));
+
+    // Room for the bucket files (the tokens and 24 bytes a document) and a
+    // quarter of the shards: the first bucket's shards fill the disk while
+    // both buckets are still there.
+    let scratch_bytes = tokens + documents * 24;
+    let disk = match SmallDisk::mount(&t.path("disk"), scratch_bytes + tokens / 4 + (64 << 10)) {
+        Ok(disk) => disk,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let out = disk.dir.join("out");
+    let err = fails(&mut shuffle(&out), 2);
+    let scratch = out.join(".shuffle-tmp");
+    for part in [
+        "No space left on device",
+        &format!("the shuffle's scratch folder {} holds", scratch.display()),
+        "the same command run again once there is space resumes",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    assert!(scratch.is_dir(), "{err}");
+
+    disk.resize(4 * scratch_bytes + (1 << 20));
+    ok(&mut shuffle(&out));
+    assert!(!scratch.exists());
+    assert_eq!(snapshot(&out), snapshot(&whole));
+}
+
 /// A `manifest.json` of another tool's (no `"format": "prep"`) says the
 /// directory is not a prep dataset and what prep reads, whether prep reads
 /// the directory or would write into it.
