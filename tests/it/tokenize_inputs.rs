@@ -338,7 +338,18 @@ fn an_empty_input_file_gives_an_empty_dataset() {
             "out-{}",
             input.file_name().unwrap().to_string_lossy()
         ));
-        ok(&mut tokenize_cmd(&t, &[&input], &out));
+        // Exit 0 (a part of a partitioned run may have nothing to read),
+        // but said out loud, even with --quiet.
+        let run = ok(&mut tokenize_cmd(&t, &[&input], &out));
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "prep: warning: the inputs hold no documents, so {} is an empty dataset \
+                 (0 records); check that --input names the files meant and that they are not empty",
+                out.display()
+            )
+        );
         let ds = open(&out);
         assert_eq!(ds.len(), 0);
         assert_eq!(ds.n_tokens(), 0);
@@ -349,6 +360,18 @@ fn an_empty_input_file_gives_an_empty_dataset() {
         assert!(m.shards.is_empty(), "{:?}", m.shards);
         assert_eq!(m.provenance.documents.read, 0);
     }
+}
+
+#[test]
+fn a_run_that_reads_documents_gives_no_empty_input_warning() {
+    let t = TestDir::new();
+    let input = t.write("in.jsonl", jsonl(&["one", "two"]));
+    let run = ok(&mut tokenize_cmd(&t, &[&input], &t.path("out")));
+    assert!(
+        run.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }
 
 #[test]
