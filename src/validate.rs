@@ -535,6 +535,8 @@ fn read_manifest(
             path: path.clone(),
             message: format!("not JSON: {e}"),
         })?;
+    // Another tool's manifest: nothing of prep's to check.
+    Manifest::check_format(&path, &value)?;
     if let Some(v) = value.get("version").and_then(|v| v.as_u64()) {
         if v > FORMAT_VERSION {
             return Err(FormatError::UnsupportedVersion {

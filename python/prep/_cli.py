@@ -18,12 +18,14 @@ def main() -> None:
     """Runs `prep` with this process's arguments and exits with its status."""
     # Python turns SIGINT into KeyboardInterrupt, raised between bytecodes,
     # and none run while the command does (Rust, the GIL released), so
-    # Ctrl-C would wait for the command to end. The default action ends the
-    # process at once, as it ends the binary. SIGPIPE stays ignored, as
-    # Python and Rust's runtime both leave it: a write to a closed pipe
-    # fails with EPIPE, which the command treats as the end of its output
-    # (`prep inspect | head` exits 0, quietly).
+    # Ctrl-C would wait for the command to end. The command handles SIGINT
+    # and SIGTERM itself, as the binary does (a line saying what to do
+    # next, exit status 130 or 143); until it has started, the default
+    # action ends the process. SIGPIPE stays ignored, as Python and Rust's
+    # runtime both leave it: a write to a closed pipe fails with EPIPE,
+    # which the command treats as the end of its output (`prep inspect |
+    # head` exits 0, quietly).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # argv[0] is the script's path, whose file name (`prep`) clap shows in
     # the usage, as the binary's.
-    sys.exit(_native.main(sys.argv))
+    sys.exit(_native.main(sys.argv, handle_signals=True))

@@ -1,7 +1,8 @@
 //! The `prep` command line: flags become a library config, nothing more.
 //!
 //! Exit codes scripts can rely on: 0 success, 1 a check found problems
-//! (`prep validate`), 2 a usage, input or I/O error.
+//! (`prep validate`), 2 a usage, input or I/O error; 130 and 143 when
+//! Ctrl-C (SIGINT) or SIGTERM ended the command (see [`interrupt`]).
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -17,6 +18,7 @@ mod export;
 mod fetch;
 mod import;
 mod inspect;
+mod interrupt;
 mod merge;
 mod mix;
 mod pack;
@@ -66,6 +68,32 @@ enum Command {
     Inspect(inspect::Args),
 }
 
+impl Command {
+    /// What to do after an interrupt, printed after `prep: interrupted: `:
+    /// a command that writes through a journal resumes when run again; an
+    /// import starts over; an export's finished files are in place; a
+    /// command that only reads has nothing to say.
+    fn after_interrupt(&self) -> &'static str {
+        match self {
+            Command::Tokenize(_)
+            | Command::Shuffle(_)
+            | Command::Pack(_)
+            | Command::Mix(_)
+            | Command::Split(_)
+            | Command::Merge(_)
+            | Command::Fetch(_) => "re-run the same command to resume",
+            Command::Import(_) => "re-run the same command to start the import again",
+            Command::Export(_) => {
+                "re-run the same command with --overwrite to write the exported files again"
+            }
+            Command::Validate(_)
+            | Command::BenchRead(_)
+            | Command::Sample(_)
+            | Command::Inspect(_) => "",
+        }
+    }
+}
+
 /// Exit code for usage, input and I/O errors.
 pub const EXIT_ERROR: u8 = 2;
 
@@ -82,27 +110,41 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    ExitCode::from(run_code(args))
+    ExitCode::from(run_code(args, Signals::Handle))
+}
+
+/// Whether the command handles Ctrl-C and SIGTERM itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signals {
+    /// The process is the command line: a signal prints what to do next
+    /// and ends it with 128 + the signal's number (130, 143).
+    Handle,
+    /// The caller's handlers stay as they are (a library's caller, whose
+    /// Python KeyboardInterrupt must keep working after the command).
+    // Chosen by the Python extension only.
+    #[allow(dead_code)]
+    Leave,
 }
 
 /// [`run_from`] with the exit status as a number, for a caller that is not
 /// `main` and hands it on itself (the Python extension, python/native):
 /// 0 success, 1 a check found problems, [`EXIT_ERROR`] anything else.
-/// Stdout is flushed before it returns: a process that does not end
-/// through Rust's `main` would not flush it at exit.
-pub fn run_code<I, T>(args: I) -> u8
+/// Ctrl-C and SIGTERM are handled as `signals` says. Stdout is flushed
+/// before it returns: a process that does not end through Rust's `main`
+/// would not flush it at exit.
+pub fn run_code<I, T>(args: I, signals: Signals) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let code = dispatch(args);
+    let code = dispatch(args, signals);
     // Errors are the ones the command already met or ignored (a closed
     // pipe is not an error), so the status stays.
     let _ = std::io::stdout().flush();
     code
 }
 
-fn dispatch<I, T>(args: I) -> u8
+fn dispatch<I, T>(args: I, signals: Signals) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -120,6 +162,9 @@ where
     if let Err(why) = prep::util::source_date_epoch() {
         eprintln!("prep: error: {why}");
         return EXIT_ERROR;
+    }
+    if signals == Signals::Handle {
+        interrupt::handle(cli.command.after_interrupt());
     }
     let result = match cli.command {
         Command::Tokenize(args) => tokenize::run(args),

@@ -245,7 +245,33 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.write.quiet {
         eprintln!("{}", summary(&config, args.shuffle_seed, &report));
     }
+    if report.manifest.n_records == 0 {
+        let read = report.manifest.provenance.documents.read;
+        eprintln!("prep: warning: {}", empty_warning(&config, read));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Said when a run read no document, even with --quiet: an empty dataset is
+/// valid (a part of a partitioned run may have nothing to read, and its
+/// merge still needs it), so the run succeeds, but an input that is empty
+/// by mistake should not pass unnoticed.
+fn empty_warning(config: &TokenizeConfig, read: u64) -> String {
+    let out = config.output.display();
+    if read > 0 {
+        return format!(
+            "none of the {read} documents read became a record, so {out} is an empty dataset \
+             (0 records)"
+        );
+    }
+    let inputs = match config.part {
+        Some(part) => format!("part {part} of the inputs holds"),
+        None => "the inputs hold".to_owned(),
+    };
+    format!(
+        "{inputs} no documents, so {out} is an empty dataset (0 records); check that --input \
+         names the files meant and that they are not empty"
+    )
 }
 
 fn parse_engine(s: &str) -> Result<tokenize::EngineChoice, String> {

@@ -18,7 +18,7 @@ pub(crate) struct WriteFlags {
     #[arg(long)]
     pub(crate) overwrite: bool,
 
-    /// No progress bar or summary; errors are still printed.
+    /// No progress bar or summary; warnings and errors are still printed.
     #[arg(long, short = 'q')]
     pub(crate) quiet: bool,
 

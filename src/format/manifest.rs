@@ -554,9 +554,7 @@ impl Manifest {
         // manifest is refused by its version rather than by a missing field.
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
-            return Err(bad(format!("`format` is not {FORMAT_NAME:?}")));
-        }
+        Self::check_format(path, &value)?;
         match value.get("version").and_then(|v| v.as_u64()) {
             Some(v) if v > FORMAT_VERSION => {
                 return Err(FormatError::UnsupportedVersion {
@@ -571,6 +569,19 @@ impl Manifest {
         let manifest: Manifest = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         manifest.check(path)?;
         Ok(manifest)
+    }
+
+    /// Refuses a manifest that does not say `"format": "prep"`: another
+    /// tool's, so the directory is no prep dataset (the error says so, and
+    /// what prep reads instead).
+    pub(crate) fn check_format(path: &Path, value: &serde_json::Value) -> Result<(), FormatError> {
+        if value.get("format").and_then(|f| f.as_str()) == Some(FORMAT_NAME) {
+            return Ok(());
+        }
+        Err(FormatError::BadManifest {
+            path: path.into(),
+            message: not_prep(value),
+        })
     }
 
     /// Internal consistency: safe shard paths and totals that add up.
@@ -723,6 +734,26 @@ pub fn identity(fingerprint: &str, merged: &[InputInfo]) -> String {
         .collect();
     let key = format!("{fingerprint} merged {}", sums.join(" "));
     super::checksum_hex(xxhash_rust::xxh3::xxh3_64(key.as_bytes()))
+}
+
+/// Why a `manifest.json` that does not say `"format": "prep"` is not read,
+/// and what to give prep instead: such a file is another tool's (Mosaic
+/// streaming, a Hugging Face cache and others write a manifest.json too).
+fn not_prep(value: &serde_json::Value) -> String {
+    let found = match value.get("format") {
+        None => "it has no \"format\" field".to_owned(),
+        Some(format) => {
+            // The value as found, cut short: it may be anything.
+            let shown: String = format.to_string().chars().take(40).collect();
+            format!("its \"format\" is {shown}")
+        }
+    };
+    format!(
+        "this manifest.json is not prep's ({found}; a prep dataset's says \"format\": \"prep\"): \
+         the directory holds another tool's files, not a prep dataset, and prep reads and writes \
+         into only directories that prep made (prep import turns Megatron-LM, nanoGPT, llm.c and \
+         datatrove token files into one)"
+    )
 }
 
 pub(crate) fn is_safe_relative(name: &str) -> bool {

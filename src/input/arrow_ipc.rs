@@ -17,7 +17,7 @@ use arrow::error::ArrowError;
 use arrow::ipc::reader::{FileReader, StreamReader};
 use arrow::record_batch::RecordBatch;
 
-use super::parquet::{resolve, row_payload};
+use super::parquet::{plain_strings, resolve, row_payload};
 use super::{InputError, Location, Payload, TextKey};
 
 /// What an Arrow IPC file (as opposed to a stream) starts with.
@@ -313,6 +313,15 @@ impl ArrowSource {
             };
             chain.push(next.clone());
         }
+        if let Some(leaf) = chain.last_mut() {
+            *leaf = plain_strings(leaf).map_err(|cause| InputError::ArrowRead {
+                path: self.path.clone(),
+                // `next_doc` counted this batch before decoding it.
+                batch: self.batch.saturating_sub(1),
+                row: self.row,
+                cause,
+            })?;
+        }
         Ok(chain)
     }
 }
@@ -371,6 +380,38 @@ mod tests {
                 Payload::Json(_) => unreachable!("arrow gives text"),
             })
             .collect()
+    }
+
+    /// A dictionary-typed text column (pandas' category, as `datasets`
+    /// keeps it) reads as the plain column, nulls included, in a stream
+    /// whose later batch brings a dictionary of its own.
+    #[test]
+    fn a_dictionary_text_column_reads_as_the_plain_column() {
+        use arrow::array::DictionaryArray;
+        use arrow::datatypes::Int16Type;
+        let dir = tempfile::tempdir().unwrap();
+        let batch = |texts: &[Option<&str>]| {
+            let text: DictionaryArray<Int16Type> = texts.iter().copied().collect();
+            RecordBatch::try_from_iter_with_nullable(vec![(
+                "text",
+                Arc::new(text) as ArrayRef,
+                true,
+            )])
+            .unwrap()
+        };
+        write(
+            &dir.path().join("data.arrow"),
+            &[
+                batch(&[Some("a"), Some("b"), Some("a")]),
+                batch(&[Some("c"), None]),
+            ],
+            true,
+        );
+        let docs = read(dir.path(), "text").unwrap();
+        assert_eq!(
+            texts(&docs),
+            ["a", "b", "a", "c", r#"<field "text" is null>"#]
+        );
     }
 
     #[test]

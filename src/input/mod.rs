@@ -212,7 +212,7 @@ pub enum InputError {
     },
     /// The text column exists but does not hold strings.
     #[error(
-        "{}: column {column:?} has type {found}; expected a string column (Utf8, LargeUtf8 or Utf8View)",
+        "{}: column {column:?} has type {found}; expected a string column (Utf8, LargeUtf8 or Utf8View, or a dictionary of one)",
         path.display()
     )]
     ColumnType {

@@ -303,6 +303,13 @@ impl ParquetSource {
             };
             chain.push(Arc::clone(next.ok_or_else(missing)?));
         }
+        if let Some(leaf) = chain.last_mut() {
+            *leaf = plain_strings(leaf).map_err(|cause| InputError::ParquetRead {
+                path: self.path.clone(),
+                row_group: self.first_group + self.group,
+                cause,
+            })?;
+        }
         Ok(Decoded {
             chain,
             rows: Vec::new(),
@@ -347,6 +354,36 @@ pub(super) fn row_payload(chain: &[ArrayRef], pos: usize, key: &str) -> Payload 
     Payload::Text(text.to_owned())
 }
 
+/// Whether `data_type` is one of Arrow's string layouts.
+fn is_string(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+/// Whether the text column may have `data_type`: a string layout, or a
+/// dictionary of one (pandas' category columns, and any column a writer
+/// chose to dictionary-encode in its Arrow schema), keys of any width.
+fn is_text_type(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::Dictionary(_, values) => is_string(values),
+        other => is_string(other),
+    }
+}
+
+/// The text leaf of a batch as a plain string array: a dictionary column
+/// is decoded to its values' layout (a batch at a time, as the texts are
+/// copied out anyway), so that it reads row for row, nulls included, as
+/// the plain column of the same texts. Parquet and Arrow IPC inputs share
+/// this rule.
+pub(super) fn plain_strings(leaf: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    match leaf.data_type() {
+        DataType::Dictionary(_, values) => arrow::compute::cast(leaf, values),
+        _ => Ok(Arc::clone(leaf)),
+    }
+}
+
 /// The text of a string array at `index`, for any of Arrow's string layouts.
 pub(super) fn string_at(array: &ArrayRef, index: usize) -> Option<&str> {
     match array.data_type() {
@@ -374,7 +411,7 @@ pub(super) fn resolve(top: &Fields, key: &TextKey, path: &Path) -> Result<Vec<St
         if let Some(field) = fields.iter().find(|f| f.name() == rest) {
             names.push(rest.to_owned());
             return match field.data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(names),
+                t if is_text_type(t) => Ok(names),
                 other => Err(InputError::ColumnType {
                     path: path.to_owned(),
                     column: dotted.to_owned(),

@@ -175,6 +175,18 @@ pub enum ShuffleError {
         /// Memory they need.
         need: u64,
     },
+    /// The disk filled up (or a quota ran out) after the first pass, which
+    /// leaves its bucket files behind for a re-run to resume from. The
+    /// error itself is printed first.
+    #[error("{cause}; the disk is full: the shuffle's scratch folder {} holds {} of bucket files, kept so that the same command run again once there is space resumes; to reclaim the space instead, delete that folder (a re-run then starts the shuffle over)", scratch.display(), crate::size::format_bytes(*bytes))]
+    DiskFull {
+        /// The error that met the full disk.
+        cause: Box<ShuffleError>,
+        /// The scratch folder left on the disk.
+        scratch: PathBuf,
+        /// The bytes of its files.
+        bytes: u64,
+    },
     /// Gather was asked for a bucket the run does not have.
     #[error("bucket {bucket} does not exist: the scatter made {buckets} buckets (0 to {})", buckets.saturating_sub(1))]
     NoBucket {
@@ -270,7 +282,8 @@ pub fn run(config: &ShuffleConfig, progress: &dyn Progress) -> Result<ShuffleRep
     crate::run::refuse_overlap(&config.output, &config.inputs, "the input")?;
     let inputs = open_inputs(&config.inputs)?;
     let output = Output::lock(&config.output, config.writing.single_writer)?;
-    shuffle_into(config, None, inputs, output, progress)
+    let scratch = output.dir().join(TMP_DIR);
+    shuffle_into(config, None, inputs, output, progress).map_err(|e| scratch_left(e, &scratch))
 }
 
 /// [`run`] into an output directory the caller has locked (a pipeline that
@@ -285,7 +298,39 @@ pub(crate) fn run_in(
     progress: &dyn Progress,
 ) -> Result<ShuffleReport, ShuffleError> {
     let inputs = open_inputs(&config.inputs)?;
+    let scratch = output.dir().join(TMP_DIR);
     shuffle_into(config, Some(recorded), inputs, output, progress)
+        .map_err(|e| scratch_left(e, &scratch))
+}
+
+/// `e`, or for a full disk [`ShuffleError::DiskFull`] saying where the
+/// scratch folder is and how large, when the failed run (its output
+/// dropped by now, which removes the folder unless it is worth resuming
+/// from) left it behind.
+fn scratch_left(e: ShuffleError, scratch: &Path) -> ShuffleError {
+    let io = match &e {
+        ShuffleError::Format(FormatError::Io { cause, .. })
+        | ShuffleError::Output(OutputError::Format(FormatError::Io { cause, .. })) => cause,
+        _ => return e,
+    };
+    if !matches!(
+        io.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) {
+        return e;
+    }
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return e;
+    };
+    let bytes = entries
+        .filter_map(|entry| entry.ok()?.metadata().ok())
+        .map(|meta| meta.len())
+        .sum();
+    ShuffleError::DiskFull {
+        cause: Box::new(e),
+        scratch: scratch.to_path_buf(),
+        bytes,
+    }
 }
 
 /// What a shuffle decides before it writes: the options and fingerprint the
@@ -1083,4 +1128,54 @@ fn read_records(
         records += 1;
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_error(path: &Path, kind: std::io::ErrorKind) -> ShuffleError {
+        ShuffleError::Format(FormatError::io(path, std::io::Error::from(kind)))
+    }
+
+    /// A full disk after the first pass names the scratch folder left on
+    /// it, its size, and both ways on; any other error, or a full disk
+    /// that left no folder, is the error alone. (A test through the binary
+    /// needs a small file system to fill: tests/it/shuffle.rs mounts one
+    /// where it may.)
+    #[test]
+    fn a_full_disk_names_the_scratch_folder_left_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join(TMP_DIR);
+        std::fs::create_dir(&scratch).unwrap();
+        std::fs::write(scratch.join("a"), vec![0u8; 3072]).unwrap();
+        std::fs::write(scratch.join("b"), vec![0u8; 2048]).unwrap();
+        let shard = dir.path().join("shard-00003.bin.tmp");
+        for kind in [
+            std::io::ErrorKind::StorageFull,
+            std::io::ErrorKind::QuotaExceeded,
+        ] {
+            let e = scratch_left(io_error(&shard, kind), &scratch);
+            assert!(matches!(e, ShuffleError::DiskFull { bytes: 5120, .. }));
+            let message = e.to_string();
+            for part in [
+                &format!("{}: ", shard.display()),
+                &format!("scratch folder {} holds 5.00 KiB", scratch.display()),
+                "the same command run again once there is space resumes",
+                "delete that folder",
+            ] {
+                assert!(message.contains(part), "{part:?} not in {message:?}");
+            }
+        }
+        let other = scratch_left(
+            io_error(&shard, std::io::ErrorKind::PermissionDenied),
+            &scratch,
+        );
+        assert!(matches!(other, ShuffleError::Format(_)));
+        let gone = scratch_left(
+            io_error(&shard, std::io::ErrorKind::StorageFull),
+            &dir.path().join("none"),
+        );
+        assert!(matches!(gone, ShuffleError::Format(_)));
+    }
 }

@@ -386,7 +386,7 @@ fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
     let t = TestDir::new();
     let input = t.write("in.jsonl", jsonl(&["hello"]));
     let out = t.path("out");
-    let cases: [(&str, &str, &[&str]); 5] = [
+    let cases: [(&str, &str, &[&str]); 8] = [
         (
             "array.json",
             "[]",
@@ -402,8 +402,32 @@ fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
             r#"{"model": [1, 2]}"#,
             &[r#""model" is an array, not an object"#],
         ),
-        // The shape is right at the top: HF tokenizers' own reason.
-        ("bpe.json", r#"{"model": {"type": "NoSuchModel"}}"#, &[]),
+        // A model type nobody reads is named, with the ones prep reads
+        // (not serde's "untagged enum ModelUntagged").
+        (
+            "foo.json",
+            r#"{"model": {"type": "Foo", "vocab": {}}}"#,
+            &[
+                r#"model type "Foo" is unknown"#,
+                "BPE, WordPiece, WordLevel, Unigram",
+            ],
+        ),
+        (
+            "typeless.json",
+            r#"{"model": {"vocabulary": {}}}"#,
+            &[r#"the model has no "type""#, "BPE, WordPiece"],
+        ),
+        (
+            "typed.json",
+            r#"{"model": {"type": 7}}"#,
+            &[r#"the model's "type" is a number, not a string"#],
+        ),
+        // The shape is right as far as prep looks: HF tokenizers' own reason.
+        (
+            "wordlevel.json",
+            r#"{"model": {"type": "WordLevel", "vocab": 3}}"#,
+            &[],
+        ),
         (
             "syntax.json",
             "{\"model\": {\n\"type\": ,}}",
@@ -428,6 +452,7 @@ fn tokenizer_json_of_the_wrong_shape_is_not_a_syntax_error() {
             !shape,
             "{name}: {stderr}"
         );
+        assert!(!stderr.contains("untagged"), "{name}: {stderr}");
     }
 }
 

@@ -338,7 +338,18 @@ fn an_empty_input_file_gives_an_empty_dataset() {
             "out-{}",
             input.file_name().unwrap().to_string_lossy()
         ));
-        ok(&mut tokenize_cmd(&t, &[&input], &out));
+        // Exit 0 (a part of a partitioned run may have nothing to read),
+        // but said out loud, even with --quiet.
+        let run = ok(&mut tokenize_cmd(&t, &[&input], &out));
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "prep: warning: the inputs hold no documents, so {} is an empty dataset \
+                 (0 records); check that --input names the files meant and that they are not empty",
+                out.display()
+            )
+        );
         let ds = open(&out);
         assert_eq!(ds.len(), 0);
         assert_eq!(ds.n_tokens(), 0);
@@ -349,6 +360,105 @@ fn an_empty_input_file_gives_an_empty_dataset() {
         assert!(m.shards.is_empty(), "{:?}", m.shards);
         assert_eq!(m.provenance.documents.read, 0);
     }
+}
+
+#[test]
+fn a_run_that_reads_documents_gives_no_empty_input_warning() {
+    let t = TestDir::new();
+    let input = t.write("in.jsonl", jsonl(&["one", "two"]));
+    let run = ok(&mut tokenize_cmd(&t, &[&input], &t.path("out")));
+    assert!(
+        run.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// A string column stored with an Arrow dictionary type (pandas' category,
+/// or `pa.array(...).dictionary_encode()`), its keys of any width and its
+/// values of any string layout, reads as the plain column does; nulls in
+/// it are null documents.
+#[test]
+fn a_dictionary_string_column_in_parquet_gives_the_plain_columns_records() {
+    use arrow::array::{DictionaryArray, StringViewArray};
+    use arrow::datatypes::{Int32Type, Int8Type, UInt16Type};
+    let t = TestDir::new();
+    // Repeated texts, as a dictionary column holds them.
+    let texts: Vec<String> = sample_texts().into_iter().cycle().take(60).collect();
+    let plain = t.path("plain.parquet");
+    write_parquet(
+        &plain,
+        vec![("text", Arc::new(StringArray::from_iter_values(&texts)))],
+        16,
+    );
+    let reference = t.path("ref");
+    ok(&mut tokenize_cmd(&t, &[&plain], &reference));
+    let expected = records(&reference);
+    assert_eq!(expected.len(), texts.len());
+
+    let strs: Vec<&str> = refs(&texts);
+    let int32: DictionaryArray<Int32Type> = strs.iter().copied().collect();
+    let int8: DictionaryArray<Int8Type> = strs.iter().copied().collect();
+    let keys = int8.keys().clone();
+    let large = DictionaryArray::<Int8Type>::new(
+        keys.clone(),
+        Arc::new(LargeStringArray::from_iter_values(
+            int8.values()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .iter()
+                .flatten(),
+        )),
+    );
+    let view = DictionaryArray::<UInt16Type>::new(
+        arrow::array::UInt16Array::from_iter_values(keys.values().iter().map(|&k| k as u16)),
+        Arc::new(StringViewArray::from_iter_values(
+            int8.values()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .iter()
+                .flatten(),
+        )),
+    );
+    let columns: [(&str, ArrayRef); 4] = [
+        ("int32", Arc::new(int32)),
+        ("int8", Arc::new(int8)),
+        ("large", Arc::new(large)),
+        ("view", Arc::new(view)),
+    ];
+    for (name, column) in columns {
+        assert!(
+            matches!(column.data_type(), DataType::Dictionary(..)),
+            "{name}"
+        );
+        let input = t.path(&format!("{name}.parquet"));
+        write_parquet(&input, vec![("text", column)], 16);
+        // Read back as a dictionary, not the plain strings Parquet stores.
+        let read = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(&input).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            matches!(read.schema().field(0).data_type(), DataType::Dictionary(..)),
+            "{name}: {}",
+            read.schema()
+        );
+        let out = t.path(&format!("out-{name}"));
+        ok(&mut tokenize_cmd(&t, &[&input], &out));
+        assert_eq!(records(&out), expected, "{name}");
+    }
+
+    // A null in a dictionary column is a null document, named as in a plain one.
+    let with_null: DictionaryArray<Int32Type> = [Some("a"), None, Some("b")].into_iter().collect();
+    let input = t.path("null.parquet");
+    write_parquet(&input, vec![("text", Arc::new(with_null))], 16);
+    let err = fails(&mut tokenize_cmd(&t, &[&input], &t.path("out-null")), 2);
+    assert!(
+        err.contains("row group 0, row 1") && err.contains(r#"field "text" is null"#),
+        "{err}"
+    );
 }
 
 #[test]

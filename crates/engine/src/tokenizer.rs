@@ -653,11 +653,33 @@ fn diagnose(path: &Path, json: &[u8], hf_error: &str) -> TokenizerError {
                 }
             ))
         }
-        // The shape is right as far as we look: HF tokenizers says what is not.
-        Some(Value::Object(_)) => shape(hf_error.to_owned()),
+        // HF tokenizers says "data did not match any variant of untagged
+        // enum ModelUntagged" for a model whose type it does not know (or
+        // that has none and matches no model by its fields): say which.
+        Some(Value::Object(model)) => match model.get("type") {
+            Some(Value::String(kind)) if !MODEL_TYPES.contains(&kind.as_str()) => shape(format!(
+                "model type {kind:?} is unknown: prep reads {} models",
+                MODEL_TYPES.join(", ")
+            )),
+            Some(kind) if !kind.is_string() => shape(format!(
+                "the model's \"type\" is {}, not a string",
+                kind_of(kind)
+            )),
+            None if hf_error.contains("ModelUntagged") => shape(format!(
+                "the model has no \"type\", and its fields are those of none of the {} models prep reads",
+                MODEL_TYPES.join(", ")
+            )),
+            // The shape is right as far as we look: HF tokenizers says what is not.
+            _ => shape(hf_error.to_owned()),
+        },
         Some(model) => shape(format!("\"model\" is {}, not an object", kind_of(model))),
     }
 }
+
+/// The `model.type` values of a tokenizer.json that HF tokenizers reads
+/// (and so prep: the fast engine runs a subset of them, HF tokenizers the
+/// rest).
+const MODEL_TYPES: [&str; 4] = ["BPE", "WordPiece", "WordLevel", "Unigram"];
 
 /// What a JSON value is, for messages: `an array`.
 fn kind_of(value: &Value) -> &'static str {

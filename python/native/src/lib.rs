@@ -36,16 +36,27 @@ const EXIT_PANIC: u8 = 101;
 /// `sys.argv`) and returns its exit status: 0 success, 1 a check found
 /// problems, 2 a usage, input or I/O error, 101 a panic. The command writes
 /// to the process's stdout and stderr (file descriptors 1 and 2, not
-/// `sys.stdout`) and runs with the GIL released. Python's SIGINT handler
-/// runs only when it returns: the console script restores the default
-/// action first, so that Ctrl-C stops the command.
+/// `sys.stdout`) and runs with the GIL released.
+///
+/// With `handle_signals` (the console script, a process that is only the
+/// command), SIGINT and SIGTERM end the process as they end the binary:
+/// a line saying what to do next, exit status 130 or 143; the handlers
+/// stay for the rest of the process. Without, the process's handlers are
+/// left alone, and Python's SIGINT handler runs only when the command
+/// returns.
 #[pyfunction]
-fn main(py: Python<'_>, argv: Vec<OsString>) -> u8 {
+#[pyo3(signature = (argv, handle_signals = false))]
+fn main(py: Python<'_>, argv: Vec<OsString>, handle_signals: bool) -> u8 {
+    let signals = if handle_signals {
+        cli::Signals::Handle
+    } else {
+        cli::Signals::Leave
+    };
     py.detach(|| {
         cli::allocator::configure();
         // A panic's message is printed by the panic hook, as in the binary;
         // nothing the command holds is used after it.
-        panic::catch_unwind(AssertUnwindSafe(|| cli::run_code(argv))).unwrap_or(EXIT_PANIC)
+        panic::catch_unwind(AssertUnwindSafe(|| cli::run_code(argv, signals))).unwrap_or(EXIT_PANIC)
     })
 }
 
