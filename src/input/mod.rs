@@ -581,6 +581,26 @@ pub struct InputFile {
     pub kind: InputKind,
     /// Size on disk in bytes.
     pub bytes: u64,
+    /// Which version of the file this is, beside its size ([`version_of`]
+    /// for a local file, [`crate::store::Listed::version`] for an object):
+    /// what makes an input edited in place to the same size another input.
+    pub version: Option<String>,
+}
+
+/// The version of a local file that an input's identity takes beside its
+/// size: its modification time in nanoseconds since the Unix epoch,
+/// `mtime:N`, as rsync and make tell a changed file (`None` where the file
+/// system keeps none).
+///
+/// Not its inode or device: a file read through another mount point (a
+/// task of a partitioned run on another machine) is the same input.
+pub fn version_of(meta: &std::fs::Metadata) -> Option<String> {
+    let modified = meta.modified().ok()?;
+    let nanos = match modified.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => after.as_nanos() as i128,
+        Err(before) => -(before.duration().as_nanos() as i128),
+    };
+    Some(format!("mtime:{nanos}"))
 }
 
 /// Expands `--input` values into a sorted, de-duplicated list of files.
@@ -697,6 +717,7 @@ fn add_remote(pattern: &str, files: &mut Vec<InputFile>) -> Result<(), InputErro
             path,
             kind,
             bytes: object.bytes,
+            version: object.version,
         });
     }
     if named {
@@ -745,6 +766,7 @@ fn add_named(
         path: normalize(path),
         kind,
         bytes: meta.len(),
+        version: version_of(&meta),
     });
     Ok(())
 }
@@ -786,6 +808,7 @@ fn walk_dir(
                 path: normalize(&path),
                 kind,
                 bytes: meta.len(),
+                version: version_of(&meta),
             });
         } else {
             skipped.push(normalize(&path));

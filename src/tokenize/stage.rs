@@ -256,6 +256,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         ),
         None => special_tokens(config, &tok)?,
     };
+    crate::run::refuse_overlap_patterns(&config.output, &config.inputs, "the input")?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);
