@@ -441,7 +441,13 @@ pub(crate) fn write(
         threads,
         chat,
     };
+    let read = files.clone();
     let mut ran = stream(config, workers, files, &mut output, journal, progress)?;
+    // Each input is still the version the run's identity names: a file
+    // written to while it was read would give a dataset of two versions.
+    for file in &read {
+        file.still_the_same()?;
+    }
     let mut partition = identity.partition();
     if let (Some(partition), Some(hashes)) = (&mut partition, &ran.hashes) {
         partition.hashes = Some(write_hashes(&output, hashes)?);

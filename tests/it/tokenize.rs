@@ -747,3 +747,33 @@ fn an_output_inside_an_input_is_refused() {
         &raw.join("tok"),
     ));
 }
+
+#[test]
+fn an_input_written_to_while_it_is_read_is_refused_before_the_commit() {
+    let t = TestDir::new();
+    let input = plain_corpus(&t, "docs.jsonl");
+    let out = t.path("tok");
+    let mut child = tokenize_cmd(&t, &[&input], &out)
+        .args(["--threads", "1", "--shard-size", "64KiB"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let journal = out.join(".prep-journal.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read(&journal).map_or(0, |b| journaled_shards(&b)) < 1 {
+        assert!(child.try_wait().unwrap().is_none(), "ended too soon");
+        assert!(std::time::Instant::now() < deadline, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // Another program writes the file while prep reads it.
+    let was = std::fs::metadata(&input).unwrap().modified().unwrap();
+    let file = std::fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(was + std::time::Duration::from_secs(1))
+        .unwrap();
+    drop(file);
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{err}");
+    assert!(err.contains("changed while it was read"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+}
