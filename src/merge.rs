@@ -282,6 +282,7 @@ fn merged_inputs(out: &Path, parts: &[Part]) -> Vec<InputInfo> {
                 .map(ShardInfo::total_bytes)
                 .sum(),
             xxh3: Some(p.manifest_xxh3.clone()),
+            version: None,
         })
         .collect()
 }

@@ -11,17 +11,25 @@
 //!    once with the holder's pid.
 //! 2. **Refusal.** [`Output::start`] refuses a directory that holds another
 //!    run's dataset or journal, or any file prep did not write, unless
-//!    `--overwrite`.
-//! 3. **Overwrite removes only prep's files** ([`is_prep_file`] and prep's
-//!    private working folders), never an input, a foreign file or a folder
-//!    the caller keeps.
+//!    `--overwrite`; and, `--overwrite` or not, one where a file prep did
+//!    not write has a name the run writes (a foreign `manifest.json`, a
+//!    `shard-00007.bin` no record of prep's lists), naming that file.
+//! 3. **Overwrite removes only prep's files**: those the records prep keeps
+//!    in the directory say are its own (the files its manifest lists; while
+//!    a journal is there, the files under the names prep gives a run's,
+//!    [`is_prep_file`]), its journal and lock, and its private working
+//!    folders; never an input, a foreign file or a folder the caller keeps,
+//!    whatever its name.
 //! 4. **Resume.** A run under way keeps a journal ([`JOURNAL_FILE`]) with an
 //!    entry per completed shard, saved as soon as the shard is in place: a
 //!    line appended per shard (JSON Lines: the run's fingerprint and state
-//!    first, then one line per shard; a torn last line is ignored), so a
-//!    run of many shards writes its journal once, not once per shard. A run
-//!    with the same fingerprint keeps the longest prefix of journaled shards
-//!    that are still intact ([`shard_intact`]) and removes the rest.
+//!    first, then one line per shard, each line with its checksum; the
+//!    journal ends at the first line that fails it, torn by a crash or
+//!    edited since), so a run of many shards writes its journal once, not
+//!    once per shard. A run with the same fingerprint (which covers each
+//!    input's version: [`crate::run::job_fingerprint`]) keeps the longest
+//!    prefix of journaled shards that are still intact ([`shard_intact`])
+//!    and removes the rest.
 //! 5. **Commit last.** [`Output::commit`] writes the manifest atomically and
 //!    only then removes the journal and the lock: a reader sees the old state
 //!    or the whole new dataset.
@@ -45,7 +53,7 @@ mod storage;
 pub use remote::{input_copy_for, staging_for, LEASE_VAR, STAGING_VAR};
 pub use storage::shard_intact;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -71,23 +79,51 @@ pub const SHARD_EXTENSIONS: [&str; 5] = [".bin", ".idx", ".seg", ".sum", ".mask"
 /// shuffle's bucket files and the tokenize-then-shuffle pipeline's stage.
 pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
 
-/// Names of the files prep writes into an output directory: shard files
-/// (`shard-*.bin`, `.idx`, `.seg`, `.sum`), unfinished `.tmp` files, the manifest,
-/// the journal (and in object storage the objects its lines are appended
-/// in), the lock, the tokenizer copy and a part's `hashes.bin`.
+/// The names prep gives the files of a run in an output directory: a
+/// shard's files as prep numbers them (`shard-` and five or more digits,
+/// then one of [`SHARD_EXTENSIONS`]), the manifest, the journal (and in
+/// object storage the objects its lines are appended in), the lock, the
+/// tokenizer copy and a part's `hashes.bin`, and each of these names with
+/// [`TMP_SUFFIX`] (the file being written under it).
+///
+/// A name alone never makes a file prep's: only the journal, the lock and
+/// its parts are prep's by name; the others are prep's where a record of
+/// prep's in the directory says so (see [`Output::start`]). These are
+/// also the names a run would replace, so a file of someone else's under
+/// one of them is in the run's way.
 pub fn is_prep_file(name: &str) -> bool {
-    let shard = name.starts_with("shard-") && SHARD_EXTENSIONS.iter().any(|e| name.ends_with(e));
-    shard
-        || name.ends_with(TMP_SUFFIX)
-        || remote::journal_part(name).is_some()
-        || [
-            MANIFEST_FILE,
-            JOURNAL_FILE,
-            LOCK_FILE,
-            TOKENIZER_FILE,
-            HASHES_FILE,
-        ]
-        .contains(&name)
+    let named = |n: &str| {
+        is_shard_name(n)
+            || remote::journal_part(n).is_some()
+            || [
+                MANIFEST_FILE,
+                JOURNAL_FILE,
+                LOCK_FILE,
+                TOKENIZER_FILE,
+                HASHES_FILE,
+            ]
+            .contains(&n)
+    };
+    named(name) || name.strip_suffix(TMP_SUFFIX).is_some_and(named)
+}
+
+/// True for the name of a shard's file as prep numbers shards
+/// (`shard-00042.bin`), not for any name that starts with `shard-`.
+pub fn is_shard_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("shard-") else {
+        return false;
+    };
+    SHARD_EXTENSIONS.iter().any(|ext| {
+        rest.strip_suffix(ext)
+            .is_some_and(|n| n.len() >= 5 && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// True for the names prep's own records (the journal, the lock) have,
+/// which are prep's wherever they are found.
+fn is_record_name(name: &str) -> bool {
+    let named = |n: &str| n == JOURNAL_FILE || n == LOCK_FILE || remote::journal_part(n).is_some();
+    named(name) || name.strip_suffix(TMP_SUFFIX).is_some_and(named)
 }
 
 /// Every way an output directory can be refused.
@@ -173,14 +209,12 @@ struct JournalHead<F, S> {
 
 impl<S: Serialize, C: Serialize> Journal<S, C> {
     /// The journal as its file holds it: the head line, then a line per
-    /// completed shard.
-    fn to_lines(&self) -> Vec<u8> {
-        let mut text = serde_json::to_vec(&JournalHead {
+    /// completed shard, each with its checksum ([`checked_line`]).
+    pub fn to_lines(&self) -> Vec<u8> {
+        let mut text = checked_line(&JournalHead {
             fingerprint: self.fingerprint.as_str(),
             state: &self.state,
-        })
-        .expect("a journal always serializes");
-        text.push(b'\n');
+        });
         for done in &self.shards {
             text.extend(shard_line(done));
         }
@@ -190,34 +224,57 @@ impl<S: Serialize, C: Serialize> Journal<S, C> {
 
 /// A completed shard's line of the journal file.
 fn shard_line<C: Serialize>(done: &Done<C>) -> Vec<u8> {
-    let mut line = serde_json::to_vec(done).expect("a journal always serializes");
+    checked_line(done)
+}
+
+/// The key of a journal line's checksum: the line's first member.
+const LINE_SUM: &str = "{\"xxh3\":\"";
+
+/// A line of the journal file: `value`'s JSON object with the XXH3-64 of
+/// that JSON (as serialized, without this member) put first as `"xxh3"`,
+/// then a newline. The line is still one JSON object, and a change to any
+/// byte of it is seen.
+fn checked_line<T: Serialize>(value: &T) -> Vec<u8> {
+    let json = serde_json::to_vec(value).expect("a journal always serializes");
+    let sum = crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&json));
+    let rest = &json[1..]; // after the object's `{`
+    let mut line = format!("{LINE_SUM}{sum}\"").into_bytes();
+    if rest != b"}" {
+        line.push(b',');
+    }
+    line.extend_from_slice(rest);
     line.push(b'\n');
     line
 }
 
+/// The JSON a journal line carries, when its checksum holds ([`checked_line`]).
+fn verified_line(line: &[u8]) -> Option<Vec<u8>> {
+    let rest = line.strip_prefix(LINE_SUM.as_bytes())?;
+    let (hex, rest) = (rest.get(..16)?, rest.get(16..)?);
+    let rest = rest.strip_prefix(b"\"")?;
+    let rest = rest.strip_prefix(b",").unwrap_or(rest);
+    let mut json = Vec::with_capacity(rest.len() + 1);
+    json.push(b'{');
+    json.extend_from_slice(rest);
+    let sum = crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&json));
+    (sum.as_bytes() == hex).then_some(json)
+}
+
 impl<S: DeserializeOwned, C: DeserializeOwned> Journal<S, C> {
-    /// Reads a journal file: JSON Lines (a head, then a line per shard; a
-    /// last line cut short by a crash mid-append is left out, as if that
-    /// shard had not been journaled), or the one JSON object that prep
-    /// wrote before journals were appended to. `None` for anything else.
+    /// Reads a journal file: JSON Lines, a head, then a line per shard,
+    /// each with its checksum ([`checked_line`]). The journal ends at the
+    /// first shard line whose checksum or content does not hold (a line
+    /// cut short by a crash mid-append, or one edited since): that shard
+    /// and those after it count as not journaled, and a resume makes them
+    /// again. `None` when the head does not hold, which is also what a
+    /// journal of a prep from before these checksums reads as.
     pub fn parse(bytes: &[u8]) -> Option<Journal<S, C>> {
-        if let Ok(whole) = serde_json::from_slice::<Journal<S, C>>(bytes) {
-            return Some(whole);
-        }
-        let mut lines = bytes.split(|&b| b == b'\n').peekable();
-        let head: JournalHead<String, S> = serde_json::from_slice(lines.next()?).ok()?;
-        let mut shards = Vec::new();
-        while let Some(line) = lines.next() {
-            let last = lines.peek().is_none();
-            if line.is_empty() && last {
-                break;
-            }
-            match serde_json::from_slice::<Done<C>>(line) {
-                Ok(done) => shards.push(done),
-                Err(_) if last => break, // torn by a crash mid-append
-                Err(_) => return None,
-            }
-        }
+        let mut lines = bytes.split(|&b| b == b'\n');
+        let head: JournalHead<String, S> =
+            serde_json::from_slice(&verified_line(lines.next()?)?).ok()?;
+        let shards = lines
+            .map_while(|line| serde_json::from_slice::<Done<C>>(&verified_line(line)?).ok())
+            .collect();
         Some(Journal {
             fingerprint: head.fingerprint,
             state: head.state,
@@ -272,6 +329,24 @@ pub struct Output {
     progressed: bool,
     /// The journal file as this run last wrote it, to append to.
     journaled: Option<Journaled>,
+    /// What prep's records in the directory say is prep's.
+    records: Records,
+}
+
+/// What the records prep keeps in an output directory say is prep's, the
+/// one source of "this file is prep's" (a name alone never is): the
+/// files a manifest of prep's lists, the manifest itself among them; and,
+/// while a journal is there (or a stage's own file that only prep writes,
+/// such as a scatter part's), every file under a name prep gives a run's
+/// files ([`is_prep_file`]). A run's journal is saved before it writes
+/// anything else, in a directory where no such name was anyone else's,
+/// so what appears under those names while it is there is the run's.
+#[derive(Debug, Default)]
+struct Records {
+    /// Files a manifest of prep's lists.
+    listed: HashSet<String>,
+    /// A journal (or a stage's own file) is there.
+    run: bool,
 }
 
 impl Output {
@@ -305,6 +380,7 @@ impl Output {
             owned: false,
             progressed: false,
             journaled: None,
+            records: Records::default(),
         })
     }
 
@@ -352,28 +428,69 @@ impl Output {
         S: Default + Serialize + DeserializeOwned,
         C: Serialize + DeserializeOwned,
     {
+        let manifest_bytes = self.storage().read(MANIFEST_FILE)?;
+        let journal_bytes = self.storage().read(JOURNAL_FILE)?;
+        // A manifest that prep cannot read as one of its own is not prep's:
+        // never taken for a dataset, never removed, never replaced.
+        let manifest = manifest_bytes
+            .as_deref()
+            .and_then(|b| Manifest::parse(&self.shown().join(MANIFEST_FILE), b).ok());
+        let mut entries = self.storage().entries()?;
+        entries.sort();
+        self.records = Records {
+            listed: manifest.as_ref().map_or_else(HashSet::new, listed_files),
+            run: journal_bytes.is_some()
+                || entries
+                    .iter()
+                    .any(|(name, is_dir)| !is_dir && self.own.contains(&name.as_str())),
+        };
+        let foreign: Vec<String> = entries
+            .into_iter()
+            .filter(|(name, is_dir)| !(self.is_ours(name, *is_dir) || self.keep.contains(name)))
+            .map(|(name, _)| name)
+            .collect();
+        // A file of someone else's under a name this run writes: neither
+        // removed nor replaced, even with --overwrite.
+        let in_the_way = foreign.iter().find(|n| self.in_the_way(n)).map(|name| {
+            refused(
+                &self.shown(),
+                &format!(
+                    "holds {name:?}, which prep did not write and which this run would replace \
+                     (move it away or choose another directory; --overwrite removes only the \
+                     files prep wrote)"
+                ),
+            )
+        });
         if overwrite {
+            if let Some(refusal) = in_the_way {
+                return Err(refusal);
+            }
             self.remove_ours(|_| true)?;
             return self.fresh(identity);
         }
-        if let Some(bytes) = self.storage().read(MANIFEST_FILE)? {
-            return self.complete_found(identity, &bytes);
+        if let Some(manifest) = manifest {
+            return self.complete_found(identity, manifest);
         }
-        if let Some(bytes) = self.storage().read(JOURNAL_FILE)? {
+        if let Some(refusal) = in_the_way {
+            return Err(refusal);
+        }
+        if let Some(bytes) = journal_bytes {
             return match Journal::<S, C>::parse(&bytes) {
                 Some(journal) if journal.fingerprint == identity => self.resume(journal),
-                _ => Err(refused(
+                Some(_) => Err(refused(
                     &self.shown(),
                     "holds an interrupted run with other inputs or options (pass --overwrite to start over)",
                 )),
+                None => Err(refused(
+                    &self.shown(),
+                    &format!(
+                        "holds an interrupted run whose journal ({JOURNAL_FILE}) prep cannot read: \
+                         damaged, or written by another version of prep (pass --overwrite to start over)"
+                    ),
+                )),
             };
         }
-        let foreign = self
-            .storage()
-            .entries()?
-            .into_iter()
-            .find(|(name, is_dir)| !(self.is_ours(name, *is_dir) || self.keep.contains(name)));
-        if let Some((name, _)) = foreign {
+        if let Some(name) = foreign.first() {
             return Err(refused(
                 &self.shown(),
                 &format!(
@@ -382,20 +499,19 @@ impl Output {
                 ),
             ));
         }
-        // Only prep's leftovers (a tokenizer copy, temporaries): tidy them.
+        // Only prep's leftovers (its lock, a journal's temporary): tidy them.
         self.remove_ours(|_| true)?;
         self.fresh(identity)
     }
 
-    /// The output holds a manifest (`bytes`): this run's dataset, finished,
+    /// The output holds a manifest of prep's: this run's dataset, finished,
     /// with every shard file in place, or a refusal.
     fn complete_found<S, C>(
         &mut self,
         identity: &str,
-        bytes: &[u8],
+        manifest: Manifest,
     ) -> Result<Start<S, C>, OutputError> {
         let shown = self.shown();
-        let manifest = Manifest::parse(&shown.join(MANIFEST_FILE), bytes)?;
         if manifest.identity() != identity {
             return Err(refused(
                 &shown,
@@ -459,6 +575,10 @@ impl Output {
         self.journaled = None;
         let journal = Journal::new(identity);
         self.save(&journal)?;
+        self.records = Records {
+            listed: HashSet::new(),
+            run: true,
+        };
         self.owned = true;
         Ok(Start::Fresh(journal))
     }
@@ -626,12 +746,27 @@ impl Output {
         Ok(())
     }
 
+    /// Whether the entry `name` is prep's, by the directory's records
+    /// ([`Records`]): prep's working folders, its journal and lock, the
+    /// files a manifest of prep's lists, and while a run's journal is there
+    /// the files under the names prep gives a run's files (and this stage's
+    /// own), with their temporaries.
     fn is_ours(&self, name: &str, is_dir: bool) -> bool {
         if is_dir {
-            WORK_FOLDERS.contains(&name)
-        } else {
-            is_prep_file(name) || self.own.contains(&name)
+            return WORK_FOLDERS.contains(&name);
         }
+        let listed = |n: &str| self.records.listed.contains(n);
+        is_record_name(name)
+            || listed(name)
+            || name.strip_suffix(TMP_SUFFIX).is_some_and(listed)
+            || (self.records.run && self.in_the_way(name))
+    }
+
+    /// Whether a file named `name` would be replaced by this run: a name
+    /// prep gives a run's files, or one of this stage's own.
+    fn in_the_way(&self, name: &str) -> bool {
+        let own = |n: &str| self.own.contains(&n);
+        is_prep_file(name) || own(name) || name.strip_suffix(TMP_SUFFIX).is_some_and(own)
     }
 
     /// Removes the entries prep wrote (files, and its working folders unless
@@ -645,7 +780,17 @@ impl Output {
                 || !self.is_ours(name, is_dir)
                 || !doomed(name)
         };
-        for (name, is_dir) in local_entries(&self.dir)? {
+        // The records go last, the journal after the manifest: a run
+        // stopped part-way leaves them naming what is left, which stays
+        // prep's to remove.
+        let last = |name: &str| match name {
+            MANIFEST_FILE => 1,
+            _ if is_record_name(name) => 2,
+            _ => 0,
+        };
+        let mut local = local_entries(&self.dir)?;
+        local.sort_by_key(|(name, _)| last(name));
+        for (name, is_dir) in local {
             if spared(&name, is_dir) {
                 continue;
             }
@@ -657,7 +802,9 @@ impl Output {
             }
         }
         // prep never uploads a folder: only files are its own there.
-        for (name, is_dir) in self.storage().entries()? {
+        let mut stored = self.storage().entries()?;
+        stored.sort_by_key(|(name, _)| last(name));
+        for (name, is_dir) in stored {
             if !is_dir && !spared(&name, false) {
                 self.storage().remove(&name)?;
             }
@@ -739,6 +886,28 @@ fn remove_created(dir: &Path, created: Option<&Path>) {
     }
 }
 
+/// The files of a dataset that its manifest lists by a name in its
+/// directory: the manifest, each shard's files, the tokenizer copy and a
+/// part's record hashes (a merged dataset's files inside its parts'
+/// folders are the parts').
+fn listed_files(manifest: &Manifest) -> HashSet<String> {
+    let shards = manifest
+        .shards
+        .iter()
+        .flat_map(|s| s.files().map(|f| f.name.to_owned()));
+    let tokenizer = manifest.tokenizer.file.clone();
+    let hashes = manifest
+        .partition
+        .as_ref()
+        .and_then(|p| p.hashes.as_ref())
+        .map(|h| h.file.clone());
+    shards
+        .chain(tokenizer)
+        .chain(hashes)
+        .chain([MANIFEST_FILE.to_owned()])
+        .collect()
+}
+
 fn refused(dir: &Path, why: &str) -> OutputError {
     OutputError::Refused {
         dir: dir.into(),
@@ -776,35 +945,115 @@ mod tests {
         let _again = Output::lock(&dir, false).unwrap();
     }
 
+    fn names(dir: &Path) -> Vec<String> {
+        let mut left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        left
+    }
+
+    /// A finished dataset of one shard in `dir`, as a run of fingerprint
+    /// `f` leaves it.
+    fn finished(dir: &Path, f: &str) {
+        let mut out = Output::lock(dir, false).unwrap();
+        let Start::Fresh(mut journal) = out.start::<(), ()>(f, false).unwrap() else {
+            panic!("fresh");
+        };
+        let mut w =
+            crate::format::ShardWriter::create(dir, "shard-00000", crate::format::Dtype::U16)
+                .unwrap();
+        w.push(&[1, 2, 3]).unwrap();
+        let shard = w.finish().unwrap();
+        journal.shards.push(Done {
+            shard: shard.clone(),
+            at: (),
+        });
+        out.save(&journal).unwrap();
+        out.put(TOKENIZER_FILE, b"{}").unwrap();
+        let manifest = Manifest::documents(
+            crate::format::Dtype::U16,
+            10,
+            crate::format::TokenizerInfo {
+                file: Some(TOKENIZER_FILE.into()),
+                xxh3: crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(b"{}")),
+            },
+            vec![shard],
+            crate::format::Provenance::new(
+                "test",
+                Vec::new(),
+                serde_json::json!({}),
+                Default::default(),
+                f.into(),
+            ),
+        );
+        out.commit(&manifest).unwrap();
+    }
+
     #[test]
-    fn overwrite_removes_only_prep_files() {
+    fn overwrite_removes_only_what_the_records_say_prep_wrote() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        for name in ["in.jsonl", "shard-00000.bin", "manifest.json", "notes.txt"] {
+        finished(dir, "f");
+        for name in ["in.jsonl", "notes.txt", "draft.tmp", "shard-7.bin"] {
             std::fs::write(dir.join(name), b"x").unwrap();
         }
         std::fs::create_dir(dir.join(".shuffle-tmp")).unwrap();
         std::fs::create_dir(dir.join("parts")).unwrap();
         let mut out = Output::lock(dir, false).unwrap();
         assert!(matches!(
-            out.start::<(), ()>("f", true).unwrap(),
+            out.start::<(), ()>("g", true).unwrap(),
             Start::Fresh(_)
         ));
-        let mut left: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
         assert_eq!(
-            left,
+            names(dir),
             [
                 ".prep-journal.json",
                 ".prep-lock",
+                "draft.tmp",
                 "in.jsonl",
                 "notes.txt",
-                "parts"
+                "parts",
+                "shard-7.bin"
             ]
         );
+    }
+
+    #[test]
+    fn a_file_of_someone_elses_under_a_name_prep_writes_is_refused_even_with_overwrite() {
+        let refusal = |dir: &Path, overwrite: bool| match Output::lock(dir, false)
+            .unwrap()
+            .start::<(), ()>("g", overwrite)
+        {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("must be refused"),
+        };
+        // In a directory prep has no record in.
+        for name in [
+            "shard-00007.bin",
+            TOKENIZER_FILE,
+            MANIFEST_FILE,
+            "shard-00000.bin.tmp",
+            HASHES_FILE,
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let path = tmp.path().join(name);
+            std::fs::write(&path, b"{\"mine\": true}").unwrap();
+            for overwrite in [false, true] {
+                let err = refusal(tmp.path(), overwrite);
+                assert!(err.contains(name), "{name}, --overwrite {overwrite}: {err}");
+                assert_eq!(names(tmp.path()), [name], "{name}");
+            }
+        }
+        // Beside a dataset of prep's that does not list it.
+        let tmp = tempfile::tempdir().unwrap();
+        finished(tmp.path(), "f");
+        std::fs::write(tmp.path().join("shard-00007.bin"), b"x").unwrap();
+        let before = names(tmp.path());
+        let err = refusal(tmp.path(), true);
+        assert!(err.contains("shard-00007.bin"), "{err}");
+        assert_eq!(names(tmp.path()), before);
     }
 
     #[test]
@@ -911,7 +1160,7 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_last_line_is_a_shard_not_journaled_and_the_old_format_still_reads() {
+    fn a_torn_or_edited_line_ends_the_journal_and_the_old_format_is_not_read() {
         let journal = Journal {
             fingerprint: "f".to_string(),
             state: (),
@@ -933,13 +1182,34 @@ mod tests {
             assert_eq!(read.shards, journal.shards[..2], "cut at {cut}");
         }
         assert_eq!(parse(&text[..text.len() - 1]).unwrap(), journal);
-        // A damaged line before the last is not a journal.
-        let mut damaged = text.clone();
-        damaged[last - 5] = b'#';
-        assert!(parse(&damaged).is_none());
-        // What prep wrote before: one JSON object.
-        let old = serde_json::to_vec_pretty(&journal).unwrap();
-        assert_eq!(parse(&old).unwrap(), journal);
+        // An edited line ends the journal there, though it is still JSON:
+        // the shard's records count changed.
+        let second = text
+            .windows(b"\"n_records\":1000".len())
+            .enumerate()
+            .filter(|(_, w)| *w == b"\"n_records\":1000")
+            .nth(1)
+            .unwrap()
+            .0;
+        let mut edited = text.clone();
+        edited[second + "\"n_records\":".len()] = b'2';
+        let line = edited.split(|&b| b == b'\n').nth(2).unwrap();
+        assert!(serde_json::from_slice::<serde_json::Value>(line).is_ok());
+        assert_eq!(parse(&edited).unwrap().shards, journal.shards[..1]);
+        // The head edited: no journal of this run at all.
+        let mut head = text.clone();
+        head[LINE_SUM.len() + 20] ^= 1;
+        assert!(parse(&head).is_none());
+        // What prep wrote before checksums: one JSON object, or lines
+        // without them.
+        assert!(parse(&serde_json::to_vec_pretty(&journal).unwrap()).is_none());
+        let mut plain = serde_json::to_vec(&JournalHead {
+            fingerprint: "f",
+            state: (),
+        })
+        .unwrap();
+        plain.push(b'\n');
+        assert!(parse(&plain).is_none());
     }
 
     #[test]

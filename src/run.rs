@@ -160,6 +160,77 @@ pub fn refuse_overlap<P: AsRef<Path>>(
     }
 }
 
+/// [`refuse_overlap`] for inputs named as `prep tokenize` names them
+/// (files, directories and globs, see [`crate::input::expand`]): a file
+/// or a directory counts as itself; a glob counts as the folder it searches
+/// (the path before its first wildcard), which the output may not hold,
+/// and as every path it can match, which the output may not be or lie
+/// inside (a glob with `**` can match anything below its folder). So a
+/// re-run never reads its own output as input. Object-store addresses
+/// are compared as paths.
+pub fn refuse_overlap_patterns(
+    output: &Path,
+    patterns: &[String],
+    what: &'static str,
+) -> Result<(), Overlap> {
+    for pattern in patterns {
+        let is_glob = pattern.contains(['*', '?', '[']) && !Path::new(pattern).exists();
+        if !is_glob {
+            refuse_overlap(output, &[pattern], what)?;
+            continue;
+        }
+        let path = Path::new(pattern);
+        let wild =
+            |c: &std::path::Component| c.as_os_str().to_string_lossy().contains(['*', '?', '[']);
+        let base: PathBuf = path.components().take_while(|c| !wild(c)).collect();
+        let rest: PathBuf = path.components().skip_while(|c| !wild(c)).collect();
+        let base = if base.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            base
+        };
+        let overlap = |holds| Overlap {
+            output: output.into(),
+            input: pattern.into(),
+            what,
+            holds,
+        };
+        if same_or_inside(&base, output) {
+            return Err(overlap(true));
+        }
+        let Some(below) = relative_below(output, &base) else {
+            continue;
+        };
+        let rest = rest.to_string_lossy();
+        let options = glob::MatchOptions {
+            case_sensitive: true,
+            require_literal_separator: true,
+            require_literal_leading_dot: true,
+        };
+        let matched = glob::Pattern::new(&rest).map_or(true, |glob| {
+            rest.contains("**")
+                || (1..=below.len()).any(|k| glob.matches_with(&below[..k].join("/"), options))
+        });
+        if matched {
+            return Err(overlap(false));
+        }
+    }
+    Ok(())
+}
+
+/// The components of `path` below `dir`, compared as canonical paths, when
+/// it lies inside it.
+fn relative_below(path: &Path, dir: &Path) -> Option<Vec<String>> {
+    let (path, dir) = (canonical(path), canonical(dir));
+    let below = path.strip_prefix(&dir).ok()?;
+    Some(
+        below
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect(),
+    )
+}
+
 /// Refuses an output that is one of `inputs` or lies inside one, and
 /// allows one that holds them: for `prep merge`, whose parts may lie inside
 /// the directory they are merged into.
@@ -182,23 +253,30 @@ pub fn refuse_inside<P: AsRef<Path>>(
 /// True when `path` is `dir` or lies inside it, compared as canonical paths
 /// (`path` need not exist yet: its nearest existing ancestor is resolved).
 pub(crate) fn same_or_inside(path: &Path, dir: &Path) -> bool {
-    let canon = |p: &Path| {
-        let mut head = p.to_path_buf();
-        let mut tail = Vec::new();
-        while !head.exists() {
-            match (head.file_name().map(|n| n.to_owned()), head.parent()) {
-                (Some(name), Some(parent)) => {
-                    tail.push(name);
-                    head = parent.to_path_buf();
-                }
-                _ => break,
+    canonical(path).starts_with(canonical(dir))
+}
+
+/// `p` as a canonical path; when it does not exist yet, its nearest
+/// existing ancestor's canonical path with the rest of `p` after it.
+fn canonical(p: &Path) -> PathBuf {
+    let mut head = p.to_path_buf();
+    let mut tail = Vec::new();
+    while !head.exists() {
+        match (head.file_name().map(|n| n.to_owned()), head.parent()) {
+            (Some(name), Some(parent)) => {
+                tail.push(name);
+                head = if parent.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    parent.to_path_buf()
+                };
             }
+            _ => break,
         }
-        let mut out = std::fs::canonicalize(&head).unwrap_or(head);
-        out.extend(tail.iter().rev());
-        out
-    };
-    canon(path).starts_with(canon(dir))
+    }
+    let mut out = std::fs::canonicalize(&head).unwrap_or(head);
+    out.extend(tail.iter().rev());
+    out
 }
 
 /// The fingerprint of a job: XXH3-64 (16 hex digits) of everything that
@@ -212,20 +290,27 @@ pub(crate) fn same_or_inside(path: &Path, dir: &Path) -> bool {
 /// - an input with a checksum (a dataset: the XXH3 of its manifest, which
 ///   names every shard's) counts by that checksum and its size;
 /// - an input without one (raw text, which is not read twice to be
-///   hashed) counts by its size and its path below the directory all the
+///   hashed) counts by its size, its version (a local file's modification
+///   time in nanoseconds, an object's version id or ETag: see
+///   [`InputInfo::version`]) and its path below the directory all the
 ///   inputs share, so that `/mnt/a/corpus/x.jsonl` and `/data/corpus/x.jsonl`
-///   agree while two files of one job stay distinct.
+///   agree while two files of one job stay distinct. An input edited in
+///   place, to the same size or not, is another input: its run is another
+///   run, whose output is "made from other inputs", and whose journal no
+///   resume of the first run takes up.
 ///
 /// So tasks that see the same inputs through other mount points, symlinks
-/// or object-store prefixes compute the same fingerprint.
+/// or object-store prefixes compute the same fingerprint: the inode and the
+/// device, which differ there, are not part of it.
 pub fn job_fingerprint(command: &str, options: &serde_json::Value, inputs: &[InputInfo]) -> String {
     let names = relative_names(inputs.iter().map(|i| i.path.as_str()));
     let inputs: Vec<serde_json::Value> = inputs
         .iter()
         .zip(names)
-        .map(|(i, name)| match &i.xxh3 {
-            Some(xxh3) => json!({ "bytes": i.bytes, "xxh3": xxh3 }),
-            None => json!({ "bytes": i.bytes, "name": name }),
+        .map(|(i, name)| match (&i.xxh3, &i.version) {
+            (Some(xxh3), _) => json!({ "bytes": i.bytes, "xxh3": xxh3 }),
+            (None, None) => json!({ "bytes": i.bytes, "name": name }),
+            (None, Some(version)) => json!({ "bytes": i.bytes, "name": name, "version": version }),
         })
         .collect();
     fingerprint(&json!({
@@ -410,6 +495,7 @@ mod tests {
             path: path.into(),
             bytes,
             xxh3: None,
+            version: Some("mtime:1".into()),
         }
     }
 
@@ -454,7 +540,17 @@ mod tests {
             path: path.into(),
             bytes: 9,
             xxh3: Some(xxh3.into()),
+            version: None,
         };
+        // The same size, edited in place: another version.
+        let edited = InputInfo {
+            version: Some("mtime:2".into()),
+            ..raw("/data/c/x", 5)
+        };
+        assert_ne!(
+            a,
+            job_fingerprint("t", &options, &[edited, raw("/data/c/y", 6)])
+        );
         assert_eq!(
             job_fingerprint("t", &options, &[dataset("/a/tok", "00ff")]),
             job_fingerprint("t", &options, &[dataset("/b/other-name", "00ff")])
@@ -480,5 +576,31 @@ mod tests {
         assert!(holds.to_string().contains("holds the input"), "{holds}");
         assert!(refuse_inside(t.path(), &[&input], "the part").is_ok());
         assert!(refuse_overlap(&t.path().join("out"), &[&input], "the input").is_ok());
+    }
+
+    #[test]
+    fn a_glob_overlaps_the_outputs_it_could_match_and_the_folder_it_searches() {
+        let t = tempfile::tempdir().unwrap();
+        let raw = t.path().join("raw");
+        std::fs::create_dir(&raw).unwrap();
+        let glob = |p: &str| vec![format!("{}/{p}", raw.display())];
+        let refused = |out: &Path, p: &str| refuse_overlap_patterns(out, &glob(p), "the input");
+        assert!(refused(&raw.join("tok"), "*").is_err());
+        assert!(refused(&raw.join("tok/deeper"), "t*").is_err());
+        assert!(refused(&raw.join("tok"), "**/*.json").is_err());
+        assert!(refused(&raw, "*.jsonl").unwrap_err().holds);
+        assert!(refused(t.path(), "*.jsonl").unwrap_err().holds);
+        assert!(refused(&raw.join("tok"), "*.jsonl").is_ok());
+        assert!(refused(&raw.join(".tok"), "*").is_ok());
+        assert!(refused(&t.path().join("out"), "*").is_ok());
+        // Files and directories count as themselves.
+        let file = raw.join("a.jsonl");
+        std::fs::write(&file, "{}").unwrap();
+        let named = |out: &Path, p: &Path| {
+            refuse_overlap_patterns(out, &[p.display().to_string()], "the input")
+        };
+        assert!(named(&raw.join("tok"), &raw).is_err());
+        assert!(named(&raw, &file).unwrap_err().holds);
+        assert!(named(&raw.join("tok"), &file).is_ok());
     }
 }

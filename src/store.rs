@@ -230,13 +230,16 @@ impl std::fmt::Debug for Object {
     }
 }
 
-/// An object found by [`list`] or [`Object::size`]: its address and size.
+/// An object found by [`list`]: its address, size and version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     /// `scheme://bucket/key`.
     pub url: String,
     /// Size in bytes.
     pub bytes: u64,
+    /// Which version of the object this is ([`Tag::identity`]): what an
+    /// input's identity takes beside its size.
+    pub version: Option<String>,
 }
 
 impl Object {
@@ -316,6 +319,20 @@ impl Object {
 pub struct Tag {
     e_tag: Option<String>,
     version: Option<String>,
+}
+
+impl Tag {
+    /// The object's version as an input's identity records it: its
+    /// version id where the store keeps versions (`version:ID`), else its
+    /// ETag (`etag:E`), which every store prep reads gives and which
+    /// changes whenever the object is written again.
+    pub fn identity(&self) -> Option<String> {
+        match (&self.version, &self.e_tag) {
+            (Some(v), _) => Some(format!("version:{v}")),
+            (None, Some(e)) => Some(format!("etag:{e}")),
+            (None, None) => None,
+        }
+    }
 }
 
 /// An object's HEAD: size, version and when it was last written.
@@ -565,15 +582,15 @@ pub fn list(pattern: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Listed>, S
         }
         None => {
             let object = Object::at(pattern)?;
-            match object.size() {
-                Ok(bytes) => {
+            match object.head()? {
+                Some(head) => {
                     return Ok(vec![Listed {
                         url: pattern.to_owned(),
-                        bytes,
+                        bytes: head.bytes,
+                        version: head.tag.identity(),
                     }])
                 }
-                Err(StoreError::NotFound { .. }) => (key.trim_end_matches('/').to_owned(), None),
-                Err(e) => return Err(e),
+                None => (key.trim_end_matches('/').to_owned(), None),
             }
         }
     };
@@ -599,9 +616,14 @@ pub fn list(pattern: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Listed>, S
             }
         };
         if wanted {
+            let tag = Tag {
+                e_tag: meta.e_tag.clone(),
+                version: meta.version.clone(),
+            };
             found.push(Listed {
                 url: format!("{root}/{name}"),
                 bytes: meta.size,
+                version: tag.identity(),
             });
         }
     }

@@ -152,7 +152,8 @@ pub enum ProblemKind {
     MissingFile,
     /// A file's size differs from the manifest's.
     FileSize,
-    /// A file that looks like a shard is not listed.
+    /// A file named as prep names a shard's files (`shard-00042.bin`) is
+    /// not listed. (Other files the manifest does not list are notes.)
     UnlistedFile,
     /// A file's XXH3-64 differs from the manifest's.
     Checksum,
@@ -248,6 +249,19 @@ pub struct Report {
     /// on (then `valid` is false and `problems` empty); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
+    /// Files beside the dataset that are not part of it and do not make it
+    /// invalid (a file of the user's, such as `work.seg`); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
+}
+
+/// A file beside the dataset that is not part of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Note {
+    /// The file, relative to the dataset directory.
+    pub file: String,
+    /// What it is to the dataset.
+    pub message: String,
 }
 
 impl Report {
@@ -267,6 +281,7 @@ impl Report {
                 path: path.display().to_string(),
                 message: error.to_string(),
             }),
+            notes: Vec::new(),
         }
     }
 
@@ -281,6 +296,7 @@ struct Problems {
     cap: usize,
     listed: Vec<Problem>,
     counts: BTreeMap<ProblemKind, u64>,
+    notes: Vec<Note>,
 }
 
 impl Problems {
@@ -289,6 +305,7 @@ impl Problems {
             cap,
             listed: Vec::new(),
             counts: BTreeMap::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -328,6 +345,7 @@ impl Problems {
             omitted,
             checked,
             error: None,
+            notes: self.notes,
         }
     }
 }
@@ -583,8 +601,10 @@ fn read_manifest(
 }
 
 /// Files of the dataset (a directory's walk, a prefix's listing) that look
-/// like shards (`.bin`, `.idx`, `.seg`, `.sum`, or their `.tmp` forms) but are not
-/// listed. A partial dataset's record hashes count as listed; so do the
+/// like shards (`.bin`, `.idx`, `.seg`, `.sum`, `.mask`, or their `.tmp`
+/// forms) but are not listed: a problem when prep's numbering names them
+/// ([`crate::output::is_shard_name`]: a shard the manifest lost), a note
+/// otherwise (a file of someone else's beside the dataset). A partial dataset's record hashes count as listed; so do the
 /// files of the parts a merged dataset names (a shard that `--dedup`
 /// rewrote without some records leaves the part's own in place).
 fn unlisted_files(
@@ -625,13 +645,22 @@ fn unlisted_files(
         let looks_like_shard = crate::output::SHARD_EXTENSIONS
             .iter()
             .any(|ext| name.ends_with(ext));
-        if looks_like_shard && !listed.contains(rel.as_str()) {
+        if !looks_like_shard || listed.contains(rel.as_str()) {
+            continue;
+        }
+        let file_name = name.rsplit('/').next().unwrap_or(name);
+        if crate::output::is_shard_name(file_name) && !rel.contains('/') {
             problems.push(problem(
                 ProblemKind::UnlistedFile,
                 Some(&rel),
                 None,
-                "looks like a shard file but the manifest does not list it".into(),
+                "is named as a shard file of this dataset but the manifest does not list it".into(),
             ));
+        } else {
+            problems.notes.push(Note {
+                file: rel.clone(),
+                message: "not part of the dataset: the manifest does not list it".into(),
+            });
         }
     }
     Ok(())

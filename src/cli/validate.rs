@@ -125,6 +125,9 @@ fn human(r: &Report) -> String {
             );
         }
     }
+    for note in &r.notes {
+        s += &format!("  note: {}: {}\n", note.file, note.message);
+    }
     s += &format!(
         "Checked {}, {} records, {} tokens, {} ({}) in {:.2}s: {:.0} MB/s.\n",
         super::count(c.shards, "shard"),

@@ -366,6 +366,12 @@ pub struct InputInfo {
     /// `prep shuffle`; raw text inputs have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub xxh3: Option<String>,
+    /// Which version of a raw input file was read, beside its size: a
+    /// local file's modification time (`mtime:` and nanoseconds since the
+    /// Unix epoch), an object's version id (`version:`) or ETag (`etag:`).
+    /// Absent for a dataset (its `xxh3` says it all) and where none is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl InputInfo {
@@ -389,6 +395,7 @@ impl InputInfo {
                 .map(|s| s.bin_bytes + s.idx_bytes)
                 .sum(),
             xxh3: Some(super::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes))),
+            version: None,
         })
     }
 }

@@ -1239,6 +1239,7 @@ mod tests {
             kind: InputKind::from_path(&path).unwrap(),
             path,
             bytes,
+            version: None,
         }
     }
 
@@ -1298,6 +1299,7 @@ mod tests {
             path: dir.path().join("a.jsonl.gz"),
             kind: InputKind::Jsonl(Compression::Gzip),
             bytes: both.len() as u64,
+            version: None,
         };
         assert_eq!(read_all(vec![file]).unwrap().len(), 2);
     }

@@ -73,6 +73,21 @@ pub enum InputError {
         /// The path as given.
         path: PathBuf,
     },
+    /// An input was written to while the run read it: the dataset would
+    /// join records of two versions of it.
+    #[error(
+        "{}: the file changed while it was read ({before} when the run began, now {now}); \
+         nothing was committed: run again once it no longer changes (--overwrite to start over)",
+        path.display()
+    )]
+    Changed {
+        /// The input.
+        path: PathBuf,
+        /// Its version when the run began ([`InputFile::version`]).
+        before: String,
+        /// Its version now.
+        now: String,
+    },
     /// A path exists but its metadata or directory listing could not be read
     /// (for example, permission denied).
     #[error("{}: cannot read: {cause}", path.display())]
@@ -581,6 +596,60 @@ pub struct InputFile {
     pub kind: InputKind,
     /// Size on disk in bytes.
     pub bytes: u64,
+    /// Which version of the file this is, beside its size ([`version_of`]
+    /// for a local file, [`crate::store::Listed::version`] for an object):
+    /// what makes an input edited in place to the same size another input.
+    pub version: Option<String>,
+}
+
+impl InputFile {
+    /// Refuses the file if it is no longer the version it was when listed
+    /// ([`InputFile::version`]: its size, modification time, or an object's
+    /// version id or ETag differ): checked before a run commits, so that no
+    /// dataset joins records read from two versions of an input.
+    ///
+    /// # Errors
+    /// [`InputError::Changed`], or the failure to look at it again.
+    pub fn still_the_same(&self) -> Result<(), InputError> {
+        let (bytes, version) = match self.path.to_str().filter(|p| crate::store::is_url(p)) {
+            Some(url) => match crate::store::Object::at(url)?.head()? {
+                Some(head) => (head.bytes, head.tag.identity()),
+                None => (0, None),
+            },
+            None => {
+                let meta =
+                    std::fs::metadata(&self.path).map_err(|cause| stat_error(&self.path, cause))?;
+                (meta.len(), version_of(&meta))
+            }
+        };
+        let shown = |bytes: u64, v: &Option<String>| {
+            format!("{bytes} bytes, {}", v.as_deref().unwrap_or("no version"))
+        };
+        if bytes == self.bytes && version == self.version {
+            return Ok(());
+        }
+        Err(InputError::Changed {
+            path: self.path.clone(),
+            before: shown(self.bytes, &self.version),
+            now: shown(bytes, &version),
+        })
+    }
+}
+
+/// The version of a local file that an input's identity takes beside its
+/// size: its modification time in nanoseconds since the Unix epoch,
+/// `mtime:N`, as rsync and make tell a changed file (`None` where the file
+/// system keeps none).
+///
+/// Not its inode or device: a file read through another mount point (a
+/// task of a partitioned run on another machine) is the same input.
+pub fn version_of(meta: &std::fs::Metadata) -> Option<String> {
+    let modified = meta.modified().ok()?;
+    let nanos = match modified.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => after.as_nanos() as i128,
+        Err(before) => -(before.duration().as_nanos() as i128),
+    };
+    Some(format!("mtime:{nanos}"))
 }
 
 /// Expands `--input` values into a sorted, de-duplicated list of files.
@@ -697,6 +766,7 @@ fn add_remote(pattern: &str, files: &mut Vec<InputFile>) -> Result<(), InputErro
             path,
             kind,
             bytes: object.bytes,
+            version: object.version,
         });
     }
     if named {
@@ -745,6 +815,7 @@ fn add_named(
         path: normalize(path),
         kind,
         bytes: meta.len(),
+        version: version_of(&meta),
     });
     Ok(())
 }
@@ -786,6 +857,7 @@ fn walk_dir(
                 path: normalize(&path),
                 kind,
                 bytes: meta.len(),
+                version: version_of(&meta),
             });
         } else {
             skipped.push(normalize(&path));

@@ -493,6 +493,7 @@ mod tests {
             path,
             kind: InputKind::Parquet,
             bytes,
+            version: None,
         }
     }
 
@@ -753,6 +754,7 @@ mod tests {
                 path,
                 kind: InputKind::Parquet,
                 bytes: content.len() as u64,
+                version: None,
             };
             let err = read(file, "text").unwrap_err();
             assert!(matches!(err, InputError::ParquetOpen { .. }), "{err:?}");
@@ -789,6 +791,7 @@ mod tests {
                 path: fixture.clone(),
                 kind: InputKind::Parquet,
                 bytes,
+                version: None,
             };
             let mut reader = Reader::new(
                 vec![file],

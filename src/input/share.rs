@@ -223,6 +223,7 @@ mod tests {
             path: name.into(),
             kind: InputKind::Jsonl(Compression::None),
             bytes,
+            version: None,
         }
     }
 
@@ -231,6 +232,7 @@ mod tests {
             path: name.into(),
             kind: InputKind::Jsonl(Compression::Zstd),
             bytes,
+            version: None,
         }
     }
 

@@ -751,10 +751,14 @@ pub fn import(config: &ImportConfig) -> Result<Manifest, InteropError> {
     let given: Vec<InputInfo> = config
         .inputs
         .iter()
-        .map(|p| InputInfo {
-            path: p.display().to_string(),
-            bytes: std::fs::metadata(p).map_or(0, |m| m.len()),
-            xxh3: None,
+        .map(|p| {
+            let meta = std::fs::metadata(p).ok();
+            InputInfo {
+                path: p.display().to_string(),
+                bytes: meta.as_ref().map_or(0, |m| m.len()),
+                xxh3: None,
+                version: meta.as_ref().and_then(crate::input::version_of),
+            }
         })
         .collect();
     let fingerprint = crate::run::job_fingerprint("import", &options, &given);
@@ -823,11 +827,12 @@ fn import_into(
             Format::OlmoCore => unreachable!("refused above"),
         };
         for f in files {
-            let bytes = std::fs::metadata(&f).map_err(io(&f))?.len();
+            let meta = std::fs::metadata(&f).map_err(io(&f))?;
             inputs.push(InputInfo {
                 path: f.display().to_string(),
-                bytes,
+                bytes: meta.len(),
                 xxh3: None,
+                version: crate::input::version_of(&meta),
             });
         }
     }

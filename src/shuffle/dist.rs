@@ -1254,11 +1254,7 @@ mod tests {
         fingerprint: &str,
     ) {
         let journal = crate::output::Journal::<S, C>::new(fingerprint);
-        std::fs::write(
-            dir.join(crate::output::JOURNAL_FILE),
-            serde_json::to_vec(&journal).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(dir.join(crate::output::JOURNAL_FILE), journal.to_lines()).unwrap();
     }
 
     #[test]

@@ -167,6 +167,9 @@ pub enum TokenizeError {
     /// The output directory was refused or is held by another run.
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
+    /// The output directory is, lies inside or holds an input.
+    #[error(transparent)]
+    Overlap(#[from] crate::run::Overlap),
     /// Options that do not go together.
     #[error("{0}")]
     Usage(String),
@@ -276,6 +279,7 @@ fn input_infos(files: &[crate::input::InputFile]) -> Vec<InputInfo> {
             path: display_path(&f.path),
             bytes: f.bytes,
             xxh3: None,
+            version: f.version.clone(),
         })
         .collect()
 }

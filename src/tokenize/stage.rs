@@ -256,6 +256,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         ),
         None => special_tokens(config, &tok)?,
     };
+    crate::run::refuse_overlap_patterns(&config.output, &config.inputs, "the input")?;
     let files = input::expand(&config.inputs)?;
     let inputs = input_infos(&files);
     let threads = crate::util::thread_count(config.threads);
@@ -440,7 +441,13 @@ pub(crate) fn write(
         threads,
         chat,
     };
+    let read = files.clone();
     let mut ran = stream(config, workers, files, &mut output, journal, progress)?;
+    // Each input is still the version the run's identity names: a file
+    // written to while it was read would give a dataset of two versions.
+    for file in &read {
+        file.still_the_same()?;
+    }
     let mut partition = identity.partition();
     if let (Some(partition), Some(hashes)) = (&mut partition, &ran.hashes) {
         partition.hashes = Some(write_hashes(&output, hashes)?);

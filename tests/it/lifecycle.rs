@@ -30,9 +30,17 @@ fn fused_overwrite_keeps_the_input_and_foreign_files() {
     let t = TestDir::new();
     let dir = t.path("work");
     let input = t.write(
-        "work/in.jsonl",
+        "in.jsonl",
         jsonl(&["one document", "another one", "a third"]),
     );
+    // An output that holds its input is refused, --overwrite or not.
+    let inside = t.write("work/in.jsonl", jsonl(&["one document"]));
+    let err = fails(
+        tokenize_with(&t, &gpt2(), &[&inside], &dir).args(["--overwrite", "--shuffle-seed", "1"]),
+        2,
+    );
+    assert!(err.contains("holds the input"), "{err}");
+    std::fs::remove_file(&inside).unwrap();
     let notes = t.write("work/notes.txt", "not prep's");
     std::fs::create_dir_all(dir.join("mine")).unwrap();
     t.write("work/mine/keep.txt", "a folder of the user's");
@@ -221,4 +229,65 @@ fn a_stage_refuses_a_directory_with_foreign_files_and_names_one() {
         .arg(&out));
     assert!(out.join("precious.txt").is_file());
     ok(t.prep().arg("validate").arg(&out));
+}
+
+#[test]
+fn overwrite_keeps_files_prep_did_not_write_and_refuses_those_in_its_way() {
+    let t = TestDir::new();
+    let out = t.path("out");
+    // A dataset of two shards.
+    ok(
+        tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &out)
+            .args(["--shard-size", "1MiB"]),
+    );
+    let mine = [
+        ("draft.tmp", "a draft of the user's"),
+        ("notes.txt", "notes of the user's"),
+    ];
+    for (name, text) in mine {
+        t.write(&format!("out/{name}"), text);
+    }
+    let again = |t: &TestDir| {
+        let mut cmd = tokenize_cmd(t, &[fixture("corpus/debian-sample.jsonl.zst")], &out);
+        cmd.args(["--shard-size", "512KiB", "--overwrite"]);
+        cmd
+    };
+    ok(&mut again(&t));
+    for (name, text) in mine {
+        assert_eq!(
+            std::fs::read_to_string(out.join(name)).unwrap(),
+            text,
+            "{name}"
+        );
+    }
+    ok(t.prep().arg("validate").arg(&out));
+    // A shard file no record of prep's lists is someone else's, and in the
+    // way of a run that writes shards: refused by name, nothing touched.
+    t.write("out/shard-00007.bin", "a file of the user's");
+    let before = snapshot(&out);
+    let err = fails(&mut again(&t), 2);
+    assert!(err.contains("shard-00007.bin"), "{err}");
+    assert_eq!(snapshot(&out), before);
+}
+
+#[test]
+fn a_foreign_manifest_or_tokenizer_is_refused_by_name_and_kept() {
+    for (name, text) in [
+        ("manifest.json", "{\"project\": \"the user's own\"}"),
+        ("tokenizer.json", "{\"model\": \"the user's own\"}"),
+    ] {
+        let t = TestDir::new();
+        let out = t.path("out");
+        t.write(&format!("out/{name}"), text);
+        for overwrite in [false, true] {
+            let mut cmd = tokenize_cmd(&t, &[fixture("corpus/debian-sample.jsonl.zst")], &out);
+            if overwrite {
+                cmd.arg("--overwrite");
+            }
+            let err = fails(&mut cmd, 2);
+            assert!(err.contains(name), "{name}, --overwrite {overwrite}: {err}");
+            assert_eq!(names(&out), [name]);
+            assert_eq!(std::fs::read_to_string(out.join(name)).unwrap(), text);
+        }
+    }
 }

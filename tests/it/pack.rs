@@ -407,20 +407,32 @@ fn bad_options_are_refused_with_exit_2_and_no_output() {
         assert!(err.contains("or lies inside it"), "{err}");
     }
     assert!(Dataset::open(&input).is_ok(), "the input is intact");
-    // --overwrite replaces prep's files and leaves others be.
+    // --overwrite replaces prep's files and leaves others be; one of
+    // someone else's under a name prep writes is refused by name and kept.
     let mixed = t.path("mixed");
     t.write("mixed/notes.txt", "mine");
     t.write("mixed/shard-00007.seg", "stale");
-    ok(t.prep()
-        .arg("pack")
-        .arg(&input)
-        .arg(&mixed)
-        .args(["--seq-len", "4", "--overwrite", "-q"]));
+    let pack_over = |t: &TestDir| {
+        let mut cmd = t.prep();
+        cmd.arg("pack")
+            .arg(&input)
+            .arg(&mixed)
+            .args(["--seq-len", "4", "--overwrite", "-q"]);
+        cmd
+    };
+    let err = fails(&mut pack_over(&t), 2);
+    assert!(err.contains("shard-00007.seg"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(mixed.join("shard-00007.seg")).unwrap(),
+        "stale"
+    );
+    std::fs::remove_file(mixed.join("shard-00007.seg")).unwrap();
+    ok(&mut pack_over(&t));
+    ok(&mut pack_over(&t));
     assert_eq!(
         std::fs::read_to_string(mixed.join("notes.txt")).unwrap(),
         "mine"
     );
-    assert!(!mixed.join("shard-00007.seg").exists());
     assert!(run(t.prep().arg("validate").arg(&mixed)).status.success());
     // A packed dataset is not packed again, nor read as documents by any
     // stage that reads documents: shuffled or mixed, its rows would make a

@@ -282,16 +282,18 @@ fn an_interrupted_part_resumes_and_ends_identical() {
             }
         }
         std::fs::write(cut.join(&m.shards[3].bin), b"partial").unwrap();
-        let done_shards: Vec<_> = m.shards[..3]
-            .iter()
-            .map(|s| serde_json::json!({ "shard": s, "at": null }))
-            .collect();
-        let journal = serde_json::json!({
-            "fingerprint": m.provenance.fingerprint,
-            "state": null,
-            "shards": done_shards,
-        });
-        std::fs::write(cut.join(".prep-journal.json"), journal.to_string()).unwrap();
+        let journal = prep::output::Journal {
+            fingerprint: m.provenance.fingerprint.clone(),
+            state: (),
+            shards: m.shards[..3]
+                .iter()
+                .map(|s| prep::output::Done {
+                    shard: s.clone(),
+                    at: (),
+                })
+                .collect(),
+        };
+        std::fs::write(cut.join(".prep-journal.json"), journal.to_lines()).unwrap();
         let o = ok(pack_in_shards(&t, &input, &cut, "8KiB", args).args(part));
         let said = String::from_utf8_lossy(&o.stderr);
         assert!(said.contains("kept 3 complete shards"), "{args:?}: {said}");

@@ -567,3 +567,213 @@ fn engine_fast_refuses_a_tokenizer_it_does_not_support_and_auto_falls_back() {
     );
     assert!(err.contains("auto, hf or fast"), "{err}");
 }
+
+/// The fixture corpus as plain JSONL at `rel` in `t`, so that a test can
+/// edit it in place as a user would.
+fn plain_corpus(t: &TestDir, rel: &str) -> PathBuf {
+    t.write(
+        rel,
+        zstd::decode_all(std::fs::File::open(corpus()).unwrap()).unwrap(),
+    )
+}
+
+/// The XXH3-64 of each file in `dir`, by name, but the lock's (which
+/// says who holds the directory).
+fn sums(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != ".prep-lock")
+        .map(|e| {
+            let e = e.unwrap();
+            let bytes = std::fs::read(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)),
+            )
+        })
+        .collect()
+}
+
+/// What `sed -i 's/FROM/TO/g'` does to `path` (FROM and TO of one length:
+/// the file keeps its size).
+fn sed_in_place(path: &Path, from: &str, to: &str) {
+    assert_eq!(from.len(), to.len());
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{from:?} is not in {}", path.display());
+    let before = std::fs::metadata(path).unwrap().len();
+    std::fs::write(path, text.replace(from, to)).unwrap();
+    assert_eq!(std::fs::metadata(path).unwrap().len(), before);
+}
+
+#[test]
+fn an_input_edited_in_place_to_the_same_size_is_made_from_other_inputs_not_complete() {
+    let t = TestDir::new();
+    let input = t.write(
+        "a.jsonl",
+        jsonl(&[
+            "Configure the build first.",
+            "Then run it.",
+            "Configure again.",
+        ]),
+    );
+    let out = t.path("tok");
+    ok(&mut tokenize_cmd(&t, &[&input], &out));
+    let made = std::fs::read(out.join("manifest.json")).unwrap();
+    sed_in_place(&input, "Configure", "Konfigure");
+    let err = fails(&mut tokenize_cmd(&t, &[&input], &out), 2);
+    assert!(err.contains("made from other inputs"), "{err}");
+    assert!(!err.contains("already complete"), "{err}");
+    assert_eq!(std::fs::read(out.join("manifest.json")).unwrap(), made);
+    // --overwrite is the way on: the dataset of the text as it is now.
+    ok(tokenize_cmd(&t, &[&input], &out).arg("--overwrite"));
+    ok(&mut tokenize_cmd(&t, &[&input], &t.path("fresh")));
+    assert_same_dataset(&t.path("fresh"), &out);
+}
+
+#[test]
+fn an_input_whose_modification_time_alone_changed_is_another_input() {
+    let t = TestDir::new();
+    let input = t.write("a.jsonl", jsonl(&["one", "two"]));
+    let out = t.path("tok");
+    ok(&mut tokenize_cmd(&t, &[&input], &out));
+    let was = std::fs::metadata(&input).unwrap().modified().unwrap();
+    let file = std::fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(was + std::time::Duration::from_nanos(1_000))
+        .unwrap();
+    drop(file);
+    let err = fails(&mut tokenize_cmd(&t, &[&input], &out), 2);
+    assert!(err.contains("made from other inputs"), "{err}");
+    // The manifest records which version of the input it was made from.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let recorded = manifest["provenance"]["inputs"][0]["version"]
+        .as_str()
+        .unwrap();
+    assert!(recorded.starts_with("mtime:"), "{recorded}");
+}
+
+#[test]
+fn a_run_killed_then_its_input_edited_is_not_resumed_onto_the_new_text() {
+    let t = TestDir::new();
+    let input = plain_corpus(&t, "raw/docs.jsonl");
+    let args = ["--threads", "1", "--shard-size", "64KiB"];
+    let out = t.path("tok");
+    let mut first = tokenize_cmd(&t, &[&input], &out);
+    first.args(args);
+    kill_after_shards(first, &out, 3);
+    let kept = sums(&out);
+    sed_in_place(&input, "the ", "THE ");
+    let err = fails(tokenize_cmd(&t, &[&input], &out).args(args), 2);
+    assert!(err.contains("other inputs"), "{err}");
+    assert_eq!(sums(&out), kept, "a refused run changed the directory");
+    // Started over, it is the dataset of the new text, every shard of it.
+    ok(tokenize_cmd(&t, &[&input], &out)
+        .args(args)
+        .arg("--overwrite"));
+    ok(tokenize_cmd(&t, &[&input], &t.path("fresh")).args(args));
+    assert_same_dataset(&t.path("fresh"), &out);
+}
+
+#[test]
+fn an_edited_journal_line_is_dropped_and_its_shard_made_again() {
+    let t = TestDir::new();
+    let args = ["--threads", "1", "--shard-size", "64KiB"];
+    ok(tokenize_cmd(&t, &[&corpus()], &t.path("whole")).args(args));
+    let out = t.path("resumed");
+    let mut first = tokenize_cmd(&t, &[&corpus()], &out);
+    first.args(args);
+    kill_after_shards(first, &out, 3);
+    // The second shard's line: its records count changed, still JSON.
+    let path = out.join(".prep-journal.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.split('\n').map(str::to_owned).collect();
+    let line = &mut lines[2];
+    let at = line.find("\"n_records\":").unwrap() + "\"n_records\":".len();
+    line.insert(at, '1');
+    serde_json::from_str::<serde_json::Value>(line).unwrap();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let inode = |p: PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let (first_shard, second_shard) = (
+        inode(out.join("shard-00000.bin")),
+        inode(out.join("shard-00001.bin")),
+    );
+    ok(tokenize_cmd(&t, &[&corpus()], &out).args(args));
+    assert_eq!(inode(out.join("shard-00000.bin")), first_shard, "kept");
+    assert_ne!(
+        inode(out.join("shard-00001.bin")),
+        second_shard,
+        "made again"
+    );
+    ok(t.prep().arg("validate").arg(&out));
+    assert_same_dataset(&t.path("whole"), &out);
+}
+
+#[test]
+fn an_output_inside_an_input_is_refused() {
+    let t = TestDir::new();
+    let input = t.write("raw/a.jsonl", jsonl(&["one", "two"]));
+    let raw = t.path("raw");
+    // A directory input, and globs that would reach the output.
+    let globs = [
+        format!("{}/*", raw.display()),
+        format!("{}/**/*.json", raw.display()),
+    ];
+    let patterns = [
+        raw.display().to_string(),
+        globs[0].clone(),
+        globs[1].clone(),
+    ];
+    for pattern in patterns {
+        let err = fails(&mut tokenize_cmd(&t, &[&pattern], &raw.join("tok")), 2);
+        assert!(
+            err.contains("raw/tok") && err.contains("inside"),
+            "{pattern}: {err}"
+        );
+        assert!(!raw.join("tok").exists(), "{pattern}");
+        fails(
+            tokenize_cmd(&t, &[&pattern], &raw.join("tok")).arg("--overwrite"),
+            2,
+        );
+    }
+    // A file input inside the output, even with --overwrite.
+    let err = fails(tokenize_cmd(&t, &[&input], &raw).arg("--overwrite"), 2);
+    assert!(err.contains("holds the input"), "{err}");
+    assert_eq!(std::fs::read_dir(&raw).unwrap().count(), 1);
+    // Beside the input (not inside it, not holding it) is fine.
+    ok(&mut tokenize_cmd(&t, &[&input], &t.path("tok")));
+    ok(&mut tokenize_cmd(
+        &t,
+        &[format!("{}/*.jsonl", raw.display())],
+        &raw.join("tok"),
+    ));
+}
+
+#[test]
+fn an_input_written_to_while_it_is_read_is_refused_before_the_commit() {
+    let t = TestDir::new();
+    let input = plain_corpus(&t, "docs.jsonl");
+    let out = t.path("tok");
+    let mut child = tokenize_cmd(&t, &[&input], &out)
+        .args(["--threads", "1", "--shard-size", "64KiB"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let journal = out.join(".prep-journal.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read(&journal).map_or(0, |b| journaled_shards(&b)) < 1 {
+        assert!(child.try_wait().unwrap().is_none(), "ended too soon");
+        assert!(std::time::Instant::now() < deadline, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // Another program writes the file while prep reads it.
+    let was = std::fs::metadata(&input).unwrap().modified().unwrap();
+    let file = std::fs::File::options().write(true).open(&input).unwrap();
+    file.set_modified(was + std::time::Duration::from_secs(1))
+        .unwrap();
+    drop(file);
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{err}");
+    assert!(err.contains("changed while it was read"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+}

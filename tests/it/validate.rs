@@ -539,3 +539,25 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
     }
 }
+
+#[test]
+fn a_stray_file_beside_a_dataset_is_a_note_not_a_problem() {
+    let t = TestDir::new();
+    let ds = t.path("ds");
+    ok(&mut tokenize_cmd(
+        &t,
+        &[fixture("corpus/debian-sample.jsonl.zst")],
+        &ds,
+    ));
+    t.write("ds/work.seg", "the user's own segments");
+    let (code, report) = validate(&ds, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["notes"][0]["file"], "work.seg", "{report:#}");
+    let out = ok(t.prep().arg("validate").arg(&ds));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("valid") && said.contains("note: work.seg"),
+        "{said}"
+    );
+}
