@@ -13,9 +13,10 @@
 //! parts from the conversation up to it, to where that parts from the whole
 //! (see [`reply_span`]); the reply's own text must lie inside, so a template
 //! that rewrites earlier turns cannot place a mask wrongly: the row is
-//! refused as unverifiable. A token is trained on when its characters
-//! overlap a span. Policy `last` keeps the last span, `all` trains on every
-//! token.
+//! refused as unverifiable. A token is trained on when it begins inside a
+//! span and runs past its end by whitespace at most: the prompt never is
+//! (see [`mask_from_offsets`]). Policy `last` keeps the last span, `all`
+//! trains on every token.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -279,7 +280,7 @@ impl Chat {
                 .map_err(|e| RowError::Refused(format!("the tokenizer failed: {e}")))?;
             tokens.extend_from_slice(encoding.get_ids());
             match spans {
-                Some(spans) => mask_from_offsets(encoding.get_offsets(), &spans, mask),
+                Some(spans) => mask_from_offsets(&text, encoding.get_offsets(), &spans, mask),
                 None => mask.resize(start + encoding.get_ids().len(), 1),
             }
         }
@@ -318,7 +319,7 @@ impl Chat {
             tokens.truncate(start);
             return false;
         }
-        mask_from_offsets(&offsets, spans, mask);
+        mask_from_offsets(text, &offsets, spans, mask);
         true
     }
 
@@ -463,7 +464,13 @@ fn reply_span(
 /// `s` without the whitespace Python's `str.strip()` removes (Unicode's,
 /// and the separators U+001C to U+001F).
 fn python_strip(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+    s.trim_matches(is_python_space)
+}
+
+/// Whether Python's `str.isspace()` holds for `c`: Unicode's whitespace,
+/// and the separators U+001C to U+001F.
+fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
 /// The length in bytes of the longest common prefix of `a` and `b` that
@@ -525,13 +532,43 @@ fn is_assistant(message: &Value) -> bool {
 /// Byte ranges of a rendering that are trained on, in order.
 type Spans = Vec<Range<usize>>;
 
-/// Pushes one mask byte per token: 1 where the token's bytes overlap a span.
-fn mask_from_offsets(offsets: &[(usize, usize)], spans: &[Range<usize>], mask: &mut Vec<u8>) {
+/// Pushes one mask byte per token of `text`: 1 where the token begins
+/// inside a span, overlaps it (a token of no width overlaps nothing), and
+/// reaches past its end by whitespace at most.
+///
+/// The prompt is never a target. A token that begins before a span is not
+/// trained, whatever of the reply it reaches into: a header that is an
+/// added token with `rstrip` takes the reply's leading spaces, newlines or
+/// tabs into its offsets (Phi-3's `<|assistant|>`), and a run of newlines
+/// can begin in the prompt and end in the reply. Nor is a token that runs
+/// past a span's end into more than whitespace: a reply's span, found
+/// where two renderings part, can end inside the next turn's header when
+/// the text that closes a conversation and that header begin alike
+/// (Phi-3's `<|endoftext|>` and `<|user|>` part after `<|`). An
+/// end-of-turn token that takes the whitespace after it (`rstrip`) stays
+/// trained.
+fn mask_from_offsets(
+    text: &str,
+    offsets: &[(usize, usize)],
+    spans: &[Range<usize>],
+    mask: &mut Vec<u8>,
+) {
     mask.extend(
         offsets
             .iter()
-            .map(|&(s, e)| u8::from(spans.iter().any(|span| s < span.end && span.start < e))),
+            .map(|&(s, e)| u8::from(spans.iter().any(|span| trained(text, s, e, span)))),
     );
+}
+
+/// Whether the token at `s..e` of `text` is trained on by `span` (see
+/// [`mask_from_offsets`]).
+fn trained(text: &str, s: usize, e: usize, span: &Range<usize>) -> bool {
+    let inside = span.start <= s && s < span.end && span.start < e;
+    inside
+        && (e <= span.end
+            || text
+                .get(span.end..e)
+                .is_some_and(|past| past.chars().all(is_python_space)))
 }
 
 /// `YYYY-MM-DD` as the time `strftime_now` formats (midnight).

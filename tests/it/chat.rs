@@ -918,3 +918,113 @@ fn real_json_array_datasets_read_as_their_json_lines() {
     }
     assert!(seen > 1000, "the three files give conversations: {seen}");
 }
+
+/// A Phi-3-style template: each turn is a role token, a newline, the text
+/// and `<|end|>`; the whole ends with the eos.
+const PHI3_LIKE: &str =
+    "{% for m in messages %}{{ '<|' + m.role + '|>\\n' + m.content + '<|end|>\\n' }}{% endfor %}\
+    {% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+/// `base` (a tokenizer.json) with Phi-3's role tokens added, each taking
+/// the whitespace after it (`rstrip`), as Phi-3's own do; `<|end|>` too.
+fn with_rstrip_role_tokens(t: &TestDir, base: &[u8], name: &str) -> PathBuf {
+    let mut j: serde_json::Value = serde_json::from_slice(base).unwrap();
+    let next = j["model"]["vocab"].as_object().unwrap().len() as u64;
+    let added = j["added_tokens"].as_array_mut().unwrap();
+    let next = next.max(
+        added
+            .iter()
+            .map(|a| a["id"].as_u64().unwrap() + 1)
+            .max()
+            .unwrap_or(0),
+    );
+    for (k, content) in ["<|user|>", "<|assistant|>", "<|end|>"].iter().enumerate() {
+        added.push(
+            serde_json::json!({"id": next + k as u64, "content": content, "single_word": false,
+            "lstrip": false, "rstrip": true, "normalized": false, "special": true}),
+        );
+    }
+    t.write(name, serde_json::to_string(&j).unwrap())
+}
+
+/// Issue 51: a reply that begins with whitespace, after a header token that
+/// takes the whitespace after it (Phi-3's `<|assistant|>`, `rstrip`): the
+/// header's offsets reach into the reply's first characters, but it begins
+/// in the prompt and is never trained; the reply's first token is. The
+/// same on the fast engine and on HF tokenizers.
+#[test]
+fn a_header_that_strips_the_replys_leading_whitespace_is_never_trained() {
+    let t = TestDir::new();
+    let words: Vec<(&str, u32)> = WORDS
+        .iter()
+        .chain(&["</s>"])
+        .enumerate()
+        .map(|(i, w)| (*w, i as u32))
+        .collect();
+    let plain = word_level(&t, "plain.json", &words, &[]);
+    let word_tok = with_rstrip_role_tokens(&t, &std::fs::read(&plain).unwrap(), "words.json");
+    let gpt2 = crate::common::engine::read_zst(&fixture("tokenizers/gpt2.tokenizer.json.zst"));
+    let gpt2_tok = with_rstrip_role_tokens(&t, &gpt2, "gpt2-phi3.json");
+    let template = t.write("phi3.jinja", PHI3_LIKE);
+    let leads = ["", " ", "  ", "\n", "\n\n", "\t", " \n\t"];
+    let rows: String = leads
+        .iter()
+        .map(|lead| {
+            let row = serde_json::json!({"messages": [
+                {"role": "user", "content": "a b"}, {"role": "assistant", "content": format!("{lead}c d")},
+                {"role": "user", "content": "e"}, {"role": "assistant", "content": format!("{lead}f")}]});
+            format!("{row}\n")
+        })
+        .collect();
+    let input = t.write("rows.jsonl", &rows);
+    let run = |tok: &Path, engine: &str, out: &Path| {
+        let mut cmd = tokenize_with(&t, tok, &[&input], out);
+        cmd.args(["--chat", "--engine", engine, "--chat-var", "eos_token=</s>"])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+        masked_records(out)
+    };
+    let header = |tok: &Path| -> u32 {
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(tok).unwrap()).unwrap();
+        let added = j["added_tokens"].as_array().unwrap();
+        let a = added
+            .iter()
+            .find(|a| a["content"] == "<|assistant|>")
+            .unwrap();
+        a["id"].as_u64().unwrap() as u32
+    };
+    // Word-level: the exact mask, every row alike whatever its leading whitespace.
+    let records = run(&word_tok, "hf", &t.path("words"));
+    let [user, asst, end] = [0, 1, 2].map(|k| header(&word_tok) - 1 + k);
+    let want_ids = [
+        vec![user, id("a"), id("b"), end],
+        vec![asst, id("c"), id("d"), end],
+        vec![user, id("e"), end],
+        vec![asst, id("f"), end, words.len() as u32 - 1],
+    ]
+    .concat();
+    // The last reply's span runs to the end: the eos that closes only the
+    // last turn is trained with it.
+    let want_mask = vec![0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1];
+    assert_eq!(records.len(), leads.len());
+    for ((ids, mask), lead) in records.iter().zip(leads) {
+        assert_eq!(ids, &want_ids, "{lead:?}");
+        assert_eq!(
+            mask, &want_mask,
+            "{lead:?}: the header is prompt, the reply is trained"
+        );
+    }
+    // Byte-level BPE: both engines, the header never trained, the token
+    // after it (the reply's first) always.
+    let fast = run(&gpt2_tok, "fast", &t.path("fast"));
+    assert_eq!(fast, run(&gpt2_tok, "hf", &t.path("hf")));
+    let asst = header(&gpt2_tok);
+    for ((ids, mask), lead) in fast.iter().zip(leads) {
+        let at: Vec<usize> = (0..ids.len()).filter(|&k| ids[k] == asst).collect();
+        assert_eq!(at.len(), 2, "{lead:?}");
+        for k in at {
+            assert_eq!((mask[k], mask[k + 1]), (0, 1), "{lead:?}: token {k}");
+        }
+    }
+}
