@@ -227,9 +227,19 @@ impl Chat {
             "max_tokens": config.max_tokens.map(|(n, _)| n),
             "overlong": config.max_tokens.map(|(_, o)| match o { Overlong::Drop => "drop", Overlong::Truncate => "truncate" }),
         });
+        let template = compile(&text)?;
+        let tool_use = tool_use.as_deref().map(compile).transpose()?;
+        for name in ["bos_token", "eos_token"] {
+            let read = template.reads(name) || tool_use.as_ref().is_some_and(|t| t.reads(name));
+            let given =
+                vars.iter().any(|(k, _)| k == name) || found.named.iter().any(|k| k == name);
+            if read && !given {
+                return Err(undefined_token(&found, name));
+            }
+        }
         Ok(Chat {
-            template: compile(&text)?,
-            tool_use: tool_use.as_deref().map(compile).transpose()?,
+            template,
+            tool_use,
             vars,
             now,
             shape: config.shape,
@@ -410,6 +420,28 @@ impl Chat {
             spans = spans.pop().into_iter().collect();
         }
         Ok((text, Some(spans)))
+    }
+}
+
+/// The refusal of a template that reads `name` (`bos_token`, `eos_token`)
+/// when nothing gives it: rendered, it would print as nothing (as
+/// transformers prints an undefined variable), and every conversation
+/// would silently lose that token.
+fn undefined_token(found: &find::Found, name: &str) -> ChatSetupError {
+    let looked = match &found.config {
+        Some(config) => format!("{} does not name it", config.display()),
+        None => {
+            "no tokenizer_config.json is beside the template or in the tokenizer's folder".into()
+        }
+    };
+    ChatSetupError::Template {
+        path: found.path.clone(),
+        message: format!(
+            "the chat template uses `{name}`, and nothing gives it ({looked}, and no \
+             --chat-var {name}=... is given): every conversation would be rendered without \
+             it. Give the model's tokenizer_config.json (beside the template, or in the model \
+             folder given as --tokenizer or --chat-template), or pass --chat-var {name}=VALUE"
+        ),
     }
 }
 

@@ -1028,3 +1028,125 @@ fn a_header_that_strips_the_replys_leading_whitespace_is_never_trained() {
         }
     }
 }
+
+/// Issue 51: `--tokenizer MODEL_DIR` with no `--chat-template` takes the
+/// template and the special tokens from the model folder itself (a
+/// `save_pretrained` folder, a hub cache snapshot, a hub cache model
+/// folder), not from the folder above it.
+#[test]
+fn a_model_folder_given_as_tokenizer_holds_the_template() {
+    let t = TestDir::new();
+    let words: Vec<(&str, u32)> = WORDS
+        .iter()
+        .chain(&["<s>"])
+        .enumerate()
+        .map(|(i, w)| (*w, i as u32))
+        .collect();
+    let tok = word_level(
+        &t,
+        "tok.json",
+        &words,
+        &["<|im_start|>", "<|im_end|>", "<s>"],
+    );
+    let template = format!("{{{{ bos_token }}}}{CHATML}");
+    let config = serde_json::json!({"bos_token": "<s>", "eos_token": "<|im_end|>"}).to_string();
+    let saved = t.path("saved");
+    let snapshot = t.path("hub/models--org--name/snapshots/abc123");
+    for dir in [&saved, &snapshot] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::copy(&tok, dir.join("tokenizer.json")).unwrap();
+        std::fs::write(dir.join("chat_template.jinja"), &template).unwrap();
+        std::fs::write(dir.join("tokenizer_config.json"), &config).unwrap();
+    }
+    t.write("hub/models--org--name/refs/main", "abc123");
+    let input = t.write("rows.jsonl", ROWS);
+    let want = {
+        let out = t.path("given");
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.args(["--chat", "--chat-var", "bos_token=<s>", "--chat-template"])
+            .arg(t.write("t.jinja", &template));
+        ok(&mut cmd);
+        masked_records(&out)
+    };
+    assert!(want.iter().all(|(ids, _)| ids[0] == id_of(&words, "<s>")));
+    for (k, model) in [saved, snapshot, t.path("hub/models--org--name")]
+        .iter()
+        .enumerate()
+    {
+        let out = t.path(&format!("out-{k}"));
+        ok(tokenize_with(&t, model, &[&input], &out).arg("--chat"));
+        assert_eq!(masked_records(&out), want, "{}", model.display());
+        let m = Manifest::read(&out).unwrap();
+        let source = m.provenance.options["chat"]["template"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(source.ends_with("chat_template.jinja"), "{source}");
+    }
+}
+
+fn id_of(words: &[(&str, u32)], word: &str) -> u32 {
+    words.iter().find(|(w, _)| *w == word).unwrap().1
+}
+
+/// Issue 51: a template that writes `bos_token` or `eos_token` when nothing
+/// gives it is refused before any work, naming the variable and the ways to
+/// give it, instead of rendering every conversation without it.
+#[test]
+fn a_template_whose_bos_or_eos_nothing_gives_is_refused() {
+    let t = TestDir::new();
+    let input = t.write("rows.jsonl", ROWS);
+    let tok = tokenizer(&t);
+    let dir = t.path("bare");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("bos", format!("{{{{ bos_token }}}}{CHATML}")),
+        (
+            "eos",
+            format!("{CHATML}{{% if not add_generation_prompt %}}{{{{ eos_token }}}}{{% endif %}}"),
+        ),
+    ];
+    for (what, template) in &cases {
+        let name = format!("{what}_token");
+        let template = t.write(&format!("bare/{what}.jinja"), template);
+        let out = t.path(&format!("out-{what}"));
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.arg("--chat").arg("--chat-template").arg(&template);
+        let err = fails(&mut cmd, 2);
+        for needed in [
+            format!("{}", template.display()),
+            format!("`{name}`"),
+            "tokenizer_config.json".into(),
+            format!("--chat-var {name}="),
+        ] {
+            assert!(err.contains(&needed), "{what}: no {needed:?} in {err}");
+        }
+        assert!(!out.exists(), "{what}: refused before any work");
+        // Given by --chat-var: rendered.
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.args(["--chat", "--chat-var", &format!("{name}=a")])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+    }
+    // A tokenizer_config.json beside the template gives them; one that says
+    // the model has none (null, as Qwen's bos_token) is taken at its word.
+    t.write(
+        "bare/tokenizer_config.json",
+        r#"{"bos_token": null, "eos_token": "b"}"#,
+    );
+    for (what, _) in &cases {
+        let out = t.path(&format!("beside-{what}"));
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.arg("--chat")
+            .arg("--chat-template")
+            .arg(dir.join(format!("{what}.jinja")));
+        ok(&mut cmd);
+        let records = masked_records(&out);
+        let (first, _) = &records[0];
+        match *what {
+            "bos" => assert_eq!(first[0], id("<|im_start|>"), "no bos: the model has none"),
+            _ => assert_eq!(*first.last().unwrap(), id("b"), "the config's eos"),
+        }
+    }
+}
