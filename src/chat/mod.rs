@@ -341,6 +341,7 @@ impl Chat {
             _ => &self.template,
         };
         let render = |messages: &[Value], add_generation_prompt: bool| {
+            let n = messages.len();
             let messages = Value::from(messages.to_vec());
             let input = RenderInput {
                 messages: &messages,
@@ -350,10 +351,7 @@ impl Chat {
                 vars: &self.vars,
                 now: self.now,
             };
-            template.render(&input).map_err(|e| match e {
-                RenderError::Raised(m) => RowError::Refused(m),
-                RenderError::Failed(m) => RowError::Refused(m),
-            })
+            template.render(&input).map_err(|e| refusal(e, conv, n))
         };
         let whole = render(&conv.messages, false)?;
         let text = whole.text;
@@ -421,6 +419,50 @@ impl Chat {
         }
         Ok((text, Some(spans)))
     }
+}
+
+/// A row the template failed on, or refused (`raise_exception`). When it
+/// failed and one of the first `n` messages has a field that is null or a
+/// content that is missing (transformers drops null fields before the
+/// template sees them, so it reads them as undefined), the error names
+/// that message and field first: the template's own words ("unsupported
+/// types string and undefined") say neither.
+fn refusal(error: RenderError, conv: &Conversation, n: usize) -> RowError {
+    match error {
+        RenderError::Raised(m) => RowError::Refused(m),
+        RenderError::Failed(m) => match absent_field(conv, n) {
+            Some(field) => RowError::Refused(format!("{field} ({m})")),
+            None => RowError::Refused(m),
+        },
+    }
+}
+
+/// The first of the first `n` messages with a missing `content` or a
+/// null field, in words: `message 2: field "content" is null`. Only for
+/// rows of OpenAI messages, whose indices are the row's own (the other
+/// shapes make every field they write a string).
+fn absent_field(conv: &Conversation, n: usize) -> Option<String> {
+    if conv.shape != Shape::Messages {
+        return None;
+    }
+    let messages = &conv.messages[..n.min(conv.messages.len())];
+    let no_content = messages.iter().position(|m| {
+        m.get_attr("content")
+            .map_or(true, |c| c.is_undefined() || c.is_none())
+    });
+    if let Some(i) = no_content {
+        let content = messages[i].get_attr("content").unwrap_or_default();
+        return Some(match content.is_none() {
+            true => format!("message {i}: field \"content\" is null"),
+            false => format!("message {i}: no field \"content\""),
+        });
+    }
+    messages.iter().enumerate().find_map(|(i, m)| {
+        let keys = m.try_iter().ok()?;
+        keys.into_iter()
+            .find(|k| m.get_item(k).is_ok_and(|v| v.is_none()))
+            .map(|k| format!("message {i}: field {:?} is null", k.to_string()))
+    })
 }
 
 /// The refusal of a template that reads `name` (`bos_token`, `eos_token`)

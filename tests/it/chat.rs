@@ -1150,3 +1150,50 @@ fn a_template_whose_bos_or_eos_nothing_gives_is_refused() {
         }
     }
 }
+
+/// Issue 51: a row the template fails on because a message's content is
+/// null or missing names the line, the message and the field, not only the
+/// template's own words; a missing role likewise.
+#[test]
+fn a_null_or_missing_field_is_named_by_message_and_field() {
+    let t = TestDir::new();
+    let good = r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#;
+    let cases = [
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null}]}"#,
+            r#"message 1: field "content" is null"#,
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]}"#,
+            r#"message 1: no field "content""#,
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"content": "b"}]}"#,
+            r#"message 1: no field "role""#,
+        ),
+        (
+            r#"[{"role": "user", "content": "a", "name": null}, {"role": "assistant", "content": "b"}, {"role": "user", "content": null}]"#,
+            r#"message 2: field "content" is null"#,
+        ),
+    ];
+    for (k, (row, said)) in cases.iter().enumerate() {
+        let rows = format!("{good}\n{good}\n{row}\n");
+        let out = t.path(&format!("out-{k}"));
+        let err = fails(&mut chat(&t, CHATML, &rows, &out), 2);
+        assert!(
+            err.contains("rows.jsonl: line 3: ") && err.contains(said),
+            "{said}: {err}"
+        );
+    }
+    // A null content the template does not read is no error: an assistant
+    // turn of tool calls only, as OpenAI writes it.
+    let tolerant =
+        "{% for m in messages %}{{ m.role + ': ' + (m.content or 'a') + '\\n' }}{% endfor %}";
+    let row = r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null, "tool_calls": []}, {"role": "assistant", "content": "b"}]}"#;
+    ok(&mut chat(
+        &t,
+        tolerant,
+        &format!("{row}\n"),
+        &t.path("tolerant"),
+    ));
+}
