@@ -318,8 +318,14 @@ def _overlap_mask(offsets: np.ndarray, spans: list[tuple[int, int]], text: str) 
     """1 for each token (s, e) with a <= s < b, a < e, and e <= b or text[b:e].isspace()
     for some span [a, b), else 0 (rule 7)."""
     mask = np.zeros(len(offsets), dtype=bool)
-    for k, (s, e) in enumerate(offsets.tolist()):
-        mask[k] = any(a <= s < b and a < e and (e <= b or text[b:e].isspace()) for a, b in spans)
+    if len(offsets):
+        s, e = offsets[:, 0], offsets[:, 1]
+        for a, b in spans:
+            inside = (a <= s) & (s < b) & (a < e)
+            trained = inside & (e <= b)
+            for k in np.flatnonzero(inside & (e > b)):  # few: those running past the end
+                trained[k] = text[b:int(e[k])].isspace()
+            mask |= trained
     return mask.astype(np.uint8)
 
 
@@ -328,8 +334,12 @@ def _crossing(offsets: np.ndarray, spans: list[tuple[int, int]], text: str) -> n
     into more than whitespace (s < b < e, text[b:e] not all space): where rule 7 and
     transformers' generation mask part."""
     out = np.zeros(len(offsets), dtype=bool)
-    for k, (s, e) in enumerate(offsets.tolist()):
-        out[k] = any(s < a < e or (s < b < e and not text[b:e].isspace()) for a, b in spans)
+    if len(offsets):
+        s, e = offsets[:, 0], offsets[:, 1]
+        for a, b in spans:
+            out |= (s < a) & (a < e)
+            for k in np.flatnonzero((s < b) & (b < e)):
+                out[k] |= not text[b:int(e[k])].isspace()
     return out
 
 
