@@ -38,7 +38,20 @@ loss masks to it. The rule it implements is the one prep documents:
    or, when it is empty, each of its tool calls' names) is not inside W[a:b],
    or when a reply starts before the one before it ends. "last" keeps the
    last reply only, "all" trains every token. A token (its offsets (s, e) in
-   the text) is trainable when it overlaps a reply [a, b): s < b and a < e.
+   the text) is trainable when it begins inside a reply [a, b), overlaps
+   it, and reaches past its end by whitespace at most: a <= s < b, a < e,
+   and e <= b or text[b:e].isspace(). The prompt is never trainable: not a
+   token that begins before the reply, whatever of it it reaches into (a
+   header that is an added token with rstrip takes the reply's leading
+   whitespace into its offsets, Phi-3's <|assistant|>; a run of newlines
+   can begin in the prompt and end in the reply), nor one that runs past
+   the reply's end into more than whitespace (the parting point b can lie
+   inside the next turn's header where the text that closes a conversation
+   and that header begin alike: Phi-3's <|endoftext|> and <|user|> part
+   after "<|"). transformers' own assistant mask marks the tokens holding
+   a generation block's first and last characters whatever else they hold;
+   `Result.transformers_mask_differs` leaves out the tokens where the two
+   rules part.
    A row with no trainable token is skipped, not bad.
 
 A row prep must refuse is reported as a `BadRow`, whose `reason` is one of
@@ -301,14 +314,33 @@ def _tool_call_names(message: dict) -> list[str]:
     return names
 
 
-def _overlap_mask(offsets: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
-    """1 for each token (s, e) with s < b and a < e for some span [a, b), else 0."""
+def _overlap_mask(offsets: np.ndarray, spans: list[tuple[int, int]], text: str) -> np.ndarray:
+    """1 for each token (s, e) with a <= s < b, a < e, and e <= b or text[b:e].isspace()
+    for some span [a, b), else 0 (rule 7)."""
     mask = np.zeros(len(offsets), dtype=bool)
     if len(offsets):
         s, e = offsets[:, 0], offsets[:, 1]
         for a, b in spans:
-            mask |= (s < b) & (a < e)
+            inside = (a <= s) & (s < b) & (a < e)
+            trained = inside & (e <= b)
+            for k in np.flatnonzero(inside & (e > b)):  # few: those running past the end
+                trained[k] = text[b:int(e[k])].isspace()
+            mask |= trained
     return mask.astype(np.uint8)
+
+
+def _crossing(offsets: np.ndarray, spans: list[tuple[int, int]], text: str) -> np.ndarray:
+    """Whether each token (s, e) crosses a span [a, b)'s start (s < a < e) or its end
+    into more than whitespace (s < b < e, text[b:e] not all space): where rule 7 and
+    transformers' generation mask part."""
+    out = np.zeros(len(offsets), dtype=bool)
+    if len(offsets):
+        s, e = offsets[:, 0], offsets[:, 1]
+        for a, b in spans:
+            out |= (s < a) & (a < e)
+            for k in np.flatnonzero((s < b) & (b < e)):
+                out[k] |= not text[b:int(e[k])].isspace()
+    return out
 
 
 class Reference:
@@ -426,7 +458,7 @@ class Reference:
         if policy == "all":
             mask = np.ones(len(ids), dtype=np.uint8)
         else:
-            mask = _overlap_mask(offsets, spans)
+            mask = _overlap_mask(offsets, spans, text)
 
         # The same through apply_chat_template(tokenize=True), and for a
         # template with generation blocks, transformers' own mask.
@@ -438,6 +470,10 @@ class Reference:
         differs = []
         if self.generation and policy == "assistant":
             theirs = np.asarray(out["assistant_masks"], dtype=np.uint8)
+            # transformers marks the tokens holding a block's first and
+            # last characters, prompt and all (rule 7 trains neither).
+            crossing = _crossing(offsets, spans, text)
+            theirs[crossing] = mask[crossing]
             differs = np.flatnonzero(theirs != mask).tolist()
 
         result = Result("kept", ids=ids, mask=mask, text=text, offsets=[tuple(o) for o in offsets.tolist()],

@@ -29,8 +29,12 @@ pub(super) struct Found {
     templates: Templates,
     /// Variables from the config beside it, in order.
     pub vars: Vec<(String, Value)>,
+    /// The special tokens the config names, a string or null: a null one
+    /// is the model saying it has none (Qwen's `bos_token`), which the
+    /// template then sees undefined, as in transformers.
+    pub named: Vec<String>,
     /// The config the variables came from, if any.
-    config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
 }
 
 enum Templates {
@@ -54,16 +58,20 @@ impl Found {
 }
 
 /// The template `given` names, or the one in the tokenizer's folder.
+///
+/// The special tokens' strings come with the template: from the config it
+/// is in. A template whose file names none (a `.jinja` file, a
+/// `chat_template.json`) takes those of the `tokenizer_config.json` beside
+/// it, else of the one in the tokenizer's folder, as a model folder holds
+/// them and as transformers renders a template passed to
+/// `apply_chat_template` with the tokenizer's special tokens.
 pub(super) fn find(given: Option<&Path>, tokenizer: &Path) -> Result<Found, ChatSetupError> {
-    match given {
-        Some(path) if path.is_dir() => in_folder(path),
-        Some(path) => in_file(path),
+    let folder = tokenizer_folder(tokenizer);
+    let mut found = match given {
+        Some(path) if path.is_dir() => in_folder(path)?,
+        Some(path) => in_file(path)?,
         None => {
-            let folder = tokenizer
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            in_folder(folder).map_err(|e| match e {
+            return in_folder(&folder).map_err(|e| match e {
                 ChatSetupError::Template { path, message } => ChatSetupError::Template {
                     path,
                     message: format!("{message}; pass --chat-template FILE (a .jinja file, a tokenizer_config.json or a model folder)"),
@@ -71,6 +79,32 @@ pub(super) fn find(given: Option<&Path>, tokenizer: &Path) -> Result<Found, Chat
                 other => other,
             })
         }
+    };
+    if found.named.is_empty() {
+        let beside = found.path.with_file_name("tokenizer_config.json");
+        for config in [beside, folder.join("tokenizer_config.json")] {
+            if found.config.as_ref() == Some(&config) || !config.is_file() {
+                continue;
+            }
+            let json = read_json(&config)?;
+            found.vars = special_tokens(&json);
+            found.named = named_special_tokens(&json);
+            found.config = Some(config);
+            break;
+        }
+    }
+    Ok(found)
+}
+
+/// The folder a tokenizer's files are in: that of the `tokenizer.json`
+/// `tokenizer` resolves to, so that a model folder (`save_pretrained`, a
+/// hub cache snapshot, a hub cache model folder) is looked in, not its
+/// parent.
+fn tokenizer_folder(tokenizer: &Path) -> PathBuf {
+    let file = crate::engine::tokenizer_file(tokenizer).unwrap_or_else(|_| tokenizer.to_owned());
+    match file.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => dir.to_owned(),
+        None => PathBuf::from("."),
     }
 }
 
@@ -86,6 +120,10 @@ fn in_folder(dir: &Path) -> Result<Found, ChatSetupError> {
         None
     };
     let vars = config_json.as_ref().map(special_tokens).unwrap_or_default();
+    let named = config_json
+        .as_ref()
+        .map(named_special_tokens)
+        .unwrap_or_default();
     let templates = if jinja.is_file() {
         Some((jinja.clone(), Templates::One(read_text(&jinja)?)))
     } else if let Some(t) = config_json
@@ -112,6 +150,7 @@ fn in_folder(dir: &Path) -> Result<Found, ChatSetupError> {
         path,
         templates,
         vars,
+        named,
         config: config_json.map(|_| config),
     })
 }
@@ -127,11 +166,13 @@ fn in_file(path: &Path) -> Result<Found, ChatSetupError> {
             path: path.into(),
             templates: Templates::One(read_text(path)?),
             vars: Vec::new(),
+            named: Vec::new(),
             config: None,
         });
     }
     let json = read_json(path)?;
     let vars = special_tokens(&json);
+    let named = named_special_tokens(&json);
     let templates = match templates_of(path, &json)? {
         Some(t) => t,
         None => {
@@ -147,6 +188,7 @@ fn in_file(path: &Path) -> Result<Found, ChatSetupError> {
                 templates: Templates::One(read_text(&beside)?),
                 path: beside,
                 vars,
+                named,
                 config: Some(path.into()),
             });
         }
@@ -155,6 +197,7 @@ fn in_file(path: &Path) -> Result<Found, ChatSetupError> {
         path: path.into(),
         templates,
         vars,
+        named,
         config: Some(path.into()),
     })
 }
@@ -264,6 +307,16 @@ fn special_tokens(json: &serde_json::Value) -> Vec<(String, Value)> {
         vars.push(("additional_special_tokens".into(), Value::from(list)));
     }
     vars
+}
+
+/// The special tokens a config names at all, as a string, an object or
+/// null.
+fn named_special_tokens(json: &serde_json::Value) -> Vec<String> {
+    SPECIAL_TOKENS
+        .iter()
+        .filter(|key| json.get(**key).is_some())
+        .map(|key| (*key).to_owned())
+        .collect()
 }
 
 fn read_text(path: &Path) -> Result<String, ChatSetupError> {

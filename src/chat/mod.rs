@@ -13,9 +13,10 @@
 //! parts from the conversation up to it, to where that parts from the whole
 //! (see [`reply_span`]); the reply's own text must lie inside, so a template
 //! that rewrites earlier turns cannot place a mask wrongly: the row is
-//! refused as unverifiable. A token is trained on when its characters
-//! overlap a span. Policy `last` keeps the last span, `all` trains on every
-//! token.
+//! refused as unverifiable. A token is trained on when it begins inside a
+//! span and runs past its end by whitespace at most: the prompt never is
+//! (see [`mask_from_offsets`]). Policy `last` keeps the last span, `all`
+//! trains on every token.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -226,9 +227,19 @@ impl Chat {
             "max_tokens": config.max_tokens.map(|(n, _)| n),
             "overlong": config.max_tokens.map(|(_, o)| match o { Overlong::Drop => "drop", Overlong::Truncate => "truncate" }),
         });
+        let template = compile(&text)?;
+        let tool_use = tool_use.as_deref().map(compile).transpose()?;
+        for name in ["bos_token", "eos_token"] {
+            let read = template.reads(name) || tool_use.as_ref().is_some_and(|t| t.reads(name));
+            let given =
+                vars.iter().any(|(k, _)| k == name) || found.named.iter().any(|k| k == name);
+            if read && !given {
+                return Err(undefined_token(&found, name));
+            }
+        }
         Ok(Chat {
-            template: compile(&text)?,
-            tool_use: tool_use.as_deref().map(compile).transpose()?,
+            template,
+            tool_use,
             vars,
             now,
             shape: config.shape,
@@ -279,7 +290,7 @@ impl Chat {
                 .map_err(|e| RowError::Refused(format!("the tokenizer failed: {e}")))?;
             tokens.extend_from_slice(encoding.get_ids());
             match spans {
-                Some(spans) => mask_from_offsets(encoding.get_offsets(), &spans, mask),
+                Some(spans) => mask_from_offsets(&text, encoding.get_offsets(), &spans, mask),
                 None => mask.resize(start + encoding.get_ids().len(), 1),
             }
         }
@@ -318,7 +329,7 @@ impl Chat {
             tokens.truncate(start);
             return false;
         }
-        mask_from_offsets(&offsets, spans, mask);
+        mask_from_offsets(text, &offsets, spans, mask);
         true
     }
 
@@ -330,6 +341,7 @@ impl Chat {
             _ => &self.template,
         };
         let render = |messages: &[Value], add_generation_prompt: bool| {
+            let n = messages.len();
             let messages = Value::from(messages.to_vec());
             let input = RenderInput {
                 messages: &messages,
@@ -339,10 +351,7 @@ impl Chat {
                 vars: &self.vars,
                 now: self.now,
             };
-            template.render(&input).map_err(|e| match e {
-                RenderError::Raised(m) => RowError::Refused(m),
-                RenderError::Failed(m) => RowError::Refused(m),
-            })
+            template.render(&input).map_err(|e| refusal(e, conv, n))
         };
         let whole = render(&conv.messages, false)?;
         let text = whole.text;
@@ -412,6 +421,72 @@ impl Chat {
     }
 }
 
+/// A row the template failed on, or refused (`raise_exception`). When it
+/// failed and one of the first `n` messages has a field that is null or a
+/// content that is missing (transformers drops null fields before the
+/// template sees them, so it reads them as undefined), the error names
+/// that message and field first: the template's own words ("unsupported
+/// types string and undefined") say neither.
+fn refusal(error: RenderError, conv: &Conversation, n: usize) -> RowError {
+    match error {
+        RenderError::Raised(m) => RowError::Refused(m),
+        RenderError::Failed(m) => match absent_field(conv, n) {
+            Some(field) => RowError::Refused(format!("{field} ({m})")),
+            None => RowError::Refused(m),
+        },
+    }
+}
+
+/// The first of the first `n` messages with a missing `content` or a
+/// null field, in words: `message 2: field "content" is null`. Only for
+/// rows of OpenAI messages, whose indices are the row's own (the other
+/// shapes make every field they write a string).
+fn absent_field(conv: &Conversation, n: usize) -> Option<String> {
+    if conv.shape != Shape::Messages {
+        return None;
+    }
+    let messages = &conv.messages[..n.min(conv.messages.len())];
+    let no_content = messages.iter().position(|m| {
+        m.get_attr("content")
+            .map_or(true, |c| c.is_undefined() || c.is_none())
+    });
+    if let Some(i) = no_content {
+        let content = messages[i].get_attr("content").unwrap_or_default();
+        return Some(match content.is_none() {
+            true => format!("message {i}: field \"content\" is null"),
+            false => format!("message {i}: no field \"content\""),
+        });
+    }
+    messages.iter().enumerate().find_map(|(i, m)| {
+        let keys = m.try_iter().ok()?;
+        keys.into_iter()
+            .find(|k| m.get_item(k).is_ok_and(|v| v.is_none()))
+            .map(|k| format!("message {i}: field {:?} is null", k.to_string()))
+    })
+}
+
+/// The refusal of a template that reads `name` (`bos_token`, `eos_token`)
+/// when nothing gives it: rendered, it would print as nothing (as
+/// transformers prints an undefined variable), and every conversation
+/// would silently lose that token.
+fn undefined_token(found: &find::Found, name: &str) -> ChatSetupError {
+    let looked = match &found.config {
+        Some(config) => format!("{} does not name it", config.display()),
+        None => {
+            "no tokenizer_config.json is beside the template or in the tokenizer's folder".into()
+        }
+    };
+    ChatSetupError::Template {
+        path: found.path.clone(),
+        message: format!(
+            "the chat template uses `{name}`, and nothing gives it ({looked}, and no \
+             --chat-var {name}=... is given): every conversation would be rendered without \
+             it. Give the model's tokenizer_config.json (beside the template, or in the model \
+             folder given as --tokenizer or --chat-template), or pass --chat-var {name}=VALUE"
+        ),
+    }
+}
+
 /// Where one assistant reply lies in the whole rendering `whole`, from
 /// `before` (the turns before it, rendered with the generation prompt) and
 /// `upto` (the turns up to it): it starts where `before` and `upto` part
@@ -463,7 +538,13 @@ fn reply_span(
 /// `s` without the whitespace Python's `str.strip()` removes (Unicode's,
 /// and the separators U+001C to U+001F).
 fn python_strip(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+    s.trim_matches(is_python_space)
+}
+
+/// Whether Python's `str.isspace()` holds for `c`: Unicode's whitespace,
+/// and the separators U+001C to U+001F.
+fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
 /// The length in bytes of the longest common prefix of `a` and `b` that
@@ -525,13 +606,43 @@ fn is_assistant(message: &Value) -> bool {
 /// Byte ranges of a rendering that are trained on, in order.
 type Spans = Vec<Range<usize>>;
 
-/// Pushes one mask byte per token: 1 where the token's bytes overlap a span.
-fn mask_from_offsets(offsets: &[(usize, usize)], spans: &[Range<usize>], mask: &mut Vec<u8>) {
+/// Pushes one mask byte per token of `text`: 1 where the token begins
+/// inside a span, overlaps it (a token of no width overlaps nothing), and
+/// reaches past its end by whitespace at most.
+///
+/// The prompt is never a target. A token that begins before a span is not
+/// trained, whatever of the reply it reaches into: a header that is an
+/// added token with `rstrip` takes the reply's leading spaces, newlines or
+/// tabs into its offsets (Phi-3's `<|assistant|>`), and a run of newlines
+/// can begin in the prompt and end in the reply. Nor is a token that runs
+/// past a span's end into more than whitespace: a reply's span, found
+/// where two renderings part, can end inside the next turn's header when
+/// the text that closes a conversation and that header begin alike
+/// (Phi-3's `<|endoftext|>` and `<|user|>` part after `<|`). An
+/// end-of-turn token that takes the whitespace after it (`rstrip`) stays
+/// trained.
+fn mask_from_offsets(
+    text: &str,
+    offsets: &[(usize, usize)],
+    spans: &[Range<usize>],
+    mask: &mut Vec<u8>,
+) {
     mask.extend(
         offsets
             .iter()
-            .map(|&(s, e)| u8::from(spans.iter().any(|span| s < span.end && span.start < e))),
+            .map(|&(s, e)| u8::from(spans.iter().any(|span| trained(text, s, e, span)))),
     );
+}
+
+/// Whether the token at `s..e` of `text` is trained on by `span` (see
+/// [`mask_from_offsets`]).
+fn trained(text: &str, s: usize, e: usize, span: &Range<usize>) -> bool {
+    let inside = span.start <= s && s < span.end && span.start < e;
+    inside
+        && (e <= span.end
+            || text
+                .get(span.end..e)
+                .is_some_and(|past| past.chars().all(is_python_space)))
 }
 
 /// `YYYY-MM-DD` as the time `strftime_now` formats (midnight).

@@ -924,3 +924,282 @@ fn real_json_array_datasets_read_as_their_json_lines() {
     }
     assert!(seen > 1000, "the three files give conversations: {seen}");
 }
+
+/// A Phi-3-style template: each turn is a role token, a newline, the text
+/// and `<|end|>`; the whole ends with the eos.
+const PHI3_LIKE: &str =
+    "{% for m in messages %}{{ '<|' + m.role + '|>\\n' + m.content + '<|end|>\\n' }}{% endfor %}\
+    {% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+/// `base` (a tokenizer.json) with Phi-3's role tokens added, each taking
+/// the whitespace after it (`rstrip`), as Phi-3's own do; `<|end|>` too.
+fn with_rstrip_role_tokens(t: &TestDir, base: &[u8], name: &str) -> PathBuf {
+    let mut j: serde_json::Value = serde_json::from_slice(base).unwrap();
+    let next = j["model"]["vocab"].as_object().unwrap().len() as u64;
+    let added = j["added_tokens"].as_array_mut().unwrap();
+    let next = next.max(
+        added
+            .iter()
+            .map(|a| a["id"].as_u64().unwrap() + 1)
+            .max()
+            .unwrap_or(0),
+    );
+    for (k, content) in ["<|user|>", "<|assistant|>", "<|end|>"].iter().enumerate() {
+        added.push(
+            serde_json::json!({"id": next + k as u64, "content": content, "single_word": false,
+            "lstrip": false, "rstrip": true, "normalized": false, "special": true}),
+        );
+    }
+    t.write(name, serde_json::to_string(&j).unwrap())
+}
+
+/// Issue 51: a reply that begins with whitespace, after a header token that
+/// takes the whitespace after it (Phi-3's `<|assistant|>`, `rstrip`): the
+/// header's offsets reach into the reply's first characters, but it begins
+/// in the prompt and is never trained; the reply's first token is. The
+/// same on the fast engine and on HF tokenizers.
+#[test]
+fn a_header_that_strips_the_replys_leading_whitespace_is_never_trained() {
+    let t = TestDir::new();
+    let words: Vec<(&str, u32)> = WORDS
+        .iter()
+        .chain(&["</s>"])
+        .enumerate()
+        .map(|(i, w)| (*w, i as u32))
+        .collect();
+    let plain = word_level(&t, "plain.json", &words, &[]);
+    let word_tok = with_rstrip_role_tokens(&t, &std::fs::read(&plain).unwrap(), "words.json");
+    let gpt2 = crate::common::engine::read_zst(&fixture("tokenizers/gpt2.tokenizer.json.zst"));
+    let gpt2_tok = with_rstrip_role_tokens(&t, &gpt2, "gpt2-phi3.json");
+    let template = t.write("phi3.jinja", PHI3_LIKE);
+    let leads = ["", " ", "  ", "\n", "\n\n", "\t", " \n\t"];
+    let rows: String = leads
+        .iter()
+        .map(|lead| {
+            let row = serde_json::json!({"messages": [
+                {"role": "user", "content": "a b"}, {"role": "assistant", "content": format!("{lead}c d")},
+                {"role": "user", "content": "e"}, {"role": "assistant", "content": format!("{lead}f")}]});
+            format!("{row}\n")
+        })
+        .collect();
+    let input = t.write("rows.jsonl", &rows);
+    let run = |tok: &Path, engine: &str, out: &Path| {
+        let mut cmd = tokenize_with(&t, tok, &[&input], out);
+        cmd.args(["--chat", "--engine", engine, "--chat-var", "eos_token=</s>"])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+        masked_records(out)
+    };
+    let header = |tok: &Path| -> u32 {
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(tok).unwrap()).unwrap();
+        let added = j["added_tokens"].as_array().unwrap();
+        let a = added
+            .iter()
+            .find(|a| a["content"] == "<|assistant|>")
+            .unwrap();
+        a["id"].as_u64().unwrap() as u32
+    };
+    // Word-level: the exact mask, every row alike whatever its leading whitespace.
+    let records = run(&word_tok, "hf", &t.path("words"));
+    let [user, asst, end] = [0, 1, 2].map(|k| header(&word_tok) - 1 + k);
+    let want_ids = [
+        vec![user, id("a"), id("b"), end],
+        vec![asst, id("c"), id("d"), end],
+        vec![user, id("e"), end],
+        vec![asst, id("f"), end, words.len() as u32 - 1],
+    ]
+    .concat();
+    // The last reply's span runs to the end: the eos that closes only the
+    // last turn is trained with it.
+    let want_mask = vec![0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1];
+    assert_eq!(records.len(), leads.len());
+    for ((ids, mask), lead) in records.iter().zip(leads) {
+        assert_eq!(ids, &want_ids, "{lead:?}");
+        assert_eq!(
+            mask, &want_mask,
+            "{lead:?}: the header is prompt, the reply is trained"
+        );
+    }
+    // Byte-level BPE: both engines, the header never trained, the token
+    // after it (the reply's first) always.
+    let fast = run(&gpt2_tok, "fast", &t.path("fast"));
+    assert_eq!(fast, run(&gpt2_tok, "hf", &t.path("hf")));
+    let asst = header(&gpt2_tok);
+    for ((ids, mask), lead) in fast.iter().zip(leads) {
+        let at: Vec<usize> = (0..ids.len()).filter(|&k| ids[k] == asst).collect();
+        assert_eq!(at.len(), 2, "{lead:?}");
+        for k in at {
+            assert_eq!((mask[k], mask[k + 1]), (0, 1), "{lead:?}: token {k}");
+        }
+    }
+}
+
+/// Issue 51: `--tokenizer MODEL_DIR` with no `--chat-template` takes the
+/// template and the special tokens from the model folder itself (a
+/// `save_pretrained` folder, a hub cache snapshot, a hub cache model
+/// folder), not from the folder above it.
+#[test]
+fn a_model_folder_given_as_tokenizer_holds_the_template() {
+    let t = TestDir::new();
+    let words: Vec<(&str, u32)> = WORDS
+        .iter()
+        .chain(&["<s>"])
+        .enumerate()
+        .map(|(i, w)| (*w, i as u32))
+        .collect();
+    let tok = word_level(
+        &t,
+        "tok.json",
+        &words,
+        &["<|im_start|>", "<|im_end|>", "<s>"],
+    );
+    let template = format!("{{{{ bos_token }}}}{CHATML}");
+    let config = serde_json::json!({"bos_token": "<s>", "eos_token": "<|im_end|>"}).to_string();
+    let saved = t.path("saved");
+    let snapshot = t.path("hub/models--org--name/snapshots/abc123");
+    for dir in [&saved, &snapshot] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::copy(&tok, dir.join("tokenizer.json")).unwrap();
+        std::fs::write(dir.join("chat_template.jinja"), &template).unwrap();
+        std::fs::write(dir.join("tokenizer_config.json"), &config).unwrap();
+    }
+    t.write("hub/models--org--name/refs/main", "abc123");
+    let input = t.write("rows.jsonl", ROWS);
+    let want = {
+        let out = t.path("given");
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.args(["--chat", "--chat-var", "bos_token=<s>", "--chat-template"])
+            .arg(t.write("t.jinja", &template));
+        ok(&mut cmd);
+        masked_records(&out)
+    };
+    assert!(want.iter().all(|(ids, _)| ids[0] == id_of(&words, "<s>")));
+    for (k, model) in [saved, snapshot, t.path("hub/models--org--name")]
+        .iter()
+        .enumerate()
+    {
+        let out = t.path(&format!("out-{k}"));
+        ok(tokenize_with(&t, model, &[&input], &out).arg("--chat"));
+        assert_eq!(masked_records(&out), want, "{}", model.display());
+        let m = Manifest::read(&out).unwrap();
+        let source = m.provenance.options["chat"]["template"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(source.ends_with("chat_template.jinja"), "{source}");
+    }
+}
+
+fn id_of(words: &[(&str, u32)], word: &str) -> u32 {
+    words.iter().find(|(w, _)| *w == word).unwrap().1
+}
+
+/// Issue 51: a template that writes `bos_token` or `eos_token` when nothing
+/// gives it is refused before any work, naming the variable and the ways to
+/// give it, instead of rendering every conversation without it.
+#[test]
+fn a_template_whose_bos_or_eos_nothing_gives_is_refused() {
+    let t = TestDir::new();
+    let input = t.write("rows.jsonl", ROWS);
+    let tok = tokenizer(&t);
+    let dir = t.path("bare");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("bos", format!("{{{{ bos_token }}}}{CHATML}")),
+        (
+            "eos",
+            format!("{CHATML}{{% if not add_generation_prompt %}}{{{{ eos_token }}}}{{% endif %}}"),
+        ),
+    ];
+    for (what, template) in &cases {
+        let name = format!("{what}_token");
+        let template = t.write(&format!("bare/{what}.jinja"), template);
+        let out = t.path(&format!("out-{what}"));
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.arg("--chat").arg("--chat-template").arg(&template);
+        let err = fails(&mut cmd, 2);
+        for needed in [
+            format!("{}", template.display()),
+            format!("`{name}`"),
+            "tokenizer_config.json".into(),
+            format!("--chat-var {name}="),
+        ] {
+            assert!(err.contains(&needed), "{what}: no {needed:?} in {err}");
+        }
+        assert!(!out.exists(), "{what}: refused before any work");
+        // Given by --chat-var: rendered.
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.args(["--chat", "--chat-var", &format!("{name}=a")])
+            .arg("--chat-template")
+            .arg(&template);
+        ok(&mut cmd);
+    }
+    // A tokenizer_config.json beside the template gives them; one that says
+    // the model has none (null, as Qwen's bos_token) is taken at its word.
+    t.write(
+        "bare/tokenizer_config.json",
+        r#"{"bos_token": null, "eos_token": "b"}"#,
+    );
+    for (what, _) in &cases {
+        let out = t.path(&format!("beside-{what}"));
+        let mut cmd = tokenize_with(&t, &tok, &[&input], &out);
+        cmd.arg("--chat")
+            .arg("--chat-template")
+            .arg(dir.join(format!("{what}.jinja")));
+        ok(&mut cmd);
+        let records = masked_records(&out);
+        let (first, _) = &records[0];
+        match *what {
+            "bos" => assert_eq!(first[0], id("<|im_start|>"), "no bos: the model has none"),
+            _ => assert_eq!(*first.last().unwrap(), id("b"), "the config's eos"),
+        }
+    }
+}
+
+/// Issue 51: a row the template fails on because a message's content is
+/// null or missing names the line, the message and the field, not only the
+/// template's own words; a missing role likewise.
+#[test]
+fn a_null_or_missing_field_is_named_by_message_and_field() {
+    let t = TestDir::new();
+    let good = r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#;
+    let cases = [
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null}]}"#,
+            r#"message 1: field "content" is null"#,
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]}"#,
+            r#"message 1: no field "content""#,
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "a"}, {"content": "b"}]}"#,
+            r#"message 1: no field "role""#,
+        ),
+        (
+            r#"[{"role": "user", "content": "a", "name": null}, {"role": "assistant", "content": "b"}, {"role": "user", "content": null}]"#,
+            r#"message 2: field "content" is null"#,
+        ),
+    ];
+    for (k, (row, said)) in cases.iter().enumerate() {
+        let rows = format!("{good}\n{good}\n{row}\n");
+        let out = t.path(&format!("out-{k}"));
+        let err = fails(&mut chat(&t, CHATML, &rows, &out), 2);
+        assert!(
+            err.contains("rows.jsonl: line 3: ") && err.contains(said),
+            "{said}: {err}"
+        );
+    }
+    // A null content the template does not read is no error: an assistant
+    // turn of tool calls only, as OpenAI writes it.
+    let tolerant =
+        "{% for m in messages %}{{ m.role + ': ' + (m.content or 'a') + '\\n' }}{% endfor %}";
+    let row = r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": null, "tool_calls": []}, {"role": "assistant", "content": "b"}]}"#;
+    ok(&mut chat(
+        &t,
+        tolerant,
+        &format!("{row}\n"),
+        &t.path("tolerant"),
+    ));
+}

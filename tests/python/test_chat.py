@@ -426,6 +426,80 @@ def test_template_over_every_dataset(case, corpus, tmp_path):
     assert not problems, f"{case.name}:\n" + "\n".join(problems)
 
 
+# --- Replies that begin with whitespace ---------------------------------------------------------
+
+LEADS = (" ", "  ", "\n", "\n\n", "\t", " \n", "\n\t ")
+"""What the replies of test_replies_beginning_with_whitespace begin with."""
+
+
+def with_leading_whitespace(rows: list) -> list:
+    """Each row once per LEADS, its assistant replies (string contents) beginning with that lead."""
+    out = []
+    for lead in LEADS:
+        for row in rows:
+            messages = row if isinstance(row, list) else row["messages"]
+            messages = [dict(m, content=lead + m["content"])
+                        if m.get("role") == "assistant" and isinstance(m.get("content"), str) else m
+                        for m in messages]
+            out.append(messages if isinstance(row, list) else {**row, "messages": messages})
+    return out
+
+
+WHITESPACE_ROWS = [
+    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Who wrote Jane Eyre?"},
+     {"role": "assistant", "content": "Browne."}, {"role": "user", "content": "Her sister?"},
+     {"role": "assistant", "content": "Emily."}],
+    [{"role": "user", "content": "翻译：我需要帮助"}, {"role": "assistant", "content": "我需要帮助 means I need help."}],
+    [{"role": "user", "content": "List two."}, {"role": "assistant", "content": "- one\n- two"},
+     {"role": "user", "content": "And code?"}, {"role": "assistant", "content": "```py\nprint(1)\n```"}],
+]
+
+
+@need_corpus
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_replies_beginning_with_whitespace(case, corpus, tmp_path):
+    """Replies that begin with spaces, newlines and tabs (issue 51), through
+    every template: prep's ids and masks are the reference's, where a token
+    that begins in the prompt is never trained even when its offsets reach
+    into the reply (Phi-3's <|assistant|> takes the whitespace after it,
+    rstrip); for a template with {% generation %} blocks, transformers' own
+    assistant mask agrees but for such tokens."""
+    tokenizer = case_tokenizer(case, tmp_path)
+    reference = ref.Reference(case.template, tokenizer, case.template_variables())
+    rows = with_leading_whitespace(WHITESPACE_ROWS + corpus["openai_sft.jsonl"][0][:5])
+    results = [reference.row(row) for row in rows]
+    where = [(f"line {line}", r) for line, r in enumerate(results, 1)]
+    problems = [f"{w}: transformers' assistant mask differs from the reference's at tokens "
+                f"{r.transformers_mask_differs[:8]}" for w, r in where if r.transformers_mask_differs]
+    jsonl = write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out"
+    proc = run_prep(tokenizer, CHAT / case.source, jsonl, out, case.variables, "--skip-bad")
+    total = tally(results)
+    print(f"{case.name}: {total}")
+    if sum(total.bad.values()) == total.rows:
+        assert proc.returncode == 2 and f"{jsonl}: line 1: {PREP_SAYS[results[0].reason]}" in proc.stderr, \
+            f"{case.name}: every row is bad ({results[0].message}), prep exit {proc.returncode}\n{proc.stderr}"
+        return
+    assert proc.returncode == 0, f"{case.name}: prep exit {proc.returncode}\n{proc.stderr}"
+    got_ids, got_masks, manifest = records(out)
+    problems += compare(where, got_ids, got_masks)
+    problems += compare_counts(total, manifest)
+    assert total.kept, f"{case.name}: no row kept ({total})"
+    if case.name == "phi3":
+        # The issue's case: the header's offsets reach into the reply, and
+        # the header is never trained; the reply's first token is.
+        header = ref.read_tokenizer(tokenizer).token_to_id("<|assistant|>")
+        headers = 0
+        for ids, mask in zip(got_ids, got_masks):
+            at = np.flatnonzero(ids == header)
+            headers += len(at)
+            problems += [f"a trained <|assistant|> in {ids.tolist()[:12]}..." for k in at if mask[k]]
+            problems += [f"the reply after <|assistant|> untrained in {ids.tolist()[:12]}..."
+                         for k in at if k + 1 < len(mask) and not mask[k + 1]]
+        assert headers >= len(got_ids), "no <|assistant|> header seen"
+    assert not problems, f"{case.name}:\n" + "\n".join(problems[:20])
+
+
 # --- Loss mask policies -------------------------------------------------------------------------
 
 @need_corpus

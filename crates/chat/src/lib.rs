@@ -185,6 +185,17 @@ impl Template {
         self.has_generation
     }
 
+    /// Whether the template reads the variable `name` from what it is
+    /// rendered with (rather than setting it itself), anywhere in its text,
+    /// whether or not a render reaches that place: so a caller can refuse
+    /// to render without a variable, such as `bos_token`, that would
+    /// otherwise print as nothing.
+    pub fn reads(&self, name: &str) -> bool {
+        self.env
+            .get_template(env::TEMPLATE_NAME)
+            .is_ok_and(|t| t.undeclared_variables(false).contains(name))
+    }
+
     /// Renders. Thread-safe (&self), called from many threads at once.
     pub fn render(&self, input: &RenderInput<'_>) -> Result<Rendered, RenderError> {
         let ctx = context(input)?;
@@ -462,6 +473,19 @@ mod tests {
         assert_eq!(err, Err(RenderError::Raised("no user".into())));
         let err = render("{{ 1 + 'a' }}", "[]", &[]);
         assert!(matches!(err, Err(RenderError::Failed(_))), "{err:?}");
+    }
+
+    #[test]
+    fn reads_names_the_variables_a_template_takes_from_its_context() {
+        let t = Template::new(
+            "{% set eos = 'x' %}{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}\
+             {% if add_generation_prompt %}{{ eos }}{% else %}{{ eos_token | default('') }}{% endif %}",
+        )
+        .unwrap();
+        assert!(t.reads("bos_token") && t.reads("eos_token") && t.reads("messages"));
+        assert!(!t.reads("eos") && !t.reads("m") && !t.reads("pad_token"));
+        let sets = Template::new("{% set bos_token = '<s>' %}{{ bos_token }}").unwrap();
+        assert!(!sets.reads("bos_token"));
     }
 
     #[test]
