@@ -414,6 +414,20 @@ impl<'a> Verified<'a> {
         }
     }
 
+    /// Drops bytes `range` of shard `s`'s `part` from the process's memory
+    /// (see [`super::mmap::Mapping::release`]).
+    fn release(&self, s: usize, part: ShardPart, range: Range<usize>) {
+        let shard = &self.ds.shards[s];
+        match part {
+            ShardPart::Bin => shard.bin.release(range),
+            ShardPart::Mask => {
+                if let Some(mask) = &shard.mask {
+                    mask.release(range);
+                }
+            }
+        }
+    }
+
     /// The records of the dataset that hold tokens `tokens` of shard `s`
     /// (clamped to the shard): the first and the last.
     fn records_of(&self, s: usize, tokens: Range<u64>) -> Option<(u64, u64)> {
@@ -653,9 +667,10 @@ impl<'a> Verified<'a> {
     /// mapping (whose pages would stay in the process's memory once
     /// touched). `in_order`: reads come in file order (a stage that walks
     /// the shard), so whole chunks are read at once and handed out from
-    /// memory; otherwise (reads at random, as pack's rows make them) only
-    /// a chunk's first read brings in the whole chunk to check it, and
-    /// later reads of a checked chunk read just the bytes asked for.
+    /// memory; otherwise (reads at random, as pack's rows make them) a
+    /// chunk's first read checks the whole chunk in place, from the mapping,
+    /// whose pages then leave the process's memory again, and every read
+    /// reads just the bytes asked for.
     pub fn reader(&self, s: usize, part: ShardPart, in_order: bool) -> ShardReader<'_, 'a> {
         ShardReader {
             v: self,
@@ -780,6 +795,20 @@ impl ShardReader<'_, '_> {
             if !checks.passed(c) {
                 if large {
                     self.check_streaming(c)?;
+                } else if !self.in_order {
+                    // Reads at random use only a piece of the chunk: it is
+                    // checked in place, from the mapping (no copy), and its
+                    // pages then leave this process's memory again.
+                    let size = match part {
+                        ShardPart::Bin => v.ds.dtype().size() as u64,
+                        ShardPart::Mask => 1,
+                    };
+                    let end = (range.end + size - 1).min(checks.len) as usize;
+                    let checked =
+                        v.check_chunk(s, part, c, &v.mapped(s, part)[range.start as usize..end]);
+                    v.release(s, part, range.start as usize..end);
+                    checked?;
+                    continue;
                 } else {
                     let size = match part {
                         ShardPart::Bin => v.ds.dtype().size() as u64,
