@@ -743,6 +743,10 @@ impl ShardReader<'_, '_> {
         let range = checks.chunk(c);
         let mut hasher = Xxh3::new();
         let mut at = range.start;
+        // A bad id or mask byte is reported only once the checksum has
+        // passed: a damaged chunk is named as damaged, as a chunk held
+        // whole is.
+        let mut content = Ok(());
         while at < range.end {
             // Blocks are whole tokens: BLOCK is a multiple of every size.
             self.load(at..(at + BLOCK as u64).min(range.end))?;
@@ -751,13 +755,16 @@ impl ShardReader<'_, '_> {
                 return Err(v.bad(s, part, c, InputProblem::Short { got }));
             }
             hasher.update(&self.buf);
-            v.check_content(s, part, c, at, &self.buf)?;
+            if content.is_ok() {
+                content = v.check_content(s, part, c, at, &self.buf);
+            }
             at += self.buf.len() as u64;
         }
         self.buf.clear();
         if let Some(problem) = checks.checksum(c, hasher.digest()) {
             return Err(v.bad(s, part, c, problem));
         }
+        content?;
         checks.pass(c);
         Ok(())
     }
@@ -1043,6 +1050,46 @@ mod tests {
             bad.to_string().contains("token 20 of the shard (record"),
             "{bad}"
         );
+    }
+
+    #[test]
+    fn a_whole_file_too_large_to_hold_is_checked_as_it_streams_by() {
+        // No .sum, and a .bin larger than a chunk held in memory at once.
+        let dir = tempfile::tempdir().unwrap();
+        let n = (MAX_CACHED_CHUNK / 2 / 100_000 + 2) as u32;
+        let recs: Vec<Vec<u32>> = (0..n)
+            .map(|i| (0..100_000u32).map(|k| (i + k) % 40).collect())
+            .collect();
+        write(dir.path(), &recs, false);
+        let ds = Dataset::open(dir.path()).unwrap();
+        assert!(ds.shard_bin(0).len() as u64 > MAX_CACHED_CHUNK);
+        for (i, [a, b, c]) in read_all(&ds).unwrap().iter().enumerate() {
+            let want = ds.record_bytes(i as u64).unwrap();
+            assert_eq!((&a[..], &b[..], &c[..]), (want, want, want), "record {i}");
+        }
+        drop(ds);
+        let bin = dir.path().join("shard-00000.bin");
+        let mut bytes = std::fs::read(&bin).unwrap();
+        bytes[(MAX_CACHED_CHUNK + 3) as usize] ^= 1;
+        std::fs::write(&bin, &bytes).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        let v = ds.verified().unwrap();
+        for in_order in [true, false] {
+            let mut first = vec![0u8; 8];
+            let bad = bad_input(
+                v.reader(0, ShardPart::Bin, in_order)
+                    .read(0, &mut first)
+                    .unwrap_err(),
+            );
+            assert_eq!((bad.chunk, bad.range), (0, 0..bytes.len() as u64));
+            assert!(matches!(
+                bad.problem,
+                InputProblem::Checksum {
+                    listed_in: "the manifest",
+                    ..
+                }
+            ));
+        }
     }
 
     #[test]
