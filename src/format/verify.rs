@@ -20,8 +20,15 @@
 //!
 //! Each chunk is checked once (a bit per chunk records it), in the pass
 //! that reads it: the cost is one XXH3 pass and one scan of the ids over
-//! the input, a few percent of a stage's time. A failure is a
+//! the input (docs/performance.md, "Checking the input"). A failure is a
 //! [`BadInput`] naming the input file, the chunk and the records it holds.
+//!
+//! What is checked is the file as it was when the chunk was first read: a
+//! later read of a checked chunk (a positioned read of a piece, a slice of
+//! the mapping) does not check again, so a file rewritten while a stage
+//! reads it is not caught, as it is not by any reader of a mapping (see
+//! the SIGBUS note of the mapping). A chunk read whole in order is used
+//! from the very bytes that were checked.
 
 use std::fs::File;
 use std::ops::Range;
