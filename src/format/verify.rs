@@ -250,9 +250,13 @@ struct ShardChecks {
     mask: Option<FileChecks>,
 }
 
-/// A dataset whose every read of tokens and masks is verified first (see
-/// the [module docs](self)). Made by [`Dataset::verified`]; shared by the
-/// threads of a stage (`Sync`: a chunk's check is recorded atomically).
+/// A dataset whose every read of tokens and masks is verified first: the
+/// first read from a chunk of a `.bin` (its `.sum`'s chunks, or the whole
+/// file without one) or of a `.mask` (the whole file) checks the whole
+/// chunk (its XXH3, every id below `vocab_size`, every mask byte 0 or 1)
+/// before any byte of it is handed out, once. Made by
+/// [`Dataset::verified`]; shared by the threads of a stage (`Sync`: a
+/// chunk's check is recorded atomically).
 #[derive(Debug)]
 pub struct Verified<'a> {
     ds: &'a Dataset,
@@ -263,8 +267,8 @@ pub struct Verified<'a> {
 }
 
 impl Dataset {
-    /// This dataset, read through the checks of the [module docs](self):
-    /// what a stage reads its input through.
+    /// This dataset, read through the checks of [`Verified`]: what a stage
+    /// reads its input through. Checks every `.idx` and `.seg` whole first.
     ///
     /// # Errors
     /// A [`BadInput`] for an `.idx` or `.seg` whose XXH3 is not the one the
