@@ -38,7 +38,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 use crate::fetch::Local;
 use crate::format::{
     checksum_hex, ChatCounts, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
-    Manifest, Packing, Partition, ShardInfo, ShardWriter, MANIFEST_FILE,
+    Manifest, Packing, Partition, ShardInfo, ShardWriter, Verified, MANIFEST_FILE,
 };
 use crate::output::{Output, OutputError, Start};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -357,6 +357,9 @@ fn merge_shards(
             None
         };
         let inside = relative_to(to.output, &part.dir);
+        // The merged manifest vouches for every shard it lists: each is
+        // checked as it is rewritten, or whole before it is taken as it is.
+        let checked = part.ds.verified()?;
         for (s, shard) in m.shards.iter().enumerate() {
             let first_record = part.ds.shard_first_record(s);
             // Records of this shard an earlier part already wrote.
@@ -370,7 +373,7 @@ fn merge_shards(
             if drop.iter().any(|&d| d) {
                 let hashes = hashes.as_deref().expect("drops come from hashes");
                 let info = rewrite_shard(
-                    part,
+                    &checked,
                     first_record,
                     &drop,
                     hashes,
@@ -383,9 +386,11 @@ fn merge_shards(
                 report.bytes_written += info.total_bytes();
                 shards.push(info);
             } else if let Some(prefix) = &inside {
+                checked.check_shard(s)?;
                 report.referenced += 1;
                 shards.push(shard.within(prefix));
             } else {
+                checked.check_shard(s)?;
                 shards.push(place_shard(part, shard, to, &stem)?);
                 if to.copy {
                     report.copied += 1;
@@ -413,7 +418,7 @@ fn merge_shards(
 /// `dropped_trainable`).
 #[allow(clippy::too_many_arguments)] // one call site; the counts it keeps are the merge's
 fn rewrite_shard(
-    part: &Part,
+    part: &Verified<'_>,
     first_record: u64,
     drop: &[bool],
     hashes: &[u128],
@@ -423,7 +428,7 @@ fn rewrite_shard(
     dropped_trainable: &mut u64,
 ) -> Result<ShardInfo, MergeError> {
     let empty_text = xxh3_128(b"");
-    let manifest = part.ds.manifest();
+    let manifest = part.dataset().manifest();
     let mut writer = if manifest.has_loss_mask() {
         ShardWriter::create_masked(out, stem, manifest.dtype)?
     } else {
@@ -436,13 +441,13 @@ fn rewrite_shard(
             documents.deduplicated += 1;
             let hash = hashes[index as usize];
             documents.empty -= u64::from(hash == empty_text && documents.empty > 0);
-            if let Some(mask) = part.ds.loss_mask(index)? {
+            if let Some(mask) = part.loss_mask(index)? {
                 *dropped_trainable += mask.iter().map(|&m| u64::from(m)).sum::<u64>();
             }
             continue;
         }
-        let bytes = part.ds.record_bytes(index)?;
-        match part.ds.loss_mask(index)? {
+        let bytes = part.record_bytes(index)?;
+        match part.loss_mask(index)? {
             Some(mask) => writer.push_raw_masked(bytes, mask)?,
             None => writer.push_raw(bytes)?,
         }

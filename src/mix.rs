@@ -54,7 +54,7 @@ use serde_json::json;
 
 use crate::fetch::Local;
 use crate::format::{
-    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, ShardInfo,
+    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, ShardInfo, Verified,
 };
 use crate::output::{Done, Journal, Output, OutputError, Start};
 use crate::partition::Part;
@@ -381,11 +381,15 @@ pub fn run(config: &MixConfig, progress: &dyn Progress) -> Result<MixReport, Mix
     let order = order(n, config.seed, &pool);
     let range = config.part.unwrap_or(Part::WHOLE).range(n);
     let records = &order[range.start as usize..range.end as usize];
+    let verified = datasets
+        .iter()
+        .map(Dataset::verified)
+        .collect::<Result<Vec<_>, _>>()?;
     let (shards, bytes) = write_records(
         config,
         &mut output,
         journal,
-        &datasets,
+        &verified,
         &plan.drawn,
         records,
         progress,
@@ -488,30 +492,31 @@ fn draw(config: &MixConfig, datasets: &[Dataset]) -> Result<Plan, MixError> {
 /// Writes `records` (numbers `g` of drawn documents, this part's share of
 /// the order) from the first one the kept shards do not hold, journaling
 /// every shard as it is sealed; returns the shards and the bytes written.
+/// Each record is read through its source's checks.
 fn write_records(
     config: &MixConfig,
     output: &mut Output,
     mut journal: Journal<(), ()>,
-    datasets: &[Dataset],
+    datasets: &[Verified<'_>],
     drawn: &[(u32, u64)],
     records: &[u64],
     progress: &dyn Progress,
 ) -> Result<(Vec<ShardInfo>, u64), MixError> {
     // Records already in the kept shards.
     let written: u64 = journal.shards.iter().map(|d| d.shard.n_records).sum();
-    let dtype = datasets[0].manifest().dtype;
+    let dtype = datasets[0].dataset().dtype();
     let mut writer = DatasetWriter::new(
         output.dir(),
         dtype,
         config.writing.shard_size,
         journal.shard_infos(),
     )
-    .masked(datasets[0].manifest().has_loss_mask());
+    .masked(datasets[0].dataset().manifest().has_loss_mask());
     let total_bytes: u64 = records
         .iter()
         .map(|&g| {
             let (s, d) = drawn[g as usize];
-            datasets[s as usize].record_len(d).unwrap_or(0) * dtype.size() as u64
+            datasets[s as usize].dataset().record_len(d).unwrap_or(0) * dtype.size() as u64
         })
         .sum();
     let mut bytes = 0u64;

@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::format::{Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest};
+use crate::format::{
+    Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo, Manifest, Verified,
+};
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
 use crate::progress::{Progress, ProgressSnapshot};
@@ -230,7 +232,8 @@ pub fn run(config: &SplitConfig, progress: &dyn Progress) -> Result<SplitReport,
     }
 
     let range = config.part.unwrap_or(Part::WHOLE).range(input.len());
-    let (counts, bytes) = write_sides(config, &input, &mut sides, range.clone(), progress)?;
+    let verified = input.verified()?;
+    let (counts, bytes) = write_sides(config, &verified, &mut sides, range.clone(), progress)?;
 
     let mut reports = Vec::new();
     for (w, count) in sides.into_iter().zip(counts) {
@@ -304,18 +307,19 @@ fn open_side(
     })
 }
 
-/// Sends every input record of `range` to its side, writing those after
+/// Sends every input record of `range` to its side (each read through the
+/// input's checks), writing those after
 /// the side's kept shards; returns the records each side got and the bytes
 /// written.
 fn write_sides(
     config: &SplitConfig,
-    input: &Dataset,
+    input: &Verified<'_>,
     sides: &mut [SideWriter],
     range: std::ops::Range<u64>,
     progress: &dyn Progress,
 ) -> Result<(Vec<u64>, u64), SplitError> {
-    let size = input.manifest().dtype.size() as u64;
-    let total_bytes = input.n_tokens() * size;
+    let size = input.dataset().dtype().size() as u64;
+    let total_bytes = input.dataset().n_tokens() * size;
     let mut bytes = 0u64;
     let mut counts = vec![0u64; sides.len()];
     for g in range {

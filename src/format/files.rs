@@ -92,6 +92,7 @@ fn format_path(e: &FormatError) -> Option<PathBuf> {
         | FormatError::SumChunkCount { path, .. }
         | FormatError::NoChunkSums { path, .. }
         | FormatError::BadChunk(BadChunk { path, .. }) => Some(path.clone()),
+        FormatError::BadInput(bad) => Some(bad.path.clone()),
         FormatError::NoManifest { dir } => Some(dir.join(crate::format::MANIFEST_FILE)),
         FormatError::RecordOutOfRange { .. } | FormatError::BigEndian => None,
     }

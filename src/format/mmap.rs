@@ -37,6 +37,28 @@ impl Mapping {
     pub(crate) fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
     }
+
+    /// Drops the pages of `range` (clamped to the file) from this process's
+    /// memory once they have been read: they stay in the page cache, and a
+    /// later read of them maps them again. For a reader that reads through
+    /// the mapping once, as the positioned reads' checks do
+    /// ([`super::Verified::reader`]), and must not keep a whole input in
+    /// its resident memory. Best effort: a refusal only leaves them mapped.
+    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+        let Some(map) = &self.map else {
+            return;
+        };
+        let end = range.end.min(map.len());
+        let start = range.start.min(end);
+        // SAFETY: the mapping is read-only, so no page of it holds bytes
+        // that are not the file's: dropping them loses nothing, and a read
+        // after this one, through any slice of the mapping, faults the
+        // same bytes back in from the page cache (memmap2 rounds the range
+        // out to whole pages, within the mapping).
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
+    }
 }
 
 /// Integer types that any byte pattern of the right size and alignment is a

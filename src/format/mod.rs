@@ -13,6 +13,7 @@ mod mmap;
 mod reader;
 mod segments;
 mod sums;
+mod verify;
 mod writer;
 
 pub use files::{
@@ -38,6 +39,9 @@ pub(crate) use sums::{chunk_bytes_to_write as sum_chunk_bytes_to_write, ChunkHas
 pub use sums::{
     BadChunk, ChunkProblem, ChunkSums, CHUNK_BYTES, CHUNK_VAR as SUM_CHUNK_VAR, SUM_HEADER_LEN,
     SUM_MAGIC, SUM_VERSION,
+};
+pub use verify::{
+    first_id_at_or_above, id_limit, BadInput, InputProblem, ShardPart, ShardReader, Verified,
 };
 pub(crate) use writer::TMP_SUFFIX;
 
@@ -294,6 +298,11 @@ pub enum FormatError {
     /// A chunk of a `.bin` does not match its `.sum`.
     #[error(transparent)]
     BadChunk(#[from] BadChunk),
+    /// Bytes a stage read from an input dataset are not what its manifest
+    /// vouches for (a checksum, an id past the vocabulary, a mask byte
+    /// other than 0 or 1), found before any went into an output.
+    #[error(transparent)]
+    BadInput(#[from] Box<BadInput>),
     /// A record index past the end of the dataset.
     #[error("record {index} is out of range: the dataset has {len} records")]
     RecordOutOfRange {

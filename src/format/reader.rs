@@ -396,8 +396,9 @@ impl<S: Storage> Dataset<S> {
 
     /// Record `index`'s loss mask, one byte per token (1 where the token is
     /// trained on), from its shard's `.mask`; `None` when the dataset has no
-    /// masks (version 1). `prep validate` checks that every byte is 0 or 1;
-    /// this does not.
+    /// masks (version 1). `prep validate` and [`crate::format::Verified::loss_mask`]
+    /// check that every byte is 0 or 1 (and the file's checksum); this does
+    /// not.
     pub fn loss_mask(&self, index: u64) -> Result<Option<S::Bytes<'_>>, S::Error> {
         let (s, lo, hi) = self.token_range(index)?;
         match &self.shards[s].mask {

@@ -566,11 +566,12 @@ impl DatasetWriter {
     }
 
     /// Appends record `index` of `ds` as it is: its bytes, and its loss
-    /// mask when this writer's shards carry masks (both or neither must);
-    /// returns the shard completed to make room for it, if one was.
+    /// mask when this writer's shards carry masks (both or neither must),
+    /// each read through `ds`'s checks; returns the shard completed to
+    /// make room for it, if one was.
     pub fn push_record(
         &mut self,
-        ds: &super::Dataset,
+        ds: &super::Verified<'_>,
         index: u64,
     ) -> Result<Option<&ShardInfo>, FormatError> {
         let bytes = ds.record_bytes(index)?;
@@ -578,7 +579,7 @@ impl DatasetWriter {
             (Some(mask), true) => self.push_raw_masked(bytes, mask),
             (None, false) => self.push_raw(bytes),
             (mask, _) => Err(FormatError::Mismatch {
-                path: ds.dir().into(),
+                path: ds.dataset().dir().into(),
                 message: format!(
                     "record {index} {} a loss mask, and the dataset it is written to {}",
                     if mask.is_some() { "has" } else { "has no" },

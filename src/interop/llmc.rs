@@ -24,8 +24,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    bad, io, ExportConfig, ExportReport, ImportConfig, InteropError, RecordSink, ShardCheck,
-    Splitter, TmpFile,
+    bad, io, ExportConfig, ExportReport, ImportConfig, InteropError, RecordSink, Splitter, TmpFile,
 };
 use crate::format::{Dataset, Dtype, MappedFile};
 
@@ -223,15 +222,14 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
         full: Vec::new(),
         bytes: 0,
     };
-    let mut check = ShardCheck::new(ds);
+    let checked = ds.verified()?;
     if config.eot_first {
         let size = ds.dtype().size();
-        for record in ds.records() {
-            let bytes = record.as_bytes();
+        for r in 0..ds.len() {
+            let bytes = checked.record_bytes(r)?;
             if bytes.is_empty() {
                 continue;
             }
-            check.pass(bytes, |_| Ok(()))?;
             let (body, eos) = bytes.split_at(bytes.len() - size);
             shards.write(eos)?;
             shards.write(body)?;
@@ -241,13 +239,12 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
         let mut at = 0;
         while at < total {
             let end = (at + SPAN).min(total);
-            for span in ds.tokens(at..end)? {
-                check.pass(span.as_bytes(), |piece| shards.write(piece))?;
+            for span in checked.tokens(at..end)? {
+                shards.write(span.as_bytes())?;
             }
             at = end;
         }
     }
-    check.finish()?;
     let bytes = shards.bytes;
     Ok(ExportReport {
         files: shards.commit()?,

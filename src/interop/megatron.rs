@@ -48,7 +48,7 @@ pub(crate) fn export(ds: &Dataset, config: &ExportConfig) -> Result<ExportReport
     let code = match ds.dtype() {
         Dtype::U16 => CODE_U16,
         Dtype::U32 => {
-            if let Some(id) = super::id_above(ds, i32::MAX as u64) {
+            if let Some(id) = super::id_above(ds, i32::MAX as u64)? {
                 return Err(InteropError::Unsupported(format!(
                     "token id {id} does not fit Megatron's int32 (it has no uint32 dtype)"
                 )));

@@ -19,7 +19,6 @@ pub mod olmocore;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{
     checksum_hex, AtomicFile, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError,
@@ -85,29 +84,6 @@ pub enum InteropError {
     /// Writing the exported files to object storage failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
-    /// A shard of the dataset being exported is not the one its manifest
-    /// recorded: its bytes have changed since it was written.
-    #[error("{}: XXH3 {actual}, but manifest.json records {expected}: the shard has changed since it was written; export refuses it", path.display())]
-    ChecksumMismatch {
-        /// The shard's `.bin`.
-        path: PathBuf,
-        /// The checksum in the manifest.
-        expected: String,
-        /// The checksum of the bytes read.
-        actual: String,
-    },
-    /// A token of the dataset being exported is not below its vocabulary size.
-    #[error("{}: token {token} of the shard is id {id}, not below the vocabulary size {vocab_size} in manifest.json", path.display())]
-    IdOutOfRange {
-        /// The shard's `.bin`.
-        path: PathBuf,
-        /// The token's position within the shard.
-        token: u64,
-        /// The id.
-        id: u64,
-        /// The manifest's vocabulary size.
-        vocab_size: u64,
-    },
 }
 
 pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> InteropError + '_ {
@@ -187,8 +163,9 @@ pub struct ExportReport {
 
 /// Runs `prep export`.
 ///
-/// Every shard's checksum and every id (below the vocabulary size) is
-/// checked while the tokens are copied; the output files keep temporary
+/// Every chunk of every shard (its checksum, every id below the vocabulary
+/// size, every mask byte 0 or 1) is checked as the tokens are read, before
+/// they are copied ([`Dataset::verified`]); the output files keep temporary
 /// names until all of them are complete and checked, so an error (a damaged
 /// shard, an id out of range, a full disk) leaves no output behind, and no
 /// directory the export made.
@@ -333,171 +310,22 @@ impl TmpFile {
     }
 }
 
-/// Checks a dataset's shards while an export copies them: each `.bin`
-/// against the XXH3 its manifest records, and every id below the
-/// vocabulary size. It sees the very bytes the export writes, in stream
-/// order, piece by piece, so the check costs no second read of the data.
-pub(crate) struct ShardCheck<'a> {
-    ds: &'a Dataset,
-    /// The shard whose bytes come next.
-    shard: usize,
-    /// Bytes of that shard seen so far.
-    seen: u64,
-    hasher: Xxh3,
-    /// Ids at or above this are refused; `None` when the dtype cannot hold one.
-    limit: Option<u64>,
-}
-
-impl<'a> ShardCheck<'a> {
-    pub(crate) fn new(ds: &'a Dataset) -> ShardCheck<'a> {
-        let vocab = ds.manifest().vocab_size;
-        let largest = (1u64 << (8 * ds.dtype().size())) - 1;
-        ShardCheck {
-            ds,
-            shard: 0,
-            seen: 0,
-            hasher: Xxh3::new(),
-            limit: (vocab <= largest).then_some(vocab),
-        }
-    }
-
-    /// Checks `bytes`, the next bytes of the dataset's token stream, and
-    /// hands them on to `emit` in pieces small enough to stay in cache
-    /// between the check and the copy.
-    pub(crate) fn pass(
-        &mut self,
-        mut bytes: &[u8],
-        mut emit: impl FnMut(&[u8]) -> Result<(), InteropError>,
-    ) -> Result<(), InteropError> {
-        const PIECE: usize = 256 << 10;
-        while !bytes.is_empty() {
-            self.close_finished()?;
-            let shards = &self.ds.manifest().shards;
-            let Some(info) = shards.get(self.shard) else {
-                return Err(InteropError::Unsupported(
-                    "the export read more tokens than the manifest lists".into(),
-                ));
-            };
-            let left = (info.bin_bytes - self.seen).min(PIECE as u64) as usize;
-            let (piece, rest) = bytes.split_at(left.min(bytes.len()));
-            self.hasher.update(piece);
-            self.check_ids(piece)?;
-            self.seen += piece.len() as u64;
-            emit(piece)?;
-            bytes = rest;
-        }
-        Ok(())
-    }
-
-    /// The end of the stream: every shard must have been read whole.
-    pub(crate) fn finish(mut self) -> Result<(), InteropError> {
-        self.close_finished()?;
-        if self.shard < self.ds.manifest().shards.len() {
-            return Err(InteropError::Unsupported(format!(
-                "the export stopped inside shard {} ({} of its bytes read)",
-                self.ds.manifest().shards[self.shard].bin,
-                self.seen
-            )));
-        }
-        Ok(())
-    }
-
-    /// Compares the checksum of every shard read to its end (and of empty
-    /// shards, which have no bytes to wait for).
-    fn close_finished(&mut self) -> Result<(), InteropError> {
-        let shards = &self.ds.manifest().shards;
-        while let Some(info) = shards.get(self.shard) {
-            if self.seen < info.bin_bytes {
-                break;
-            }
-            let actual = checksum_hex(self.hasher.digest());
-            if actual != info.bin_xxh3 {
-                return Err(InteropError::ChecksumMismatch {
-                    path: self.ds.dir().join(&info.bin),
-                    expected: info.bin_xxh3.clone(),
-                    actual,
-                });
-            }
-            self.shard += 1;
-            self.seen = 0;
-            self.hasher.reset();
-        }
-        Ok(())
-    }
-
-    fn check_ids(&self, piece: &[u8]) -> Result<(), InteropError> {
-        let Some(limit) = self.limit else {
-            return Ok(());
-        };
-        let size = self.ds.dtype().size();
-        let id = |c: &[u8]| match size {
-            2 => u64::from(u16::from_le_bytes([c[0], c[1]])),
-            _ => u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        };
-        // The largest id first, one loop per token size that the compiler
-        // can vectorise; the position only when one is out of range.
-        let max = match size {
-            2 => piece
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .max()
-                .map(u64::from),
-            _ => piece
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .max()
-                .map(u64::from),
-        };
-        if max.unwrap_or(0) < limit {
-            return Ok(());
-        }
-        let (at, bad) = piece
-            .chunks_exact(size)
-            .map(id)
-            .enumerate()
-            .find(|&(_, v)| v >= limit)
-            .expect("the maximum is out of range");
-        // A damaged shard is the likelier cause, and the one to name: hash
-        // the whole shard (on this error path only).
-        let shards = &self.ds.manifest().shards;
-        let info = &shards[self.shard];
-        let start: u64 = shards[..self.shard].iter().map(|s| s.n_tokens).sum();
-        let mut hasher = Xxh3::new();
-        for span in self.ds.tokens(start..start + info.n_tokens)? {
-            hasher.update(span.as_bytes());
-        }
-        let actual = checksum_hex(hasher.digest());
-        if actual != info.bin_xxh3 {
-            return Err(InteropError::ChecksumMismatch {
-                path: self.ds.dir().join(&info.bin),
-                expected: info.bin_xxh3.clone(),
-                actual,
-            });
-        }
-        Err(InteropError::IdOutOfRange {
-            path: self.ds.dir().join(&info.bin),
-            token: self.seen / size as u64 + at as u64,
-            id: bad,
-            vocab_size: limit,
-        })
-    }
-}
-
 /// Writes every token of `ds` (records back to back) to `out`, in large
-/// spans straight from the mapping, checking each shard as it goes
-/// ([`ShardCheck`]).
+/// spans straight from the mapping, each read through the dataset's checks
+/// ([`Dataset::verified`]): a damaged shard or an id past the vocabulary
+/// stops the export before its bytes are written.
 pub(crate) fn write_all_tokens(ds: &Dataset, out: &mut TmpFile) -> Result<(), InteropError> {
     const SPAN: u64 = 4 << 20;
-    let mut check = ShardCheck::new(ds);
+    let checked = ds.verified()?;
     let mut at = 0;
     while at < ds.n_tokens() {
         let end = (at + SPAN).min(ds.n_tokens());
-        for span in ds.tokens(at..end)? {
-            check.pass(span.as_bytes(), |piece| out.write(piece))?;
+        for span in checked.tokens(at..end)? {
+            out.write(span.as_bytes())?;
         }
         at = end;
     }
-    check.finish()
+    Ok(())
 }
 
 /// The loss mask file beside the token file `tokens` of an export whose
@@ -522,89 +350,29 @@ pub(crate) fn mask_file(
 }
 
 /// Writes every record's loss mask, a byte per token in the order of the
-/// token stream, into `out`, checking each shard's mask bytes against the
-/// manifest as they pass: the mask file an export writes beside tokens
-/// whose format has no place for one.
+/// token stream, into `out`, each read through the dataset's checks: the
+/// mask file an export writes beside tokens whose format has no place for
+/// one.
 pub(crate) fn write_all_masks(ds: &Dataset, out: &mut TmpFile) -> Result<(), InteropError> {
-    let mut check = MaskCheck::new(ds);
+    let checked = ds.verified()?;
     for r in 0..ds.len() {
-        let mask = ds.loss_mask(r)?.unwrap_or(&[]);
-        check.pass(ds, mask)?;
-        out.write(mask)?;
+        out.write(checked.loss_mask(r)?.unwrap_or(&[]))?;
     }
-    check.finish(ds)
+    Ok(())
 }
 
-/// Checks each shard's mask bytes, as the export reads them, against the
-/// XXH3 the manifest records (the tokens are checked by [`ShardCheck`]).
-pub(crate) struct MaskCheck {
-    shard: usize,
-    /// Records of the shard still to come.
-    left: u64,
-    hasher: Xxh3,
-}
-
-impl MaskCheck {
-    pub(crate) fn new(ds: &Dataset) -> MaskCheck {
-        MaskCheck {
-            shard: 0,
-            left: ds.manifest().shards.first().map_or(0, |s| s.n_records),
-            hasher: Xxh3::new(),
-        }
-    }
-
-    /// The next record's mask, in stream order.
-    pub(crate) fn pass(&mut self, ds: &Dataset, mask: &[u8]) -> Result<(), InteropError> {
-        while self.left == 0 && self.shard < ds.manifest().shards.len() {
-            self.close(ds)?;
-        }
-        self.hasher.update(mask);
-        self.left = self.left.saturating_sub(1);
-        Ok(())
-    }
-
-    /// Compares the finished shard's hash and moves to the next shard.
-    fn close(&mut self, ds: &Dataset) -> Result<(), InteropError> {
-        let info = &ds.manifest().shards[self.shard];
-        if let (Some(name), Some(listed)) = (&info.mask, &info.mask_xxh3) {
-            let found = checksum_hex(self.hasher.digest());
-            if &found != listed {
-                return Err(InteropError::Bad {
-                    path: ds.dir().join(name),
-                    message: format!("XXH3 is {found}, the manifest says {listed}"),
-                });
-            }
-        }
-        self.hasher = Xxh3::new();
-        self.shard += 1;
-        self.left = ds
-            .manifest()
-            .shards
-            .get(self.shard)
-            .map_or(0, |s| s.n_records);
-        Ok(())
-    }
-
-    /// Checks the shards whose masks have all passed.
-    pub(crate) fn finish(&mut self, ds: &Dataset) -> Result<(), InteropError> {
-        while self.shard < ds.manifest().shards.len() {
-            self.close(ds)?;
-        }
-        Ok(())
-    }
-}
-
-/// The largest id of a dataset, scanning only when the vocabulary does not
-/// already bound it below `limit`; `None` when every id is at most `limit`.
-pub(crate) fn id_above(ds: &Dataset, limit: u64) -> Option<u64> {
+/// The largest id of a dataset, scanning (through the dataset's checks)
+/// only when the vocabulary does not already bound it below `limit`;
+/// `None` when every id is at most `limit`.
+pub(crate) fn id_above(ds: &Dataset, limit: u64) -> Result<Option<u64>, InteropError> {
     if ds.manifest().vocab_size <= limit + 1 {
-        return None;
+        return Ok(None);
     }
     let mut max = 0u64;
-    for span in ds.tokens(0..ds.n_tokens()).ok()? {
+    for span in ds.verified()?.tokens(0..ds.n_tokens())? {
         max = max.max(span.iter().map(u64::from).max().unwrap_or(0));
     }
-    (max > limit).then_some(max)
+    Ok((max > limit).then_some(max))
 }
 
 /// What `prep import` is asked to do.

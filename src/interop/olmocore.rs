@@ -19,7 +19,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{ExportConfig, ExportReport, InteropError, MaskCheck, ShardCheck, TmpFile};
+use super::{ExportConfig, ExportReport, InteropError, TmpFile};
 use crate::format::Dataset;
 
 /// Bytes of ids per part, as open-instruct writes them.
@@ -49,20 +49,14 @@ pub fn export_in_parts(
     let part_tokens = part_tokens.max(1);
     let masked = ds.manifest().has_loss_mask();
     let mut files = Vec::new();
-    let mut check = ShardCheck::new(ds);
-    let mut masks = MaskCheck::new(ds);
+    // Every record and mask is read through the dataset's checks.
+    let checked = ds.verified()?;
     let mut part: Option<Part> = None;
     let (mut n, mut at) = (0usize, 0u64); // parts begun; tokens written
     let size = ds.dtype().size();
     for r in 0..ds.len() {
-        let bytes = ds.record_bytes(r)?;
-        let mask = match ds.loss_mask(r)? {
-            Some(mask) => {
-                masks.pass(ds, mask)?;
-                mask
-            }
-            None => &[],
-        };
+        let bytes = checked.record_bytes(r)?;
+        let mask = checked.loss_mask(r)?.unwrap_or(&[]);
         let len = (bytes.len() / size) as u64;
         let mut k = 0u64; // tokens of the record written
         while k < len {
@@ -76,7 +70,7 @@ pub fn export_in_parts(
             let start = at - (n as u64 - 1) * part_tokens;
             let take = (part_tokens - start).min(len - k);
             let (lo, hi) = (k as usize, (k + take) as usize);
-            check.pass(&bytes[lo * size..hi * size], |piece| p.ids.write(piece))?;
+            p.ids.write(&bytes[lo * size..hi * size])?;
             if let Some(m) = &mut p.mask {
                 m.write(&mask[lo..hi])?;
             }
@@ -88,10 +82,6 @@ pub fn export_in_parts(
                 finish(full, out, n - 1, config.overwrite, &mut files)?;
             }
         }
-    }
-    check.finish()?;
-    if masked {
-        masks.finish(ds)?;
     }
     if let Some(done) = part.take() {
         finish(done, out, n - 1, config.overwrite, &mut files)?;

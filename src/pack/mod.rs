@@ -321,7 +321,9 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let pool = crate::run::thread_pool(threads, "pack")
         .map_err(|e| PackError::Format(crate::format::FormatError::io(dir.clone(), e)))?;
     let l = config.seq_len;
-    let builder = RowBuilder::new(&input, l, plan.specials.sep, plan.specials.pad);
+    // Every token and mask byte of a row is read through the input's checks.
+    let verified = input.verified()?;
+    let builder = RowBuilder::new(&verified, l, plan.specials.sep, plan.specials.pad);
     let mut rows = Rows {
         out: PackWriter::new(builder, &pool, dir, config.writing.shard_size, kept),
         pool: &pool,

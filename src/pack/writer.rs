@@ -7,11 +7,11 @@
 //! input with positioned reads, not through its mapping: pages of a mapping
 //! stay in the process's resident memory once touched (64 KiB around each
 //! fault), and rows that pick documents at random would touch the whole
-//! input. Resident memory stays that of a window's plan and one batch.
+//! input. Resident memory stays that of a window's plan and one batch. The
+//! reads go through the input's checks ([`Verified::reader`]): the first
+//! piece read from a chunk of the input checks that chunk whole.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -19,8 +19,8 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::bestfit::Piece;
 use crate::format::{
-    atomic_write, checksum_hex, Dataset, DatasetWriter, Dtype, FormatError, SegWriter, Segment,
-    ShardInfo,
+    atomic_write, checksum_hex, DatasetWriter, Dtype, FormatError, SegWriter, Segment, ShardInfo,
+    ShardPart, ShardReader, Verified,
 };
 
 /// Bytes of rows assembled in parallel before they are written in order
@@ -41,7 +41,7 @@ pub(crate) fn batch_rows(row_bytes: u64) -> u64 {
 
 /// Builds rows from pieces of the input's documents.
 pub(crate) struct RowBuilder<'a> {
-    input: &'a Dataset,
+    input: &'a Verified<'a>,
     seq_len: u32,
     sep: Option<Vec<u8>>,
     pad: Vec<u8>,
@@ -56,11 +56,12 @@ struct Row {
     mask: Vec<u8>,
 }
 
-/// The input `.bin` (and `.mask`) files one task has open.
+/// The input `.bin` (and `.mask`) files one task reads, through the
+/// input's checks: a chunk's first read checks it whole.
 struct Files<'a> {
-    input: &'a Dataset,
-    open: HashMap<usize, File>,
-    masks: HashMap<usize, File>,
+    input: &'a Verified<'a>,
+    open: HashMap<usize, ShardReader<'a, 'a>>,
+    masks: HashMap<usize, ShardReader<'a, 'a>>,
 }
 
 impl Files<'_> {
@@ -72,12 +73,14 @@ impl Files<'_> {
         len: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
-        let ds = self.input;
+        let (input, ds) = (self.input, self.input.dataset());
         let (s, local) = ds.locate(doc)?;
         let size = ds.dtype().size() as u64;
         let start = (ds.shard_offsets(s)[local] + from) * size;
-        let path = ds.dir().join(&ds.manifest().shards[s].bin);
-        read_at(&mut self.open, s, &path, start, len * size, out)
+        self.open
+            .entry(s)
+            .or_insert_with(|| input.reader(s, ShardPart::Bin, false))
+            .read_append(start..start + len * size, out)
     }
 
     /// Appends the loss mask of tokens `from .. from + len` of record `doc`
@@ -89,47 +92,24 @@ impl Files<'_> {
         len: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
-        let ds = self.input;
+        let (input, ds) = (self.input, self.input.dataset());
         let (s, local) = ds.locate(doc)?;
         let start = ds.shard_offsets(s)[local] + from;
-        let name = ds.manifest().shards[s]
-            .mask
-            .as_deref()
-            .expect("a masked input lists every mask");
-        read_at(&mut self.masks, s, &ds.dir().join(name), start, len, out)
+        self.masks
+            .entry(s)
+            .or_insert_with(|| input.reader(s, ShardPart::Mask, false))
+            .read_append(start..start + len, out)
     }
-}
-
-/// Appends `len` bytes of shard `s`'s file at `path` from byte `start` to
-/// `out`, with a positioned read through the file `open` keeps for it.
-fn read_at(
-    open: &mut HashMap<usize, File>,
-    s: usize,
-    path: &Path,
-    start: u64,
-    len: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), FormatError> {
-    let file = match open.entry(s) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert(File::open(path).map_err(|err| FormatError::io(path, err))?)
-        }
-    };
-    let at = out.len();
-    out.resize(at + len as usize, 0);
-    file.read_exact_at(&mut out[at..], start)
-        .map_err(|err| FormatError::io(path, err))
 }
 
 impl<'a> RowBuilder<'a> {
     pub(crate) fn new(
-        input: &'a Dataset,
+        input: &'a Verified<'a>,
         seq_len: u32,
         sep: Option<u32>,
         pad: Option<u32>,
     ) -> RowBuilder<'a> {
-        let dtype = input.dtype();
+        let dtype = input.dataset().dtype();
         let bytes = |id: u32| match dtype {
             Dtype::U16 => (id as u16).to_le_bytes().to_vec(),
             Dtype::U32 => id.to_le_bytes().to_vec(),
@@ -149,10 +129,11 @@ impl<'a> RowBuilder<'a> {
         row.bytes.clear();
         row.segments.clear();
         row.mask.clear();
-        let masked = self.input.manifest().has_loss_mask();
+        let ds = self.input.dataset();
+        let masked = ds.manifest().has_loss_mask();
         let mut at = 0u32;
         for p in pieces {
-            let doc_len = self.input.record_len(p.doc)?;
+            let doc_len = ds.record_len(p.doc)?;
             let from = p.offset.min(doc_len);
             let to = (p.offset + u64::from(p.len)).min(doc_len);
             files.read(p.doc, from, to - from, &mut row.bytes)?;
@@ -175,10 +156,10 @@ impl<'a> RowBuilder<'a> {
             });
             at += p.len;
         }
-        let full = self.seq_len as usize * self.input.dtype().size();
+        let full = self.seq_len as usize * ds.dtype().size();
         if row.bytes.len() < full && self.pad.is_empty() {
             return Err(FormatError::Mismatch {
-                path: self.input.dir().into(),
+                path: ds.dir().into(),
                 message: "a row shorter than seq_len needs a pad token".into(),
             });
         }
@@ -230,8 +211,13 @@ impl<'a> PackWriter<'a> {
         PackWriter {
             sink: Sink {
                 dir: dir.into(),
-                inner: DatasetWriter::new(dir, builder.input.dtype(), shard_size, done.clone())
-                    .masked(builder.input.manifest().has_loss_mask()),
+                inner: DatasetWriter::new(
+                    dir,
+                    builder.input.dataset().dtype(),
+                    shard_size,
+                    done.clone(),
+                )
+                .masked(builder.input.dataset().manifest().has_loss_mask()),
                 seq_len,
                 seg: SegWriter::new(seq_len),
                 shards: done,

@@ -48,7 +48,7 @@ use serde_json::json;
 use crate::fetch::{FetchError, Local};
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
-    Provenance, IDX_HEADER_LEN,
+    Provenance, ShardPart, IDX_HEADER_LEN,
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -728,11 +728,20 @@ fn walk(
 ) -> Result<(), ShuffleError> {
     let mut first = 0u64; // the global number of the shard's first document
     let mut record = Vec::new();
-    for ds in datasets {
+    // Tokens and masks are read through the inputs' checks, each chunk
+    // checked as the walk first reaches it.
+    let verified = match read_tokens {
+        true => datasets
+            .iter()
+            .map(Dataset::verified)
+            .collect::<Result<Vec<_>, _>>()?,
+        false => Vec::new(),
+    };
+    for (d, ds) in datasets.iter().enumerate() {
         let dir = ds.dir();
         let size = ds.dtype().size() as u64;
         let unit = record_unit(ds, ds.dtype());
-        for shard in &ds.manifest().shards {
+        for (s, shard) in ds.manifest().shards.iter().enumerate() {
             let (lo, hi) = (
                 range.start.max(first),
                 range.end.min(first + shard.n_records),
@@ -745,23 +754,19 @@ fn walk(
                 let path = dir.join(name);
                 move |e| ShuffleError::Format(crate::format::FormatError::io(path, e))
             };
-            let open = |name: &str, at: u64| {
-                let mut file = File::open(dir.join(name)).map_err(io(name))?;
-                file.seek(SeekFrom::Start(at)).map_err(io(name))?;
-                Ok::<_, ShuffleError>(BufReader::with_capacity(IO_BUFFER, file))
-            };
             let local = lo - (first - shard.n_records);
-            let mut idx = open(&shard.idx, IDX_HEADER_LEN as u64 + 8 * local)?;
+            let mut idx = File::open(dir.join(&shard.idx)).map_err(io(&shard.idx))?;
+            idx.seek(SeekFrom::Start(IDX_HEADER_LEN as u64 + 8 * local))
+                .map_err(io(&shard.idx))?;
+            let mut idx = BufReader::with_capacity(IO_BUFFER, idx);
             let mut word = [0u8; 8];
             idx.read_exact(&mut word).map_err(io(&shard.idx))?;
             let mut prev = u64::from_le_bytes(word);
-            let mut bin = if read_tokens {
-                Some(open(&shard.bin, prev * size)?)
-            } else {
-                None
-            };
-            let mask_name = shard.mask.as_deref().filter(|_| read_tokens);
-            let mut mask = mask_name.map(|name| open(name, prev)).transpose()?;
+            let v = verified.get(d);
+            let mut bin = v.map(|v| v.reader(s, ShardPart::Bin, true));
+            let mut mask = v
+                .filter(|_| shard.mask.is_some())
+                .map(|v| v.reader(s, ShardPart::Mask, true));
             for g in lo..hi {
                 idx.read_exact(&mut word).map_err(io(&shard.idx))?;
                 let end = u64::from_le_bytes(word);
@@ -770,11 +775,9 @@ fn walk(
                 if let Some(bin) = &mut bin {
                     let token_bytes = ((end - prev) * size) as usize;
                     record.resize(len as usize, 0);
-                    bin.read_exact(&mut record[..token_bytes])
-                        .map_err(io(&shard.bin))?;
-                    if let (Some(mask), Some(name)) = (&mut mask, mask_name) {
-                        mask.read_exact(&mut record[token_bytes..])
-                            .map_err(io(name))?;
+                    bin.read(prev * size, &mut record[..token_bytes])?;
+                    if let Some(mask) = &mut mask {
+                        mask.read(prev, &mut record[token_bytes..])?;
                     }
                 }
                 f(g, len, &record)?;

@@ -489,3 +489,51 @@ fn a_killed_part_resumes_to_the_same_bytes_and_hashes() {
     }
     assert_eq!(Manifest::read(&killed).unwrap().partition, m.partition);
 }
+
+/// Issue 51: merge lists each part's shards in its manifest, linked,
+/// copied or referenced in place, so it checks each before vouching for
+/// it: a part with a flipped byte is refused by its file and chunk, and
+/// nothing is committed, whether the part lies outside the output or in it.
+#[test]
+fn a_damaged_part_is_refused_by_name_and_nothing_is_committed() {
+    let t = TestDir::new();
+    let input = common::fixture("validate/good");
+    for inside in [false, true] {
+        let run = t.path(if inside { "inside" } else { "outside" });
+        let parts = if inside { run.clone() } else { t.path("parts") };
+        for i in 0..2 {
+            ok(t.prep()
+                .arg("pack")
+                .arg(&input)
+                .arg(parts.join(format!("p{i}")))
+                .args(["--seq-len", "8", "--quiet", "--part", &format!("{i}/2")]));
+        }
+        let bin = parts.join("p1/shard-00000.bin");
+        let mut bytes = std::fs::read(&bin).unwrap();
+        bytes[3] ^= 0x10;
+        std::fs::write(&bin, &bytes).unwrap();
+        let out = if inside {
+            run.clone()
+        } else {
+            t.path("merged")
+        };
+        common::damage::refused(
+            t.prep()
+                .args(["merge", "--quiet"])
+                .arg(parts.join("p0"))
+                .arg(parts.join("p1"))
+                .arg(&out),
+            "p1/shard-00000.bin",
+            "XXH3",
+            &out,
+        );
+        // Taken again without the damage: the merge goes through.
+        bytes[3] ^= 0x10;
+        std::fs::write(&bin, &bytes).unwrap();
+        ok(t.prep()
+            .args(["merge", "--quiet"])
+            .arg(parts.join("p0"))
+            .arg(parts.join("p1"))
+            .arg(&out));
+    }
+}

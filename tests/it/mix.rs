@@ -276,3 +276,21 @@ fn parts_merged_are_the_whole_mixture() {
         manifest_json(&whole)["provenance"]["options"]["recipe"]
     );
 }
+
+/// Issue 51: a mixture that draws from a damaged source is refused by the
+/// source's file and chunk, and nothing is committed.
+#[test]
+fn a_damaged_source_is_refused_by_name_and_nothing_is_committed() {
+    let t = TestDir::new();
+    let good = damage::fixture_copy(&t, "good");
+    for (name, file, why) in damage::DAMAGED {
+        let input = damage::fixture_copy(&t, name);
+        let out = t.path(&format!("{name}-out"));
+        damage::refused(
+            &mut mix_seed(&t, &out, &[(&good, "1"), (&input, "1")], "600", "3"),
+            &format!("{name}/{file}"),
+            why,
+            &out,
+        );
+    }
+}

@@ -708,3 +708,113 @@ fn no_pad_token_is_refused_before_anything_is_written() {
         "-q",
     ]));
 }
+
+/// Issue 51: pack copied a damaged input's tokens into rows under fresh
+/// checksums (exit 0); an id past the vocabulary went through too. Every
+/// mode refuses such an input by its file and chunk now, and nothing is
+/// committed.
+#[test]
+fn a_damaged_input_is_refused_by_name_in_every_mode() {
+    let t = TestDir::new();
+    for (name, file, why) in damage::DAMAGED {
+        let input = damage::fixture_copy(&t, name);
+        for (k, mode) in [
+            &["--mode", "concat"][..],
+            &["--mode", "concat", "--seed", "4"],
+            &["--mode", "bestfit", "--window", "5"],
+        ]
+        .iter()
+        .enumerate()
+        {
+            let out = t.path(&format!("{name}-{k}"));
+            let mut cmd = t.prep();
+            cmd.arg("pack")
+                .arg(&input)
+                .arg(&out)
+                .args(["--seq-len", "16", "--quiet"])
+                .args(*mode);
+            damage::refused(&mut cmd, &format!("{name}/{file}"), why, &out);
+        }
+    }
+}
+
+/// Issue 51: an id past GPT-2's vocabulary (65,471) in a freshly tokenized
+/// input, its checksums rewritten to match, is refused by pack and shuffle
+/// by the input's name, as export and validate refuse it.
+#[test]
+fn an_id_past_the_vocabulary_is_refused_by_pack_and_shuffle() {
+    let t = TestDir::new();
+    let input = tokenized(&t);
+    let m = Manifest::read(&input).unwrap();
+    let info = &m.shards[0];
+    let bin = input.join(&info.bin);
+    let mut bytes = std::fs::read(&bin).unwrap();
+    bytes[100..102].copy_from_slice(&65471u16.to_le_bytes());
+    std::fs::write(&bin, &bytes).unwrap();
+    // The checksums made to match: only the id rule is left to catch it.
+    let mut m = m.clone();
+    m.shards[0].bin_xxh3 = prep::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes));
+    m.shards[0].sum = None;
+    m.shards[0].sum_bytes = None;
+    m.shards[0].sum_xxh3 = None;
+    atomic_write(&input.join(MANIFEST_FILE), m.to_json().as_bytes()).unwrap();
+    let why = "is id 65471, not below the vocabulary size 50257";
+    let out = t.path("packed");
+    damage::refused(
+        t.prep()
+            .arg("pack")
+            .arg(&input)
+            .arg(&out)
+            .args(["--seq-len", "64", "--quiet"]),
+        &info.bin,
+        why,
+        &out,
+    );
+    let out = t.path("shuffled");
+    damage::refused(
+        t.prep()
+            .args(["shuffle", "--quiet", "--seed", "2"])
+            .arg(&input)
+            .arg(&out),
+        &info.bin,
+        why,
+        &out,
+    );
+}
+
+/// Issue 51: a mask byte of 2 in the input made pack fail with an error
+/// that named the output's `.mask`. It names the input's now, with the
+/// byte and its record, and nothing is committed; shuffle says the same.
+#[test]
+fn a_mask_byte_of_2_is_named_in_the_input() {
+    let t = TestDir::new();
+    let (input, mask) = damage::mask_byte_of_2(&t, "masked");
+    let mask = mask.display().to_string();
+    let why = "loss mask byte 5 (record 0) is 2";
+    for mode in ["concat", "bestfit"] {
+        let out = t.path(&format!("packed-{mode}"));
+        let err = damage::refused(
+            t.prep().arg("pack").arg(&input).arg(&out).args([
+                "--seq-len",
+                "8",
+                "--quiet",
+                "--mode",
+                mode,
+            ]),
+            &mask,
+            why,
+            &out,
+        );
+        assert!(!err.contains(&*out.to_string_lossy()), "{err}");
+    }
+    let out = t.path("shuffled");
+    damage::refused(
+        t.prep()
+            .args(["shuffle", "--quiet", "--seed", "2"])
+            .arg(&input)
+            .arg(&out),
+        &mask,
+        why,
+        &out,
+    );
+}

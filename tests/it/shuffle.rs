@@ -411,3 +411,27 @@ fn a_killed_tokenize_with_a_shuffle_seed_resumes() {
     ok(&mut fused(&t, &out, "4"));
     assert_eq!(bin_files(&whole), bin_files(&out));
 }
+
+/// Issue 51: a shuffle of a damaged input (a flipped byte, an id past the
+/// vocabulary) wrote fresh checksums over the bad tokens and exited 0. It
+/// is refused now, by the input's name and chunk, in memory and through
+/// bucket files alike, and nothing is committed.
+#[test]
+fn a_damaged_input_is_refused_by_name_and_nothing_is_committed() {
+    let t = TestDir::new();
+    for (name, file, why) in damage::DAMAGED {
+        let input = damage::fixture_copy(&t, name);
+        for memory in ["4GiB", "64KiB"] {
+            let out = t.path(&format!("{name}-{memory}"));
+            damage::refused(
+                t.prep()
+                    .args(["shuffle", "--quiet", "--seed", "1", "--memory", memory])
+                    .arg(&input)
+                    .arg(&out),
+                &format!("{name}/{file}"),
+                why,
+                &out,
+            );
+        }
+    }
+}

@@ -571,3 +571,37 @@ fn flags_that_make_no_sense_together_are_refused() {
     }
     assert!(!w.exists() && !o.exists(), "nothing was written");
 }
+
+/// Issue 51: a scatter task reads its inputs through their checks, as the
+/// one-machine shuffle does: a damaged input is refused by name and chunk,
+/// and the part does not finish (no scatter.json for a gather to take).
+#[test]
+fn a_scatter_of_a_damaged_input_is_refused_by_name() {
+    let t = TestDir::new();
+    let input = damage::fixture_copy(&t, "flipped_bin");
+    let work = t.path("work");
+    let err = fails(&mut scatter_cmd(&t, &[&input], &work, 3, "0/1", 4), 2);
+    assert!(err.contains("flipped_bin/shard-00001.bin"), "{err}");
+    assert!(err.contains("chunk 0"), "{err}");
+    let finished: Vec<_> = walkdir(&work)
+        .into_iter()
+        .filter(|p| p.ends_with("scatter.json"))
+        .collect();
+    assert!(finished.is_empty(), "{finished:?}");
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walkdir(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}

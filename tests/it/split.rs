@@ -249,3 +249,26 @@ fn parts_merged_per_side_are_the_whole_runs_sides() {
     );
     assert!(err.contains("other inputs or options"), "{err}");
 }
+
+/// Issue 51: a split of a damaged input is refused by the input's name and
+/// chunk before a side is committed.
+#[test]
+fn a_damaged_input_is_refused_by_name_and_no_side_is_committed() {
+    let t = TestDir::new();
+    for (name, file, why) in damage::DAMAGED {
+        let input = damage::fixture_copy(&t, name);
+        let out = t.path(&format!("{name}-out"));
+        let err = damage::refused(
+            &mut split(&t, &input, &out),
+            &format!("{name}/{file}"),
+            why,
+            &out,
+        );
+        for side in ["train", "val"] {
+            assert!(
+                !out.join(side).join(prep::format::MANIFEST_FILE).exists(),
+                "{side}: {err}"
+            );
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! for the built `prep` binary.
 #![allow(dead_code)]
 
+pub mod damage;
 pub mod engine;
 
 use std::path::{Path, PathBuf};
