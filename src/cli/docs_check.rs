@@ -55,6 +55,24 @@ fn doc_files() -> Vec<PathBuf> {
     files
 }
 
+/// Each of [`doc_files`] as (its path from the repository root, its text).
+fn read_docs() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    doc_files()
+        .into_iter()
+        .map(|path| {
+            let markdown = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let name = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            (name, markdown)
+        })
+        .collect()
+}
+
 /// A command line found in a code block.
 #[derive(Debug)]
 struct Found {
@@ -250,13 +268,7 @@ fn check_synopsis(text: &str) -> Result<(), String> {
     for word in &words[2..] {
         let flag = word.split('=').next().unwrap_or(word);
         let known = if let Some(long) = flag.strip_prefix("--") {
-            long.is_empty()
-                || long == "help"
-                || sub.get_arguments().any(|a| {
-                    a.get_long() == Some(long)
-                        || a.get_all_aliases()
-                            .is_some_and(|aliases| aliases.contains(&long))
-                })
+            long.is_empty() || has_long(sub, long)
         } else if let Some(short) = flag.strip_prefix('-') {
             let mut cs = short.chars();
             match (cs.next(), cs.next()) {
@@ -317,17 +329,9 @@ fn problems(file: &str, markdown: &str) -> Vec<String> {
 
 #[test]
 fn every_documented_command_line_parses() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut report = String::new();
     let mut checked = 0;
-    for path in doc_files() {
-        let markdown =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let name = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+    for (name, markdown) in read_docs() {
         let (n, problems) = check(&name, &markdown);
         checked += n;
         for problem in problems {
@@ -576,16 +580,8 @@ fn prose_problems(file: &str, markdown: &str) -> Vec<String> {
 
 #[test]
 fn every_flag_named_in_prose_is_a_flag_of_its_subcommand() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut report = String::new();
-    for path in doc_files() {
-        let markdown =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let name = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+    for (name, markdown) in read_docs() {
         for problem in prose_problems(&name, &markdown) {
             let _ = writeln!(report, "{problem}");
         }
