@@ -285,8 +285,9 @@ fn a_shuffle_on_a_full_disk_names_its_scratch_and_resumes() {
 }
 
 /// A `manifest.json` of another tool's (no `"format": "prep"`) says the
-/// directory is not a prep dataset and what prep reads, whether prep reads
-/// the directory or would write into it.
+/// directory is not a prep dataset and what prep reads, when prep reads the
+/// directory; when prep would write into it, the run is refused naming the
+/// file prep did not write, and how to go on.
 #[test]
 fn a_foreign_manifest_says_the_directory_is_not_a_prep_dataset() {
     let t = TestDir::new();
@@ -315,8 +316,15 @@ fn a_foreign_manifest_says_the_directory_is_not_a_prep_dataset() {
             .arg(&dir)
             .arg(&out)
             .args(["--seq-len", "8", "-q"]);
-        let tokenize = tokenize_cmd(&t, &[&input], &dir);
-        for mut cmd in [inspect, validate, pack, tokenize] {
+        let mut tokenize = tokenize_cmd(&t, &[&input], &dir);
+        let err = fails(&mut tokenize, 2);
+        for part in [
+            "\"manifest.json\", which prep did not write",
+            "choose another directory",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err}");
+        }
+        for mut cmd in [inspect, validate, pack] {
             let err = fails(&mut cmd, 2);
             for part in [
                 &format!("{}: ", dir.join("manifest.json").display()),
