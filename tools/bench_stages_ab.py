@@ -9,8 +9,7 @@ concat, concat --seed 1 and bestfit at L = 2048, on 16 copies of the
 debian-docs corpus in GPT-2 ids (tools/bench_pack.py makes them, with
 BASE_PREP, in /tmp/bench). Each run's output is deleted and `sync` run
 before the next; the two builds alternate which goes first. Prints the
-median CPU time (user + system) of each (set MODE below to "wall" for wall
-time), and writes every time to /tmp/bench/verify-bench.json. Needs only
+median wall time and CPU time (user + system) of each, and writes every time to /tmp/bench/verify-bench.json. Needs only
 the standard library.
 """
 import json, resource, shutil, subprocess, sys, time, statistics
@@ -21,7 +20,6 @@ import bench_pack
 
 base, new = Path(sys.argv[1]), Path(sys.argv[2])
 runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-MODE = 'cpu'
 scratch = Path("/tmp/bench")
 scratch.mkdir(exist_ok=True)
 corpus = bench_pack.CORPORA / "debian-docs.jsonl.zst"
@@ -40,7 +38,7 @@ cases = {
     "pack bestfit": ["pack", "--quiet", big, out, "--seq-len", "2048"],
 }
 only = sys.argv[4].split(",") if len(sys.argv) > 4 else list(cases)
-times = {c: {"base": [], "new": []} for c in cases}
+times = {c: {"base": [], "new": []} for c in cases}  # (wall, cpu) of each run
 for r in range(runs):
     for c in cases:
         if not any(o in c for o in only):
@@ -54,13 +52,17 @@ for r in range(runs):
             wall = time.perf_counter() - t
             r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-            times[c][name].append(cpu if MODE == "cpu" else wall)
-        print(c, {k: round(v[-1], 3) for k, v in times[c].items()}, flush=True)
+            times[c][name].append((wall, cpu))
+        print(c, {k: [round(x, 3) for x in v[-1]] for k, v in times[c].items()}, flush=True)
 shutil.rmtree(out, ignore_errors=True)
-print("| run | before (s) | after (s) | after / before |")
-print("|---|---|---|---|")
+print("| run | wall before (s) | wall after (s) | after / before | CPU before (s) | CPU after (s) | after / before |")
+print("|---|---|---|---|---|---|---|")
 for c, t in times.items():
     if t["base"]:
-        b, n = statistics.median(t["base"]), statistics.median(t["new"])
-        print(f"| {c} | {b:.2f} | {n:.2f} | {n / b:.3f} |")
+        row = [c]
+        for k in (0, 1):
+            b = statistics.median(x[k] for x in t["base"])
+            n = statistics.median(x[k] for x in t["new"])
+            row += [f"{b:.2f}", f"{n:.2f}", f"{n / b:.3f}"]
+        print("| " + " | ".join(row) + " |")
 json.dump(times, open(scratch / "verify-bench.json", "w"), indent=1)

@@ -323,7 +323,8 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let l = config.seq_len;
     // Every token and mask byte of a row is read through the input's checks.
     let verified = input.verified()?;
-    let builder = RowBuilder::new(&verified, l, plan.specials.sep, plan.specials.pad);
+    let in_order = config.mode == PackMode::Concat && config.seed.is_none();
+    let builder = RowBuilder::new(&verified, in_order, l, plan.specials.sep, plan.specials.pad);
     let mut rows = Rows {
         out: PackWriter::new(builder, &pool, dir, config.writing.shard_size, kept),
         pool: &pool,

@@ -42,6 +42,10 @@ pub(crate) fn batch_rows(row_bytes: u64) -> u64 {
 /// Builds rows from pieces of the input's documents.
 pub(crate) struct RowBuilder<'a> {
     input: &'a Verified<'a>,
+    /// Rows read the input in its order (concat without a seed): each
+    /// chunk is read once into a buffer, checked there and served from it,
+    /// rather than checked in place and read again.
+    in_order: bool,
     seq_len: u32,
     sep: Option<Vec<u8>>,
     pad: Vec<u8>,
@@ -60,6 +64,7 @@ struct Row {
 /// input's checks: a chunk's first read checks it whole.
 struct Files<'a> {
     input: &'a Verified<'a>,
+    in_order: bool,
     open: HashMap<usize, ShardReader<'a, 'a>>,
     masks: HashMap<usize, ShardReader<'a, 'a>>,
 }
@@ -79,7 +84,7 @@ impl Files<'_> {
         let start = (ds.shard_offsets(s)[local] + from) * size;
         self.open
             .entry(s)
-            .or_insert_with(|| input.reader(s, ShardPart::Bin, false))
+            .or_insert_with(|| input.reader(s, ShardPart::Bin, self.in_order))
             .read_append(start..start + len * size, out)
     }
 
@@ -97,7 +102,7 @@ impl Files<'_> {
         let start = ds.shard_offsets(s)[local] + from;
         self.masks
             .entry(s)
-            .or_insert_with(|| input.reader(s, ShardPart::Mask, false))
+            .or_insert_with(|| input.reader(s, ShardPart::Mask, self.in_order))
             .read_append(start..start + len, out)
     }
 }
@@ -105,6 +110,7 @@ impl Files<'_> {
 impl<'a> RowBuilder<'a> {
     pub(crate) fn new(
         input: &'a Verified<'a>,
+        in_order: bool,
         seq_len: u32,
         sep: Option<u32>,
         pad: Option<u32>,
@@ -116,6 +122,7 @@ impl<'a> RowBuilder<'a> {
         };
         RowBuilder {
             input,
+            in_order,
             seq_len,
             sep: sep.map(bytes),
             pad: pad.map(bytes).unwrap_or_default(),
@@ -296,6 +303,7 @@ fn build_all<P: AsRef<[Piece]> + Sync>(
         .try_for_each(|(rows, pieces)| {
             let mut files = Files {
                 input: builder.input,
+                in_order: builder.in_order,
                 open: HashMap::new(),
                 masks: HashMap::new(),
             };
