@@ -325,14 +325,25 @@ impl Tag {
     /// The object's version as an input's identity records it: its
     /// version id where the store keeps versions (`version:ID`), else its
     /// ETag (`etag:E`), which every store prep reads gives and which
-    /// changes whenever the object is written again.
+    /// changes whenever the object is written again. The ETag is taken
+    /// without its quotes: a store may quote it in a HEAD's header and not
+    /// in a listing (Azure does), and the two are one version.
     pub fn identity(&self) -> Option<String> {
         match (&self.version, &self.e_tag) {
             (Some(v), _) => Some(format!("version:{v}")),
-            (None, Some(e)) => Some(format!("etag:{e}")),
+            (None, Some(e)) => Some(format!("etag:{}", unquoted(e))),
             (None, None) => None,
         }
     }
+}
+
+/// An ETag without the quotes (and weak marker) HTTP puts around it:
+/// `"abc"`, `W/"abc"` and `abc` are the same tag.
+fn unquoted(e_tag: &str) -> &str {
+    let e = e_tag.strip_prefix("W/").unwrap_or(e_tag);
+    e.strip_prefix('"')
+        .and_then(|e| e.strip_suffix('"'))
+        .unwrap_or(e)
 }
 
 /// An object's HEAD: size, version and when it was last written.
@@ -1020,6 +1031,14 @@ impl parquet::file::reader::ChunkReader for RemoteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etag_is_one_version_quoted_or_not() {
+        assert_eq!(unquoted("\"0x22878FDF6387E60\""), "0x22878FDF6387E60");
+        assert_eq!(unquoted("0x22878FDF6387E60"), "0x22878FDF6387E60");
+        assert_eq!(unquoted("W/\"abc\""), "abc");
+        assert_eq!(unquoted("\""), "\"");
+    }
 
     #[test]
     fn urls_and_paths_are_told_apart() {

@@ -36,6 +36,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ._world import default_rank_and_world
+
 try:
     import torch
     from torch.utils.data import IterableDataset as _Base
@@ -44,6 +46,7 @@ except ImportError:  # works without torch, as a plain iterable
     _Base = object
 
 __all__ = ["StreamingDataset", "parse_size"]
+
 
 def parse_size(value: int | str) -> int:
     """Bytes from an int or a size string: "20GiB", "512MiB", "1.5GB", "4096".
