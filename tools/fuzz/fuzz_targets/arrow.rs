@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let path = dir.path().join("data.arrow");
     std::fs::write(&path, data).expect("written");
     for key in [TextKey::parse("text"), TextKey::whole_row()] {
-        let file = InputFile { path: path.clone(), kind: InputKind::Arrow, bytes: data.len() as u64 };
+        let file = InputFile { path: path.clone(), kind: InputKind::Arrow, bytes: data.len() as u64, version: None };
         let mut reader = Reader::new(vec![file], key);
         // A bounded number of batches: a file may claim many rows.
         for _ in 0..64 {

@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let path = dir.path().join("data.parquet");
     std::fs::write(&path, data).expect("written");
     for key in [TextKey::parse("text"), TextKey::parse("meta.text"), TextKey::whole_row()] {
-        let file = InputFile { path: path.clone(), kind: InputKind::Parquet, bytes: data.len() as u64 };
+        let file = InputFile { path: path.clone(), kind: InputKind::Parquet, bytes: data.len() as u64, version: None };
         let mut reader = Reader::new(vec![file], key);
         // A bounded number of batches: a footer may claim many rows.
         for _ in 0..64 {
