@@ -151,12 +151,14 @@ list-test-targets:
 	@echo $(TEST_TARGETS)
 
 # The venv first: the engine tests compare with the Python package's own ids
-# ($(TARGET_DIR)/venv/bin/python) and skip that check where it is missing.
+# and the chat tests with transformers ($(TARGET_DIR)/venv/bin/python).
+# Elsewhere they skip that check, saying so, where it is missing; here
+# PREP_REQUIRE_REFERENCE makes a missing reference a failure.
 test-rust: $(VENV)/.installed check-tiers
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --workspace --no-fail-fast -E 'not $(call it-tests,$(RUST_SLOW))'
+	PREP_REQUIRE_REFERENCE=1 $(CARGO) nextest run --workspace --no-fail-fast -E 'not $(call it-tests,$(RUST_SLOW))'
 else
-	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
+	PREP_REQUIRE_REFERENCE=1 $(CARGO) test --workspace --lib --bins --tests --no-fail-fast $(call skip-args,$(RUST_SLOW))
 endif
 	$(CARGO) test --workspace --doc
 	$(PYTHON) tools/skipped_tests.py $(if $(PREP_EXTERNAL_DATA),--require "needs PREP_EXTERNAL_DATA")

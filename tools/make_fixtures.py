@@ -10,6 +10,11 @@ Writes, deterministically (a re-run gives the same bytes):
       fixtures/README.md), copied byte for byte; prep reads .zst tokenizer
       files directly.
   fixtures/tokenizers/deepseek-v3.LICENSE
+  fixtures/chat/corpus/templates/NAME.jinja, configs/NAME.*.json
+      for every NAME of CHAT_TEMPLATES (the chat corpus's templates whose
+      licences let them be redistributed: fixtures/README.md), byte for byte.
+  fixtures/chat/corpus/data/FILE.zst
+      every chat dataset of the corpus, compressed.
   fixtures/corpus/debian-sample.jsonl.zst
       about 3 MB of text from debian-docs.jsonl.zst, the corpus of `make demo`.
       Each selected line is kept byte for byte (its JSON is not re-serialised).
@@ -39,6 +44,10 @@ import zstandard
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZERS = ("gpt2", "deepseek-v3", "minilm-wordpiece", "gpt-neox-20b", "roberta-base", "falcon",
               "mistral-7b-v0.1", "phi-3-mini", "t5-small", "bert-base-uncased")
+# Not the Llama and Gemma ones (Meta's and Google's model terms also cover
+# their text): tests read those from PREP_EXTERNAL_DATA.
+CHAT_TEMPLATES = ("chatml-openhermes", "deepseek-v3", "mistral-nemo-tools", "mistral-v0.1", "phi3",
+                  "phi4-mini", "qwen2.5", "smollm3", "tulu3", "zephyr")
 TARGET_TEXT_BYTES = 3_000_000
 MAX_DOC_BYTES = 200_000
 ZSTD_LEVEL = 19
@@ -135,6 +144,16 @@ def main() -> int:
         print(f"{tok_out / src.name}: {src.stat().st_size:,} bytes")
     shutil.copyfile(args.corpora / "tokenizers" / "deepseek-v3.LICENSE",
                     tok_out / "deepseek-v3.LICENSE")
+
+    chat, chat_out = args.corpora / "chat", args.out / "chat" / "corpus"
+    for name in CHAT_TEMPLATES:
+        for src in [chat / "templates" / f"{name}.jinja", *sorted((chat / "configs").glob(f"{name}.*.json"))]:
+            dst = chat_out / src.parent.name / src.name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+    for src in sorted((chat / "data").iterdir()):
+        write_zst(chat_out / "data" / f"{src.name}.zst", src.read_bytes())
+    print(f"{chat_out}: {len(CHAT_TEMPLATES)} templates, {len(list((chat / 'data').iterdir()))} datasets")
 
     lines, stats = sample_corpus(args.corpora / "debian-docs.jsonl.zst")
     out = args.out / "corpus" / "debian-sample.jsonl.zst"

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = [*REPO.glob("tests/**/*.rs"), *REPO.glob("src/**/*.rs"), *REPO.glob("crates/*/src/**/*.rs")]
+SOURCES = [*REPO.glob("tests/**/*.rs"), *REPO.glob("src/**/*.rs"), *REPO.glob("crates/*/src/**/*.rs"),
+           *REPO.glob("crates/*/tests/**/*.rs")]
 IGNORE = re.compile(r'#\[ignore(?:\s*=\s*"((?:[^"\\]|\\.)*)")?\]')
 CFG_IGNORE = re.compile(r'ignore\s*=\s*"((?:[^"\\]|\\.)*)"')
 

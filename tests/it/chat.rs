@@ -885,15 +885,12 @@ fn weight_zero_turns_are_not_trained() {
 
 /// The real instruction-tuning files that are one JSON array (Alpaca,
 /// ShareGPT with tool calls, preference pairs: LLaMA-Factory's `.json`
-/// files, in ../shared) are read as they are: the same tokens, masks and
-/// counts as the JSON Lines of the same rows.
+/// files, in fixtures/chat/corpus/data, compressed as shipped) are read as
+/// they are: the same tokens, masks and counts as the JSON Lines of the
+/// same rows.
 #[test]
 fn real_json_array_datasets_read_as_their_json_lines() {
-    let dir = root().join("../shared/corpora/chat/data");
-    if !dir.is_dir() {
-        eprintln!("skipped: {} is not here", dir.display());
-        return;
-    }
+    let dir = fixture("chat/corpus/data");
     let t = TestDir::new();
     let tok = gpt2_chatml(&t);
     let template = t.write("template.jinja", CHATML);
@@ -907,9 +904,11 @@ fn real_json_array_datasets_read_as_their_json_lines() {
     };
     let mut seen = 0;
     for name in ["alpaca_en_demo", "glaive_toolcall_en_demo", "dpo_en_demo"] {
-        let array = dir.join(format!("{name}.json"));
-        let rows: Vec<serde_json::Value> =
-            serde_json::from_slice(&std::fs::read(&array).unwrap()).unwrap();
+        let array = dir.join(format!("{name}.json.zst"));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(
+            &zstd::decode_all(std::fs::File::open(&array).unwrap()).unwrap(),
+        )
+        .unwrap();
         let lines: String = rows.iter().map(|r| format!("{r}\n")).collect();
         let jsonl = t.write(&format!("{name}.jsonl"), lines);
         let (a, b) = (

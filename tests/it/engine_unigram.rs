@@ -192,24 +192,13 @@ fn corpus_excerpt_identical() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The venv's Python, when `make target/venv/.installed` has built it (or
-/// `PREP_REFERENCE_PYTHON`).
-fn python() -> Option<PathBuf> {
-    let python = common::reference_python();
-    if python.exists() {
-        Some(python)
-    } else {
-        eprintln!("skipped: {} is not here", python.display());
-        None
-    }
-}
 
 /// prep's HF path and the fast engine against the Python package itself,
 /// on the corpus excerpt and the runs.
 #[test]
 fn corpus_excerpt_is_pythons() {
     let path = t5_path();
-    let Some(python) = python() else {
+    let Some(python) = common::reference_python() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

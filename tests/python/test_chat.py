@@ -1,7 +1,9 @@
 """`prep tokenize --chat` against transformers' apply_chat_template.
 
-Every chat template of ../shared/corpora/chat/templates, over every chat
-dataset of ../shared/corpora/chat/data, through prep and through the
+Every chat template of the chat corpus (fixtures/chat/corpus, and the
+templates of Llama and Gemma from $PREP_EXTERNAL_DATA/chat: fixtures/README.md
+says why those are not shipped), over every chat dataset of
+fixtures/chat/corpus/data, through prep and through the
 reference (tools/chat_reference.py, which states the rule): prep's records,
 in order, are the ids of the rows the reference keeps, its loss masks are
 the reference's masks, and the manifest counts the rows read, written and
@@ -53,12 +55,13 @@ else as --chat-var:
 | tulu3              | templates/tulu3.jinja (its config has no template) | deepseek-v3 + <|system|> <|user|> <|assistant|>, bos, eos | <|begin_of_text|> <|end_of_text|> (var, from the config) |
 | zephyr             | templates/zephyr.jinja                            | gpt2 + <|system|> <|user|> <|assistant|> <s> </s> | <s> </s> (var) |
 
-Real tokenizers are ../shared/corpora/tokenizers/NAME.tokenizer.json.zst.
+Real tokenizers are fixtures/tokenizers/NAME.tokenizer.json.zst (gemma3's
+from $PREP_EXTERNAL_DATA/tokenizers).
 `strftime_now` reads 2026-01-01 on both sides (--chat-date 2026-01-01).
 
-Skipped, saying why, when PREP_BIN is not set, and the corpus tests when
-../shared/corpora/chat is not there; transformers missing skips the file,
-but fails it under PREP_REQUIRE_TORCH (make test sets it).
+Skipped, saying why, when PREP_BIN is not set, and the Llama and Gemma cases
+when PREP_EXTERNAL_DATA is not; transformers missing skips the file, but
+fails it under PREP_REQUIRE_TORCH (make test sets it).
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest -q tests/python/test_chat.py
 """
@@ -66,6 +69,7 @@ but fails it under PREP_REQUIRE_TORCH (make test sets it).
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import re
@@ -81,9 +85,26 @@ from tokenizers import AddedToken
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
-CORPORA = REPO.parent / "shared" / "corpora"
-CHAT = CORPORA / "chat"
-TOKENIZERS = CORPORA / "tokenizers"
+CHAT = FIXTURES / "chat" / "corpus"
+EXTERNAL = Path(os.environ["PREP_EXTERNAL_DATA"]) if os.environ.get("PREP_EXTERNAL_DATA") else None
+NEEDS_EXTERNAL = "needs PREP_EXTERNAL_DATA (the Llama and Gemma chat templates, gemma3's tokenizer)"
+
+
+def chat_file(rel: str) -> Path:
+    """A file of the chat corpus: fixtures/chat/corpus, else the part the
+    repository does not ship, under $PREP_EXTERNAL_DATA/chat."""
+    here = CHAT / rel
+    if here.exists() or EXTERNAL is None:
+        return here
+    return EXTERNAL / "chat" / rel
+
+
+def tokenizer_file(name: str) -> Path:
+    """A real tokenizer: fixtures/tokenizers, else $PREP_EXTERNAL_DATA/tokenizers."""
+    here = FIXTURES / "tokenizers" / f"{name}.tokenizer.json.zst"
+    if here.exists() or EXTERNAL is None:
+        return here
+    return EXTERNAL / "tokenizers" / here.name
 
 if not os.environ.get("PREP_BIN"):
     pytest.skip("PREP_BIN is not set: it names the prep binary these tests run "
@@ -111,7 +132,6 @@ DATASETS = ("openai_sft.jsonl", "v1_sft_demo.jsonl", "alpaca_en_demo.json",
             "glaive_toolcall_en_demo.json", "dpo_en_demo.json")
 GPT2 = FIXTURES / "tokenizers" / "gpt2.tokenizer.json.zst"
 
-need_corpus = pytest.mark.skipif(not CHAT.is_dir(), reason=f"{CHAT} is not there (the chat corpus)")
 
 
 # --- The templates ------------------------------------------------------------------------------
@@ -121,22 +141,27 @@ class Case:
     """A template, what prep gets as --chat-template, and the tokenizer to run it with."""
 
     name: str
-    source: str  # relative to CHAT
-    tokenizer: str  # a file of TOKENIZERS: the tokenizer, or the base vocabulary of a made one
+    source: str  # a file of the chat corpus (chat_file)
+    tokenizer: str  # a real tokenizer (tokenizer_file): the tokenizer, or the base vocabulary of a made one
     made: bool = False  # add control tokens to `tokenizer`
-    config: str | None = None  # whose added tokens a made tokenizer gets, relative to CHAT
+    config: str | None = None  # whose added tokens a made tokenizer gets (chat_file)
     variables: dict = field(default_factory=dict)  # given with --chat-var
     extra: tuple = ()  # control tokens a made tokenizer gets beside the template's <|...|> ones
+    external: bool = False  # its template is read from PREP_EXTERNAL_DATA
+
+    @property
+    def path(self) -> Path:
+        return chat_file(self.source)
 
     @property
     def template(self) -> str:
-        return ref.template_text(CHAT / self.source)
+        return ref.template_text(self.path)
 
     def template_variables(self) -> dict:
         """bos_token/eos_token as the template sees them."""
         found = {}
         if self.source.endswith("tokenizer_config.json"):
-            found = ref.config_variables(CHAT / self.source)
+            found = ref.config_variables(self.path)
         return {**found, **self.variables}
 
 
@@ -147,14 +172,15 @@ CASES = [
          made=True, variables=SP),
     Case("deepseek-v3", "templates/deepseek-v3.jinja", "deepseek-v3",
          variables={"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}),
-    Case("gemma", "configs/gemma.tokenizer_config.json", "gemma3"),
-    Case("llama2-chat", "configs/llama2-chat.chat_template.json", "mistral-7b-v0.1", variables=SP),
+    Case("gemma", "configs/gemma.tokenizer_config.json", "gemma3", external=True),
+    Case("llama2-chat", "configs/llama2-chat.chat_template.json", "mistral-7b-v0.1", variables=SP,
+         external=True),
     Case("llama3", "configs/llama3.tokenizer_config.json", "deepseek-v3", made=True,
-         config="configs/llama3.tokenizer_config.json"),
+         config="configs/llama3.tokenizer_config.json", external=True),
     Case("llama3-training", "templates/llama3-training.jinja", "deepseek-v3", made=True,
-         variables=LLAMA3, extra=("<|begin_of_text|>", "<|end_of_text|>")),
+         variables=LLAMA3, extra=("<|begin_of_text|>", "<|end_of_text|>"), external=True),
     Case("llama3.1", "templates/llama3.1.jinja", "deepseek-v3", made=True,
-         variables=LLAMA3, extra=("<|begin_of_text|>", "<|end_of_text|>")),
+         variables=LLAMA3, extra=("<|begin_of_text|>", "<|end_of_text|>"), external=True),
     Case("mistral-nemo-tools", "templates/mistral-nemo-tools.jinja", "gpt2", made=True, variables=SP,
          extra=("[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]",
                 "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "<s>", "</s>")),
@@ -171,6 +197,20 @@ CASES = [
          extra=("<|begin_of_text|>", "<|end_of_text|>")),
     Case("zephyr", "templates/zephyr.jinja", "gpt2", made=True, variables=SP, extra=("<s>", "</s>")),
 ]
+# Each case as a test parameter: the Llama and Gemma ones skipped, with the
+# reason, without PREP_EXTERNAL_DATA.
+CASE_PARAMS = [pytest.param(c, id=c.name, marks=pytest.mark.skipif(c.external and EXTERNAL is None,
+                                                                    reason=NEEDS_EXTERNAL))
+               for c in CASES]
+
+
+def test_the_corpus_has_every_template():
+    """The fifteen templates of the corpus, those the repository ships under
+    fixtures/chat/corpus and only those: a template dropped from fixtures
+    would otherwise leave its cases skipped rather than run."""
+    assert len(CASES) == 15
+    shipped = {c.name for c in CASES if (CHAT / c.source).exists()}
+    assert shipped == {c.name for c in CASES if not c.external}
 
 
 def made_tokenizer(base: Path, out: Path, special: list[str], plain: list[str] = ()) -> Path:
@@ -186,12 +226,12 @@ def made_tokenizer(base: Path, out: Path, special: list[str], plain: list[str] =
 
 def case_tokenizer(case: Case, tmp: Path) -> Path:
     """The tokenizer file prep and the reference use for `case`."""
-    base = TOKENIZERS / f"{case.tokenizer}.tokenizer.json.zst"
+    base = tokenizer_file(case.tokenizer)
     if not case.made:
         return base
     special, plain = [], []
     if case.config:
-        config = json.loads((CHAT / case.config).read_text(encoding="utf-8"))
+        config = json.loads(chat_file(case.config).read_text(encoding="utf-8"))
         for _, token in sorted(config.get("added_tokens_decoder", {}).items(), key=lambda kv: int(kv[0])):
             (special if token.get("special") else plain).append(token["content"])
     else:
@@ -242,11 +282,14 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 def dataset_rows(name: str) -> list:
     """The rows of a corpus dataset, sampled as the module docstring says."""
-    path = CHAT / "data" / name
+    import zstandard
+
+    data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO((CHAT / "data" / f"{name}.zst").read_bytes()))
+    text = data.read().decode("utf-8")
     if name.endswith(".jsonl"):
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+        rows = [json.loads(line) for line in text.split("\n") if line.strip()]
     else:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = json.loads(text)
     if name == "openai_sft.jsonl" or os.environ.get("PREP_CHAT_ROWS") == "all" or len(rows) <= SAMPLE:
         return rows
     step = len(rows) / SAMPLE
@@ -379,8 +422,7 @@ def compare_counts(t: Tally, manifest: dict) -> list[str]:
 
 # --- Every template over every dataset ----------------------------------------------------------
 
-@need_corpus
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_template_over_every_dataset(case, corpus, tmp_path):
     """One prep run per template over the five datasets (read in order)."""
     tokenizer = case_tokenizer(case, tmp_path)
@@ -395,7 +437,7 @@ def test_template_over_every_dataset(case, corpus, tmp_path):
             problems.append(f"{where}: transformers' assistant mask differs from the reference's "
                             f"at tokens {r.transformers_mask_differs[:8]}")
     out = tmp_path / "out"
-    proc = run_prep(tokenizer, CHAT / case.source, [corpus[n][1] for n in DATASETS], out,
+    proc = run_prep(tokenizer, case.path, [corpus[n][1] for n in DATASETS], out,
                     case.variables, "--skip-bad")
     print(f"{case.name}:\n  " + "\n  ".join(report))
     total = tally(r for _, r in rows)
@@ -455,8 +497,7 @@ WHITESPACE_ROWS = [
 ]
 
 
-@need_corpus
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASE_PARAMS)
 def test_replies_beginning_with_whitespace(case, corpus, tmp_path):
     """Replies that begin with spaces, newlines and tabs (issue 51), through
     every template: prep's ids and masks are the reference's, where a token
@@ -473,7 +514,7 @@ def test_replies_beginning_with_whitespace(case, corpus, tmp_path):
                 f"{r.transformers_mask_differs[:8]}" for w, r in where if r.transformers_mask_differs]
     jsonl = write_jsonl(tmp_path / "rows.jsonl", rows)
     out = tmp_path / "out"
-    proc = run_prep(tokenizer, CHAT / case.source, jsonl, out, case.variables, "--skip-bad")
+    proc = run_prep(tokenizer, case.path, jsonl, out, case.variables, "--skip-bad")
     total = tally(results)
     print(f"{case.name}: {total}")
     if sum(total.bad.values()) == total.rows:
@@ -502,7 +543,6 @@ def test_replies_beginning_with_whitespace(case, corpus, tmp_path):
 
 # --- Loss mask policies -------------------------------------------------------------------------
 
-@need_corpus
 @pytest.mark.parametrize("policy", ["last", "all"])
 def test_loss_mask_policies(policy, corpus, tmp_path):
     """Multi-turn rows (dpo_en_demo) through qwen2.5: `last` trains the last
@@ -513,7 +553,7 @@ def test_loss_mask_policies(policy, corpus, tmp_path):
     reference = ref.Reference(case.template, tokenizer, case.template_variables())
     results = [reference.row(row, policy) for row in rows]
     out = tmp_path / "out"
-    prep_ok(tokenizer, CHAT / case.source, jsonl, out, case.variables, "--skip-bad", "--loss-mask", policy)
+    prep_ok(tokenizer, case.path, jsonl, out, case.variables, "--skip-bad", "--loss-mask", policy)
     got_ids, got_masks, manifest = records(out)
     problems = compare([(f"line {line}", r) for line, r in enumerate(results, 1)], got_ids, got_masks)
     problems += compare_counts(tally(results), manifest)

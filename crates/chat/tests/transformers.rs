@@ -5,12 +5,18 @@
 //! and a template that raises (or fails) in one must raise (or fail) in the
 //! other. All cases go to one Python process.
 //!
-//! Skips, saying why, where the reference Python (`PREP_REFERENCE_PYTHON`,
-//! else `<target>/venv/bin/python`), transformers or `../shared` is missing.
+//! The corpus is fixtures/chat/corpus, and the Llama and Gemma templates the
+//! repository does not ship are read from `$PREP_EXTERNAL_DATA/chat` by a
+//! test of their own, reported skipped (ignored) where the variable was not
+//! set at build time. Skips, saying why, where the reference Python
+//! (`PREP_REFERENCE_PYTHON`, else `<target>/venv/bin/python`) or
+//! transformers is missing, and fails there under `PREP_REQUIRE_REFERENCE`
+//! (`make test` sets it).
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use common::constructs::{
     CONSTRUCTS, DOCUMENTS, EXTRA_TEMPLATES, LENIENT, MESSAGES, REFUSED, VARS,
@@ -26,14 +32,21 @@ struct Run {
     python: Vec<Outcome>,
 }
 
-/// Renders every case both ways; `None` (saying why) without the reference.
-fn run() -> Option<Run> {
+/// The templates of the shipped corpus (10) and of the one the repository
+/// does not ship (5): 15 in all.
+const SHIPPED: usize = 10;
+const EXTERNAL: usize = 5;
+
+/// Renders every case both ways: those of the corpus templates in `corpus`
+/// that `shipped` does not also hold, and with `constructs`, the single
+/// constructs. `None` (saying why) without the reference.
+fn run(corpus: &Path, shipped: Option<&Path>, constructs: bool) -> Option<Run> {
     let mut templates = Vec::new();
     let mut cases = Vec::new();
-    if let Some(corpus) = common::corpus() {
-        corpus_cases(&corpus, &mut templates, &mut cases);
+    corpus_cases(corpus, shipped, constructs, &mut templates, &mut cases);
+    if constructs {
+        construct_cases(&mut templates, &mut cases);
     }
-    construct_cases(&mut templates, &mut cases);
     // Python renders in its own process while prep renders here.
     let reference = start_python(&templates, &cases)?;
     let compiled: BTreeMap<&str, Result<Template, String>> = templates
@@ -52,11 +65,14 @@ fn run() -> Option<Run> {
     })
 }
 
-/// The corpus templates, each with the synthetic conversations (with and
-/// without the generation prompt, under each set of keyword arguments) and
-/// the real ones.
+/// The corpus templates of `corpus` but those `shipped` also holds, each
+/// with the synthetic conversations (with and without the generation
+/// prompt, under each set of keyword arguments) and the real ones; with
+/// `extra`, also the extra templates.
 fn corpus_cases(
-    corpus: &std::path::Path,
+    corpus: &Path,
+    shipped: Option<&Path>,
+    extra: bool,
     templates: &mut Vec<(String, String)>,
     cases: &mut Vec<Case>,
 ) {
@@ -64,15 +80,17 @@ fn corpus_cases(
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jinja"))
+        .filter(|p| shipped.is_none_or(|s| !s.join("templates").join(p.file_name().unwrap()).exists()))
         .collect();
     files.sort();
-    let real = real_conversations(corpus);
+    let real = real_conversations();
     let corpus_templates = files.iter().map(|file| {
         let name = file.file_stem().unwrap().to_str().unwrap().to_owned();
         (name, std::fs::read_to_string(file).unwrap(), true)
     });
     let extra = EXTRA_TEMPLATES
         .iter()
+        .filter(|_| extra)
         .map(|(name, source)| (name.to_string(), source.to_string(), false));
     for (name, source, with_real) in corpus_templates.chain(extra) {
         templates.push((name.clone(), source));
@@ -159,12 +177,15 @@ struct Tally {
     failed: usize,
 }
 
-/// One test for all (one Python process, whichever runner): the corpus
-/// templates, then the constructs, then the constructs known to differ.
+/// One test for all the shipped corpus (one Python process, whichever
+/// runner): the corpus templates, then the constructs, then the constructs
+/// known to differ.
 #[test]
 fn renders_as_transformers() {
-    let Some(run) = run() else { return };
-    let mut bad = corpus_disagreements(&run);
+    let Some(run) = run(&common::shipped_corpus(), None, true) else {
+        return;
+    };
+    let mut bad = corpus_disagreements(&run, SHIPPED);
     bad.extend(construct_disagreements(&run));
     assert!(
         bad.is_empty(),
@@ -174,8 +195,30 @@ fn renders_as_transformers() {
     );
 }
 
-/// The corpus cases that disagree; prints the per-template tally.
-fn corpus_disagreements(run: &Run) -> Vec<String> {
+/// The Llama and Gemma templates (`$PREP_EXTERNAL_DATA/chat`), on the same
+/// conversations.
+#[test]
+#[cfg_attr(
+    not(prep_external_data),
+    ignore = "needs PREP_EXTERNAL_DATA (chat/: the Llama and Gemma chat templates)"
+)]
+fn renders_the_templates_not_shipped_as_transformers() {
+    let shipped = common::shipped_corpus();
+    let Some(run) = run(&common::external_corpus(), Some(&shipped), false) else {
+        return;
+    };
+    let bad = corpus_disagreements(&run, EXTERNAL);
+    assert!(
+        bad.is_empty(),
+        "{} cases differ from transformers:\n{}",
+        bad.len(),
+        bad.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The corpus cases that disagree, and a wrong count of corpus templates;
+/// prints the per-template tally.
+fn corpus_disagreements(run: &Run, templates: usize) -> Vec<String> {
     let mut tallies: BTreeMap<&str, Tally> = BTreeMap::new();
     let mut bad = Vec::new();
     for ((case, rust), python) in run.cases.iter().zip(&run.rust).zip(&run.python) {
@@ -203,9 +246,6 @@ fn corpus_disagreements(run: &Run) -> Vec<String> {
             Outcome::Text(..) => {}
         }
     }
-    if tallies.is_empty() {
-        return bad;
-    }
     eprintln!(
         "{:<22} {:>6} {:>6} {:>7} {:>7}",
         "template", "cases", "equal", "raised", "failed"
@@ -217,8 +257,8 @@ fn corpus_disagreements(run: &Run) -> Vec<String> {
         );
     }
     let corpus = tallies.keys().filter(|k| !k.starts_with("extra:")).count();
-    if corpus != 15 {
-        bad.push(format!("the corpus has 15 templates, not {corpus}"));
+    if corpus != templates {
+        bad.push(format!("{templates} corpus templates expected, not {corpus}"));
     }
     bad
 }

@@ -30,12 +30,27 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// The Python with the reference `tokenizers` package: `PREP_REFERENCE_PYTHON`,
-/// else the venv `make test` builds (<target>/venv). The tests that compare with
-/// it skip, saying so, where it is not there.
-pub fn reference_python() -> PathBuf {
-    std::env::var_os("PREP_REFERENCE_PYTHON")
+/// else the venv `make test` builds (<target>/venv); `None`, saying so, where
+/// it is not there. `make test` and `make check` build it and set
+/// `PREP_REQUIRE_REFERENCE`: there a missing reference fails the test that
+/// compares with it rather than letting it pass unchecked.
+pub fn reference_python() -> Option<PathBuf> {
+    let python = std::env::var_os("PREP_REFERENCE_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("venv/bin/python"))
+        .unwrap_or_else(|| target_dir().join("venv/bin/python"));
+    if python.exists() {
+        return Some(python);
+    }
+    let why = format!(
+        "no reference Python at {} (make target/venv/.installed, or PREP_REFERENCE_PYTHON)",
+        python.display()
+    );
+    assert!(
+        std::env::var_os("PREP_REQUIRE_REFERENCE").is_none(),
+        "{why}, and PREP_REQUIRE_REFERENCE is set"
+    );
+    eprintln!("skipped: {why}");
+    None
 }
 
 /// A fixture path.

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use prep_chat::{value_from_json, Value};
 
+use super::dataset_text;
+
 /// Tools in the JSON-schema form transformers passes on: nested schemas,
 /// enums, floats and non-ASCII descriptions.
 pub const TOOLS: &str = r#"[
@@ -237,18 +239,18 @@ fn message(role: &str, content: Value) -> Value {
     map(vec![("role", Value::from(role)), ("content", content)])
 }
 
-/// Real conversations from the corpus: (label, messages, tools).
-pub fn real_conversations(corpus: &Path) -> Vec<(String, String, Option<String>)> {
-    let data = corpus.join("data");
+/// Real conversations from the shipped corpus's datasets: (label, messages,
+/// tools).
+pub fn real_conversations() -> Vec<(String, String, Option<String>)> {
     let mut out = Vec::new();
     // OpenAI-style: each line is the message list.
-    let text = std::fs::read_to_string(data.join("openai_sft.jsonl")).unwrap();
+    let text = dataset_text("openai_sft.jsonl");
     for (i, line) in text.lines().enumerate().step_by(2) {
         let messages = value_from_json(line).unwrap();
         out.push((format!("openai_sft:{i}"), json(&messages), None));
     }
     // LLaMA-Factory v1: content as a list of text parts, flattened.
-    let text = std::fs::read_to_string(data.join("v1_sft_demo.jsonl")).unwrap();
+    let text = dataset_text("v1_sft_demo.jsonl");
     for (i, line) in text.lines().enumerate().step_by(10) {
         let row = value_from_json(line).unwrap();
         let messages: Vec<Value> = row
@@ -286,15 +288,10 @@ pub fn real_conversations(corpus: &Path) -> Vec<(String, String, Option<String>)
             None,
         ));
     }
-    out.extend(sharegpt(
-        &data.join("glaive_toolcall_en_demo.json"),
-        "glaive",
-        3,
-    ));
-    out.extend(sharegpt(&data.join("dpo_en_demo.json"), "dpo", 10));
+    out.extend(sharegpt("glaive_toolcall_en_demo.json", "glaive", 3));
+    out.extend(sharegpt("dpo_en_demo.json", "dpo", 10));
     // Alpaca: instruction (and input) from the user, output from the assistant.
-    let rows = value_from_json(&std::fs::read_to_string(data.join("alpaca_en_demo.json")).unwrap())
-        .unwrap();
+    let rows = value_from_json(&dataset_text("alpaca_en_demo.json")).unwrap();
     for (i, row) in rows.try_iter().unwrap().enumerate().step_by(10) {
         let s = |k: &str| row.get_attr(k).unwrap().as_str().unwrap_or("").to_owned();
         let user = if s("input").is_empty() {
@@ -314,8 +311,8 @@ pub fn real_conversations(corpus: &Path) -> Vec<(String, String, Option<String>)
 /// ShareGPT rows (`conversations` of `from`/`value`, a `tools` JSON string,
 /// a `chosen` reply): function calls become assistant `tool_calls`,
 /// observations `tool` messages.
-fn sharegpt(path: &Path, name: &str, step: usize) -> Vec<(String, String, Option<String>)> {
-    let rows = value_from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+fn sharegpt(file: &str, name: &str, step: usize) -> Vec<(String, String, Option<String>)> {
+    let rows = value_from_json(&dataset_text(file)).unwrap();
     let mut out = Vec::new();
     for (i, row) in rows.try_iter().unwrap().enumerate().step_by(step) {
         let mut turns: Vec<Value> = row

@@ -35,6 +35,16 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| crate_dir().join("../../target"))
 }
 
+/// Skips, saying why, where the reference is missing; where `make test`
+/// has set `PREP_REQUIRE_REFERENCE` (it builds the reference first), fails.
+fn skip(why: &str) {
+    assert!(
+        std::env::var_os("PREP_REQUIRE_REFERENCE").is_none(),
+        "{why}, and PREP_REQUIRE_REFERENCE is set"
+    );
+    eprintln!("skipped: {why}");
+}
+
 /// The Python with the reference `transformers`: `PREP_REFERENCE_PYTHON`,
 /// else the venv `make test` builds (`<target>/venv`), as prep's own
 /// differential tests find it. `None`, saying why, when it is not there.
@@ -45,20 +55,35 @@ pub fn reference_python() -> Option<PathBuf> {
     if python.exists() {
         Some(python)
     } else {
-        eprintln!("skipped: {} is not here", python.display());
+        skip(&format!("no reference Python at {}", python.display()));
         None
     }
 }
 
-/// The shared chat corpus (`../shared/corpora/chat` beside the repository).
-pub fn corpus() -> Option<PathBuf> {
-    let dir = crate_dir().join("../../../shared/corpora/chat");
-    if dir.join("templates").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: {} is not here", dir.display());
-        None
-    }
+/// The chat corpus the repository ships: templates, their configs and the
+/// datasets (fixtures/chat/corpus; fixtures/README.md has their sources
+/// and licences).
+pub fn shipped_corpus() -> PathBuf {
+    crate_dir().join("../../fixtures/chat/corpus")
+}
+
+/// The part of the chat corpus the repository does not ship (the Llama
+/// and Gemma templates and configs): `$PREP_EXTERNAL_DATA/chat`. Only
+/// tests compiled with `cfg(prep_external_data)` call it.
+pub fn external_corpus() -> PathBuf {
+    let dir = std::env::var_os("PREP_EXTERNAL_DATA")
+        .map(|d| PathBuf::from(d).join("chat"))
+        .expect("PREP_EXTERNAL_DATA is not set, and this test reads its chat/");
+    assert!(dir.join("templates").is_dir(), "{} is not there", dir.display());
+    dir
+}
+
+/// A dataset of the shipped corpus (`data/NAME`, stored as `NAME.zst`),
+/// decompressed.
+pub fn dataset_text(name: &str) -> String {
+    let path = shipped_corpus().join(format!("data/{name}.zst"));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    String::from_utf8(zstd::decode_all(file).unwrap()).unwrap()
 }
 
 /// One rendering to compare.
@@ -131,7 +156,7 @@ impl PythonRun {
     pub fn outcomes(self) -> Option<Vec<Outcome>> {
         let out = self.child.wait_with_output().unwrap();
         if out.status.code() == Some(3) {
-            eprintln!("skipped: {}", String::from_utf8_lossy(&out.stderr).trim());
+            skip(String::from_utf8_lossy(&out.stderr).trim());
             return None;
         }
         assert!(
