@@ -296,7 +296,7 @@ bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
 	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python \
 		--impls prep-fast,gigatoken --repeat 5 --json $(abspath $(TARGET_DIR))/bench/engines-rounds.json
 
-# Validate throughput from page cache beside cat and xxh3 of the same bytes.
+# Shuffle throughput in memory and out of core beside cp of the same bytes.
 bench-shuffle: build $(VENV)/.installed
 	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
@@ -304,19 +304,20 @@ bench-shuffle: build $(VENV)/.installed
 bench-mix: build $(VENV)/.installed
 	$(VPY) tools/bench_mix.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
-# Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
-# padding on the real corpus (../shared/corpora, tokenized once into $(TARGET_DIR)/bench).
 # prep tokenize --chat beside the Python reference (transformers' apply_chat_template
 # and tokenizers) on the same conversations, with and without masks, in one run.
 bench-chat: build $(VENV)/.installed
 	$(VPY) tools/bench_chat.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
+# Pack throughput in both modes beside cp of the same bytes, and rows, cuts and
+# padding on the real corpus (tools/corpora.py: PREP_EXTERNAL_DATA, else
+# ../shared/corpora; tokenized once into $(TARGET_DIR)/bench).
 bench-pack: build $(VENV)/.installed
 	$(VPY) tools/bench_pack.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 	$(CARGO) run --release --example bench_bestfit
 
 # Random row gather from page cache with the Python and Rust readers, each beside a
-# memcpy of the same bytes, and the sampler's index rates (packs ../shared/corpora once).
+# memcpy of the same bytes, and the sampler's index rates (packs the real corpus once).
 bench-read: build $(VENV)/.installed
 	$(VPY) tools/bench_read.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 	$(CARGO) run --release --example bench_read -- $(BENCH)/read-packed-2048
@@ -351,6 +352,7 @@ bench-tokenizer-py: build $(VENV)/.installed $(VENV_GIGA)/.installed
 	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check $$(grep -E '^(tokenizers|zstandard)==' tools/requirements-check.txt tools/requirements.txt | cut -d: -f2)
 	$(VENV_GIGA)/bin/python tools/bench_tokenizer_py.py --out $(abspath $(BENCH))/tokenizer-py.json
 
+# Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-validate: build $(VENV)/.installed
 	$(VPY) tools/bench_validate.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 

@@ -4,7 +4,7 @@
     cargo build --release
     target/venv/bin/python tools/bench_chat.py [--prep target/release/prep] [--scratch target/bench]
 
-Conversations: every row of the five chat datasets in ../shared/corpora/chat
+Conversations: every row of the five chat datasets in fixtures/chat/corpus
 (OpenAI messages, content parts, Alpaca, ShareGPT with tools, preference
 rows), repeated --copies times into one JSONL file. Templates: Qwen2.5's
 (tools, no generation blocks: masks from prefix renderings) and the
@@ -44,31 +44,36 @@ import numpy as np
 import transformers
 
 REPO = Path(__file__).resolve().parent.parent
-CHAT = REPO.parent / "shared" / "corpora" / "chat"
+sys.path.insert(0, str(REPO / "tools"))
+from corpora import chat, find_chat, read_text, tokenizer  # noqa: E402
+
 GPT2 = REPO / "fixtures" / "tokenizers" / "gpt2.tokenizer.json.zst"
 DATASETS = ("openai_sft.jsonl", "v1_sft_demo.jsonl", "alpaca_en_demo.json",
             "glaive_toolcall_en_demo.json", "dpo_en_demo.json")
-TOKENIZERS = REPO.parent / "shared" / "corpora" / "tokenizers"
 LLAMA3 = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
 # name: (template, control tokens added to GPT-2's vocabulary, or a real
-# tokenizer file to use as it is, and the template's variables).
+# tokenizer file to use as it is, and the template's variables). Llama 3's
+# template is not shipped (fixtures/README.md): it runs where PREP_EXTERNAL_DATA
+# has it, and is left out, saying so, where not.
 TEMPLATES = {
-    "qwen2.5": (CHAT / "configs" / "qwen2.5.tokenizer_config.json", ["<|im_start|>", "<|im_end|>"], None),
-    "llama3-training": (CHAT / "templates" / "llama3-training.jinja",
-                        ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], LLAMA3),
-    "mistral-v0.1": (CHAT / "configs" / "mistral-v0.1.chat_template.json",
-                     TOKENIZERS / "mistral-7b-v0.1.tokenizer.json.zst", {"bos_token": "<s>", "eos_token": "</s>"}),
+    "qwen2.5": (chat("configs/qwen2.5.tokenizer_config.json"), ["<|im_start|>", "<|im_end|>"], None),
+    "mistral-v0.1": (chat("configs/mistral-v0.1.chat_template.json"),
+                     tokenizer("mistral-7b-v0.1"), {"bos_token": "<s>", "eos_token": "</s>"}),
 }
+if (LLAMA3_TRAINING := find_chat("templates/llama3-training.jinja")) is not None:
+    TEMPLATES["llama3-training"] = (
+        LLAMA3_TRAINING, ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], LLAMA3)
+else:
+    print("llama3-training: left out (its template is read from PREP_EXTERNAL_DATA, not set)")
 
-sys.path.insert(0, str(REPO / "tools"))
 import chat_reference as ref  # noqa: E402
 
 
 def rows_of(name: str) -> list:
-    path = CHAT / "data" / name
+    text = read_text(chat(f"data/{name}"))
     if name.endswith(".jsonl"):
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return json.loads(path.read_text(encoding="utf-8"))
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text)
 
 
 def tokenizer_with(special: list[str] | Path, out: Path) -> Path:

@@ -5,7 +5,7 @@ tasks beside the same pipeline in one process, on the same cores.
     cargo build --release
     target/venv/bin/python tools/bench_dist.py [--parts 4] [--buckets 4] [--ray]
 
-The real corpus (../shared/corpora/debian-docs.jsonl.zst, 92 MB of JSONL) is
+The real corpus (debian-docs.jsonl.zst of the corpora directory, tools/corpora.py; 92 MB of JSONL) is
 decompressed into the scratch folder and cut into --files plain JSONL files
 (kept between runs). Three runs of the pipeline, GPT-2, seed 1, --seq-len 2048:
 
@@ -36,7 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CORPORA = REPO.parent / "shared" / "corpora"
+sys.path.insert(0, str(REPO / "tools"))
+from corpora import corpora  # noqa: E402
+
+CORPORA = corpora()
 sys.path.insert(0, str(REPO / "python"))  # the reader from the source tree
 
 from prep.reader import Dataset  # noqa: E402

@@ -6,7 +6,7 @@
         --giga-python target/venv-giga/bin/python                    # whole corpus
     target/venv/bin/python tools/bench_engines.py --limit-mb 5 ...   # quick run on a prefix
 
-For each tokenizer (by default every file in ../shared/corpora/tokenizers,
+For each tokenizer (by default every file in the corpora directory's tokenizers/ (tools/corpora.py),
 of every family, then those DERIVED from them: GPT-2's vocabulary under
 Qwen's split pattern; `--tokenizers byte-level` takes the files whose
 pre-tokenizer has a ByteLevel step) and thread count T (1 and all cores, os.cpu_count())
@@ -74,7 +74,10 @@ from pathlib import Path
 # gigatoken id check therefore runs as a child too (--compare-child).
 
 REPO = Path(__file__).resolve().parent.parent
-CORPORA = REPO.parent / "shared" / "corpora"
+sys.path.insert(0, str(REPO / "tools"))
+from corpora import corpora  # noqa: E402
+
+CORPORA = corpora()
 TOKENIZERS = ("gpt2", "deepseek-v3")
 # End-of-document tokens of the byte-level files bench_tokenize.py does not name.
 MORE_EOS = {
@@ -93,7 +96,7 @@ MORE_EOS = {
 QWEN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Tokenizers made from a real file by swapping one part, as NAME: (the file, the change).
-# The Qwen files are not in ../shared; their pattern on GPT-2's vocabulary runs the
+# No Qwen tokenizer file is in the corpora; their pattern on GPT-2's vocabulary runs the
 # same split and a vocabulary of the same family, with HF as the reference for ids.
 DERIVED = {
     "qwen-pattern-on-gpt2": ("gpt2", lambda tok: {

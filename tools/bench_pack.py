@@ -4,7 +4,7 @@
     cargo build --release
     target/venv/bin/python tools/bench_pack.py [--prep target/release/prep] [--scratch target/bench]
 
-The real corpus (../shared/corpora/debian-docs.jsonl.zst) is decompressed into
+The real corpus (debian-docs.jsonl.zst of the corpora directory: tools/corpora.py) is decompressed into
 the scratch folder and tokenized there with GPT-2; both are kept, so later runs
 skip them (delete target/bench/pack-debian-gpt2 to tokenize again).
 
@@ -41,11 +41,15 @@ import re
 import resource
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CORPORA = REPO.parent / "shared" / "corpora"
+sys.path.insert(0, str(REPO / "tools"))
+from corpora import corpora  # noqa: E402
+
+CORPORA = corpora()
 
 
 def sh(*cmd: object) -> subprocess.CompletedProcess:

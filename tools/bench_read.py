@@ -4,7 +4,7 @@
     cargo build --release
     target/venv/bin/python tools/bench_read.py [--prep target/release/prep] [--scratch target/bench]
 
-The real corpus (../shared/corpora/debian-docs.jsonl.zst) tokenized with
+The real corpus (debian-docs.jsonl.zst of the corpora directory: tools/corpora.py) tokenized with
 GPT-2 (target/bench/pack-debian-gpt2, made and kept as tools/bench_pack.py
 does) is packed into rows of --seq-len 2048 tokens, once, into
 target/bench/read-packed-2048 (delete it to pack again). Then, page cache

@@ -8,7 +8,7 @@ plain ranged-GET copy of the same bytes from the same server, in one run.
     # builds and installs it):
     target/venv/bin/python tools/bench_stream.py --prep target/release/prep [--scratch target/bench]
 
-The real corpus (../shared/corpora/debian-docs.jsonl.zst) tokenized with
+The real corpus (debian-docs.jsonl.zst of the corpora directory: tools/corpora.py) tokenized with
 GPT-2 (made once, as tools/bench_pack.py does), --copies times over (8: about
 500 MB of tokens), is packed into rows of --seq-len 2048 tokens in 64 MiB
 shards, once, and uploaded to a moto S3 server started here on 127.0.0.1.

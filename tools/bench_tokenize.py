@@ -34,6 +34,9 @@ from pathlib import Path
 
 import zstandard
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpora import corpora  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 EOS = {
     "gpt2": "<|endoftext|>",
@@ -137,7 +140,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path,
-                    default=REPO.parent / "shared" / "corpora" / "debian-docs.jsonl.zst")
+                    default=corpora() / "debian-docs.jsonl.zst")
     ap.add_argument("--scratch", type=Path, default=REPO / "target" / "bench")
     ap.add_argument("--prep", type=Path, default=REPO / "target" / "release" / "prep")
     ap.add_argument("--python", default=sys.executable,

@@ -5,9 +5,9 @@
     # or, in a venv with prep's wheel (release), tokenizers and gigatoken:
     python tools/bench_tokenizer_py.py [--mb 16] [--files gpt2,deepseek-v3,...]
 
-Texts: the first --mb MB of ../shared/corpora/debian-docs.jsonl.zst (its
+Texts: the first --mb MB of debian-docs.jsonl.zst in the corpora directory (tools/corpora.py; its
 `text` fields, multilingual documentation), as a list of Python strings.
-For each tokenizer file of ../shared/corpora/tokenizers named, and each
+For each tokenizer file named (fixtures/tokenizers, else the corpora directory), and each
 thread count (1 and 2: a child process each, RAYON_NUM_THREADS set for the
 two Rust libraries that use rayon's global pool), three calls on the same
 list, each timed alone after one warm-up call on a small part:
@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "corpora"
+sys.path.insert(0, str(REPO / "tools"))
+from corpora import corpora  # noqa: E402
+
+SHARED = corpora()
 FILES = ("gpt2", "deepseek-v3", "gpt-neox-20b", "mistral-7b-v0.1", "gemma3", "t5-small", "bert-base-uncased")
 
 

@@ -4,13 +4,12 @@
 //! Every test encodes the same text with `prep::engine::FastTokenizer` and
 //! with the `tokenizers` crate (`encode(text, false)`, truncation and padding
 //! off, as `prep tokenize` runs it). The tokenizers are Mistral 7B and
-//! Phi-3 mini as shipped (from `../shared/corpora/tokenizers`, skipped when
-//! absent), edits of them that cover the options the shipped files leave
-//! out (byte fallback off with and without an unknown token, `fuse_unk`
-//! off, `ignore_merges`, each `prepend_scheme`, `split: true`, added tokens
-//! in the middle of words, merges that break the proof that lets the engine
-//! cut a word), and a small tokenizer built here, so the tests also run
-//! without the shared files. The texts are the committed corpus excerpt,
+//! Phi-3 mini as shipped (fixtures/tokenizers), edits of them that cover
+//! the options the shipped files leave out (byte fallback off with and
+//! without an unknown token, `fuse_unk` off, `ignore_merges`, each
+//! `prepend_scheme`, `split: true`, added tokens in the middle of words,
+//! merges that break the proof that lets the engine cut a word), and a
+//! small tokenizer built here. The texts are the committed corpus excerpt,
 //! long runs (the heap path and the cuts inside a long piece), fixed edge
 //! cases and generated adversarial text; with `--ignored`, in release, the
 //! whole shared corpus, and a speed comparison that prints MB/s.

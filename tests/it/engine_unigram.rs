@@ -192,7 +192,6 @@ fn corpus_excerpt_identical() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-
 /// prep's HF path and the fast engine against the Python package itself,
 /// on the corpus excerpt and the runs.
 #[test]

@@ -80,7 +80,9 @@ fn corpus_cases(
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jinja"))
-        .filter(|p| shipped.is_none_or(|s| !s.join("templates").join(p.file_name().unwrap()).exists()))
+        .filter(|p| {
+            shipped.is_none_or(|s| !s.join("templates").join(p.file_name().unwrap()).exists())
+        })
         .collect();
     files.sort();
     let real = real_conversations();
@@ -258,7 +260,9 @@ fn corpus_disagreements(run: &Run, templates: usize) -> Vec<String> {
     }
     let corpus = tallies.keys().filter(|k| !k.starts_with("extra:")).count();
     if corpus != templates {
-        bad.push(format!("{templates} corpus templates expected, not {corpus}"));
+        bad.push(format!(
+            "{templates} corpus templates expected, not {corpus}"
+        ));
     }
     bad
 }

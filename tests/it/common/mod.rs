@@ -60,8 +60,9 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// The environment variable naming the directory of what the repository
 /// may not ship (fixtures/README.md): `tokenizers/gemma3.tokenizer.json.zst`
-/// (Gemma's terms of use) and `debian-docs.jsonl.zst` (the whole corpus,
-/// 15 MB). CI points it at ../shared/corpora.
+/// (Gemma's terms of use), the Llama and Gemma chat templates under `chat/`
+/// and `debian-docs.jsonl.zst` (the whole corpus, 15 MB). CI points it at
+/// ../shared/corpora.
 pub const EXTERNAL_DATA: &str = "PREP_EXTERNAL_DATA";
 
 /// A file under [`EXTERNAL_DATA`]. A test that needs one is marked

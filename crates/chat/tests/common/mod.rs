@@ -74,7 +74,11 @@ pub fn external_corpus() -> PathBuf {
     let dir = std::env::var_os("PREP_EXTERNAL_DATA")
         .map(|d| PathBuf::from(d).join("chat"))
         .expect("PREP_EXTERNAL_DATA is not set, and this test reads its chat/");
-    assert!(dir.join("templates").is_dir(), "{} is not there", dir.display());
+    assert!(
+        dir.join("templates").is_dir(),
+        "{} is not there",
+        dir.display()
+    );
     dir
 }
 
