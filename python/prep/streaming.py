@@ -70,9 +70,10 @@ def _native():
 class StreamingDataset(_Base):
     """The rows of a packed dataset in storage, streamed through a bounded cache.
 
-    Yields each row as a numpy array of the dataset's dtype (uint16 or
-    uint32), of shape (seq_len,). An `IterableDataset` when torch is
-    present; a plain iterable otherwise.
+    Yields each row as a writable numpy array of the dataset's dtype (uint16
+    or uint32), of shape (seq_len,), that owns its one copy of the row (so a
+    DataLoader's collate takes it without a warning). An `IterableDataset`
+    when torch is present; a plain iterable otherwise.
 
     Arguments: `url` (a store address or a local directory); `cache_dir` and
     `cache_limit` (bytes, or a size string such as "20GiB"): ranks of a node
@@ -82,12 +83,14 @@ class StreamingDataset(_Base):
     DataLoader's, so that with `num_workers > 0` the DataLoader returns this
     rank's rows in order (worker w of K produces batches w, w + K, ...);
     `local_world_size`: ranks sharing cache_dir (default LOCAL_WORLD_SIZE,
-    else 1); `block_bytes`, `window`, `streams`, `in_flight`: the order's and
-    the fetcher's parameters (docs/streaming.md); `indices=True` yields
-    (dataset index, row) pairs instead of rows.
+    else 1); `block_bytes`, `window`, `streams`: the order's parameters,
+    chosen to fit `cache_limit` on this world where left out (`plan` says
+    what was chosen; docs/streaming.md); `in_flight`: fetches at once;
+    `indices=True` yields (dataset index, row) pairs instead of rows.
 
-    A `cache_limit` below what the job needs is refused here (ValueError,
-    with the number), not discovered as a hang.
+    A `cache_limit` that no plan fits (or, resuming, below what the state's
+    plan needs on this world) is refused here (ValueError, with the number),
+    not discovered as a hang.
     """
 
     def __init__(self, url: str | os.PathLike, *, cache_dir: str | os.PathLike, cache_limit: int | str,
@@ -112,8 +115,8 @@ class StreamingDataset(_Base):
         if local_world_size is None:
             local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         self.local_world_size = operator.index(local_world_size)
-        # None: prep::stream's defaults (16 MiB blocks, windows of 4, 64
-        # streams at most, 4 fetches in flight), kept there alone.
+        # None: chosen by prep::stream to fit cache_limit on this world
+        # (docs/streaming.md, "The cache it needs"), kept there alone.
         self._params = {"block_bytes": None if block_bytes is None else parse_size(block_bytes),
                         "window": None if window is None else operator.index(window),
                         "streams": None if streams is None else operator.index(streams),
@@ -138,7 +141,7 @@ class StreamingDataset(_Base):
         return _native().Stream(
             self.url, self.cache_dir, self.cache_limit, self.seed, self._params["block_bytes"],
             self._params["window"], self._params["streams"], self._params["in_flight"],
-            self.local_world_size, None if state is None else json.dumps(state))
+            self.local_world_size, self.world_size, None if state is None else json.dumps(state))
 
     def __getstate__(self) -> dict:
         # DataLoader workers started by spawn get a copy without the native
@@ -154,6 +157,13 @@ class StreamingDataset(_Base):
     @property
     def seq_len(self) -> int:
         return self._open().seq_len
+
+    @property
+    def plan(self) -> dict:
+        """The order's parameters: rows a block, blocks a window, streams (chosen
+        for cache_limit when the job first started, or the state's)."""
+        block, window, streams = self._open().plan
+        return {"block": block, "window": window, "streams": streams}
 
     @property
     def cache_need(self) -> int:

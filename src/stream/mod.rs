@@ -26,15 +26,16 @@
 //! A reader holds at most the window it reads and the next, of each stream
 //! it reads: [`BlockOrder::cache_blocks`]. Ranks on one node that share a
 //! `cache_dir` need that each, and DataLoader workers of one rank share
-//! their rank's blocks. So a node needs
-//! `local_ranks × 2 × window × streams_read × (block × row_bytes + 16)`
-//! bytes, with `streams_read = streams / world` when the world size divides
-//! the streams and `streams` otherwise ([`Stream::cache_need`]); a smaller
-//! `cache_limit` is refused when the reader is made, with the number,
-//! instead of thrashing or waiting.
+//! their rank's blocks; a cache that holds the whole dataset needs no more
+//! ([`plan`] has the formula). The block, window and streams a job leaves
+//! open are chosen at its first start so that the need fits its
+//! `cache_limit` ([`plan::Job::plan`]); a limit no plan fits, or one below
+//! what a resumed job's recorded plan needs, is refused when the stream or
+//! the reader is made, with the number, instead of thrashing or waiting.
 
 mod cache;
 mod fetch;
+pub mod plan;
 mod reader;
 
 use std::path::PathBuf;
@@ -42,18 +43,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use cache::{BlockCache, CacheError, CachedBlock, TRAILER_BYTES};
+pub use plan::{Plan, DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW};
 pub use reader::{Share, StreamReader, StreamRecord};
 
 use crate::format::{Files, FormatError, Manifest, ReadError};
 use crate::sampler::{BlockOrder, OrderError};
 
-/// Bytes of rows per block unless asked otherwise.
-pub const DEFAULT_BLOCK_BYTES: u64 = 16 << 20;
-/// Blocks per window unless asked otherwise.
-pub const DEFAULT_WINDOW: u64 = 4;
-/// Streams at a job's first start unless asked otherwise: divisible by
-/// every power of two up to 64 ranks, so such a world reads with locality.
-pub const DEFAULT_STREAMS: u64 = 64;
 /// Blocks fetched at once by one reader.
 pub const DEFAULT_IN_FLIGHT: usize = 4;
 
@@ -97,13 +92,20 @@ pub enum StreamError {
         /// Which chunk, or what checksum.
         what: String,
     },
-    /// The cache limit is below what the readers sharing it need.
+    /// The cache limit is below what the readers sharing it need: with
+    /// the plan a resumed job recorded, or the parameters the caller
+    /// fixed, or, when prep chose them, the smallest plan there is.
     #[error(
-        "cache_limit {limit} bytes is below the {need} bytes this job needs in {dir}: \
-         {local_ranks} rank(s) x 2 windows x {window} blocks x {streams_read} stream(s) read \
-         x {block_bytes} bytes a block; raise cache_limit, or use fewer or smaller blocks"
+        "cache_limit {limit} bytes is below the {need} bytes {what} needs in {dir}: \
+         {local_ranks} rank(s) x 2 windows x {window} block(s) x {streams_read} stream(s) read \
+         a rank x {block_bytes} bytes a block, or the whole dataset's {whole} bytes if less; \
+         raise cache_limit{hint}"
     )]
     CacheTooSmall {
+        /// Which plan: "this job's plan", "the smallest plan".
+        what: &'static str,
+        /// What else would help, after "raise cache_limit".
+        hint: &'static str,
         /// The cache directory.
         dir: PathBuf,
         /// The limit given.
@@ -118,6 +120,8 @@ pub enum StreamError {
         streams_read: u64,
         /// Bytes a block takes in the cache.
         block_bytes: u64,
+        /// Bytes the whole dataset takes in the cache.
+        whole: u64,
     },
     /// A resume state that belongs to another dataset or seed, or is not
     /// a state.
@@ -134,17 +138,20 @@ pub struct StreamConfig {
     pub cache_limit: u64,
     /// The shuffle seed.
     pub seed: u64,
-    /// Target bytes of rows per block.
-    pub block_bytes: u64,
-    /// Blocks per window.
-    pub window: u64,
-    /// Streams; `None`: [`DEFAULT_STREAMS`], at most one per block. Fixed
-    /// when the job first starts: a resume takes the state's.
+    /// Target bytes of rows per block; `None`: chosen ([`plan`]).
+    pub block_bytes: Option<u64>,
+    /// Blocks per window; `None`: chosen.
+    pub window: Option<u64>,
+    /// Streams; `None`: chosen. Like the block and the window, fixed when
+    /// the job first starts: a resume takes the state's.
     pub streams: Option<u64>,
     /// Blocks a reader fetches at once.
     pub in_flight: usize,
     /// Ranks sharing `cache_dir` (the ranks of one node).
     pub local_ranks: u64,
+    /// Ranks in the job when it first starts, for the choice of the plan
+    /// (the readers say their own world when they are made).
+    pub world: u64,
 }
 
 impl StreamConfig {
@@ -154,11 +161,12 @@ impl StreamConfig {
             cache_dir: cache_dir.into(),
             cache_limit,
             seed: 0,
-            block_bytes: DEFAULT_BLOCK_BYTES,
-            window: DEFAULT_WINDOW,
+            block_bytes: None,
+            window: None,
             streams: None,
             in_flight: DEFAULT_IN_FLIGHT,
             local_ranks: 1,
+            world: 1,
         }
     }
 }
@@ -199,8 +207,9 @@ pub struct Stream {
     cache: BlockCache,
     config: StreamConfig,
     row_bytes: u64,
-    block: u64,
-    streams: u64,
+    plan: Plan,
+    /// Whether the plan is a state's (a resumed job's).
+    resumed: bool,
 }
 
 impl Stream {
@@ -233,19 +242,49 @@ impl Stream {
             });
         };
         let row_bytes = seq_len * manifest.dtype.size() as u64;
-        let (block, streams, window) = match state {
+        let job = plan::Job {
+            rows: manifest.n_records,
+            row_bytes,
+            local_ranks: config.local_ranks.max(1),
+            world: config.world.max(1),
+        };
+        let plan = match state {
             Some(s) => {
                 check_state(s, &identity, config.seed)?;
-                (s.block, s.streams, s.window)
+                Plan {
+                    block: s.block,
+                    window: s.window,
+                    streams: s.streams,
+                }
             }
-            None => {
-                let block = (config.block_bytes / row_bytes).max(1);
-                let blocks = manifest.n_records.div_ceil(block).max(1);
-                let streams = config.streams.unwrap_or(DEFAULT_STREAMS.min(blocks));
-                (block, streams, config.window)
-            }
+            None => job
+                .plan(
+                    config.cache_limit,
+                    config.block_bytes,
+                    config.window,
+                    config.streams,
+                )
+                .map_err(|smallest| {
+                    let fixed = config.block_bytes.is_some()
+                        || config.window.is_some()
+                        || config.streams.is_some();
+                    too_small(
+                        &config,
+                        &job,
+                        smallest,
+                        if fixed {
+                            "the smallest plan with the block_bytes, window and streams given"
+                        } else {
+                            "the smallest plan"
+                        },
+                        if fixed {
+                            ", or leave block_bytes, window and streams to prep"
+                        } else {
+                            ""
+                        },
+                    )
+                })?,
         };
-        let config = StreamConfig { window, ..config };
         let cache = BlockCache::open(&config.cache_dir, config.cache_limit)?;
         let source = fetch::Source::new(files, &manifest, row_bytes);
         let stream = Stream {
@@ -256,8 +295,8 @@ impl Stream {
             cache,
             config,
             row_bytes,
-            block,
-            streams,
+            plan,
+            resumed: state.is_some(),
         };
         stream.order(0)?;
         Ok(stream)
@@ -285,7 +324,13 @@ impl Stream {
 
     /// Rows per block.
     pub fn block(&self) -> u64 {
-        self.block
+        self.plan.block
+    }
+
+    /// The order's block, window and streams: chosen for the cache when
+    /// the job first started, or its state's.
+    pub fn plan(&self) -> Plan {
+        self.plan
     }
 
     /// The order of epoch `epoch`.
@@ -295,9 +340,9 @@ impl Stream {
     pub fn order(&self, epoch: u64) -> Result<BlockOrder, StreamError> {
         BlockOrder::new(
             self.manifest.n_records,
-            self.block,
-            self.config.window,
-            self.streams,
+            self.plan.block,
+            self.plan.window,
+            self.plan.streams,
             self.config.seed,
             epoch,
         )
@@ -316,27 +361,25 @@ impl Stream {
             seed: self.config.seed,
             epoch,
             position,
-            streams: self.streams,
-            block: self.block,
-            window: self.config.window,
+            streams: self.plan.streams,
+            block: self.plan.block,
+            window: self.plan.window,
         }
     }
 
     /// Bytes the cache directory needs for ranks of a world of `world`
     /// (see the [module docs](self)).
     pub fn cache_need(&self, world: u64) -> u64 {
-        self.cache_terms(world).0
+        self.job(world).need(self.plan).bytes
     }
 
-    fn cache_terms(&self, world: u64) -> (u64, u64, u64) {
-        let streams_read = if world > 0 && self.streams.is_multiple_of(world) {
-            self.streams / world
-        } else {
-            self.streams
-        };
-        let block_bytes = self.block * self.row_bytes + TRAILER_BYTES;
-        let need = self.config.local_ranks * 2 * self.config.window * streams_read * block_bytes;
-        (need, streams_read, block_bytes)
+    fn job(&self, world: u64) -> plan::Job {
+        plan::Job {
+            rows: self.manifest.n_records,
+            row_bytes: self.row_bytes,
+            local_ranks: self.config.local_ranks.max(1),
+            world: world.max(1),
+        }
     }
 
     /// Refuses a cache limit below [`Stream::cache_need`] for `world` ranks.
@@ -344,17 +387,14 @@ impl Stream {
     /// # Errors
     /// [`StreamError::CacheTooSmall`], with the numbers.
     pub fn check_cache(&self, world: u64) -> Result<(), StreamError> {
-        let (need, streams_read, block_bytes) = self.cache_terms(world);
-        if self.config.cache_limit < need {
-            return Err(StreamError::CacheTooSmall {
-                dir: self.config.cache_dir.clone(),
-                limit: self.config.cache_limit,
-                need,
-                local_ranks: self.config.local_ranks,
-                window: self.config.window,
-                streams_read,
-                block_bytes,
-            });
+        let job = self.job(world);
+        if self.config.cache_limit < job.need(self.plan).bytes {
+            let what = if self.resumed {
+                "the plan this job recorded in its state"
+            } else {
+                "this job's plan"
+            };
+            return Err(too_small(&self.config, &job, self.plan, what, ""));
         }
         Ok(())
     }
@@ -383,18 +423,42 @@ impl Stream {
             reader::Fetching {
                 source: std::sync::Arc::clone(&self.source),
                 cache: self.cache.clone(),
-                name: format!("{}-{}", &self.identity, self.block),
-                block: self.block,
+                name: format!("{}-{}", &self.identity, self.plan.block),
+                block: self.plan.block,
                 rows: self.manifest.n_records,
                 row_bytes: self.row_bytes,
                 in_flight: self.config.in_flight.max(1),
-                window_blocks: self.config.window * self.cache_terms(share.world).1,
+                window_blocks: self.plan.window
+                    * self.job(share.world).need(self.plan).streams_read,
             },
         ))
     }
 }
 
 const STATE_FORMAT: &str = "prep-stream";
+
+/// The refusal of `config`'s limit for `plan` on `job`.
+fn too_small(
+    config: &StreamConfig,
+    job: &plan::Job,
+    plan: Plan,
+    what: &'static str,
+    hint: &'static str,
+) -> StreamError {
+    let need = job.need(plan);
+    StreamError::CacheTooSmall {
+        what,
+        hint,
+        dir: config.cache_dir.clone(),
+        limit: config.cache_limit,
+        need: need.bytes,
+        local_ranks: job.local_ranks,
+        window: plan.window,
+        streams_read: need.streams_read,
+        block_bytes: need.block_bytes,
+        whole: need.whole,
+    }
+}
 
 fn check_state(s: &StreamState, identity: &str, seed: u64) -> Result<(), StreamError> {
     if s.format != STATE_FORMAT || s.version != 1 {

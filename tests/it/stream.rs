@@ -38,8 +38,8 @@ fn packed(t: &TestDir) -> PathBuf {
 fn config(t: &TestDir, name: &str, limit: u64) -> StreamConfig {
     let mut c = StreamConfig::new(t.path(name), limit);
     c.seed = 7;
-    c.block_bytes = 5 * 32; // 5 rows of 32 bytes
-    c.window = 2;
+    c.block_bytes = Some(5 * 32); // 5 rows of 32 bytes
+    c.window = Some(2);
     c.streams = Some(4);
     c
 }
@@ -83,7 +83,9 @@ fn ranks_and_workers_read_every_row_once_under_the_cache_limit() {
     let need = probe.cache_need(2);
     // Far smaller than the dataset: the reader must evict as it goes.
     assert!(need * 3 < n * 32, "need {need} against {} bytes", n * 32);
-    let stream = Stream::open(dir.to_str().unwrap(), config(&t, "cache", need), None).unwrap();
+    let mut c = config(&t, "cache", need);
+    c.world = 2;
+    let stream = Stream::open(dir.to_str().unwrap(), c, None).unwrap();
     let order = stream.order(0).unwrap();
     let mut all = Vec::new();
     for rank in 0..2 {
@@ -165,11 +167,28 @@ fn a_resume_on_another_world_size_reads_exactly_the_rest() {
 fn refusals_name_their_numbers() {
     let t = TestDir::new();
     let dir = packed(&t);
-    let stream = Stream::open(dir.to_str().unwrap(), config(&t, "cache", 100), None).unwrap();
-    let err = stream.reader(0, 0, Share::rank(0, 2)).unwrap_err();
+    // A limit below the smallest plan with what the caller fixed (blocks
+    // of 5 rows of 32 bytes, windows of 2, 4 streams): 1 rank x 2 windows
+    // x 2 blocks x 4 streams x (160 + 16) bytes.
+    let err = Stream::open(dir.to_str().unwrap(), config(&t, "cache", 100), None).unwrap_err();
     assert!(matches!(err, StreamError::CacheTooSmall { .. }), "{err}");
-    let need = stream.cache_need(2);
-    assert!(err.to_string().contains(&need.to_string()), "{err}");
+    assert!(
+        err.to_string()
+            .contains("below the 2816 bytes the smallest plan"),
+        "{err}"
+    );
+    // Enough for 2 ranks (2 streams each), not for 3, which share no
+    // factor with 4 streams and so read all 4.
+    let probe = Stream::open(dir.to_str().unwrap(), config(&t, "cache", u64::MAX), None).unwrap();
+    let (two, three) = (probe.cache_need(2), probe.cache_need(3));
+    assert_eq!((two, three), (1408, 2816));
+    let mut c = config(&t, "cache", two);
+    c.world = 2;
+    let stream = Stream::open(dir.to_str().unwrap(), c, None).unwrap();
+    stream.reader(0, 0, Share::rank(1, 2)).unwrap();
+    let err = stream.reader(0, 0, Share::rank(0, 3)).unwrap_err();
+    assert!(matches!(err, StreamError::CacheTooSmall { .. }), "{err}");
+    assert!(err.to_string().contains("below the 2816 bytes"), "{err}");
 
     let state = stream.state(0, 10);
     let mut c = config(&t, "cache", u64::MAX);

@@ -401,3 +401,108 @@ def test_a_store_that_refuses_or_stops_answering_is_an_error_naming_the_object(d
     del it
     gc.collect()
     assert not list((tmp_path / "c").glob("*.part"))
+
+
+# --- Default settings: the plan follows the cache (issue 53) -------------------------------------
+
+DEFAULTS_SCRIPT = r"""
+import json, sys, warnings
+warnings.simplefilter("error")  # torch's "not writable" warning fails the run
+import prep, torch
+rank, world, cache, limit, out, state = sys.argv[1:7]
+d = prep.StreamingDataset("s3://stream-big/packed", cache_dir=cache, cache_limit=int(limit), seed=5,
+                          rank=int(rank), world_size=int(world), batch_size=8, local_world_size=int(world),
+                          indices=True)
+if state != "-":
+    d.load_state_dict(json.load(open(state)))
+take = int(sys.argv[7])
+loader = torch.utils.data.DataLoader(d, batch_size=8, num_workers=2)
+rows, batches = [], 0
+for idx, batch in loader:
+    rows += [int(i) for i in idx]
+    batches += 1
+    if take and batches == take:
+        break
+json.dump({"rows": rows, "plan": d.plan, "need": d.cache_need,
+           "state": d.state_dict(batches=batches)}, open(out, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def big(s3, tmp_path_factory):
+    """A 75 MiB packed dataset (rows of 1,024 uint16 tokens) at s3://stream-big/packed: random ids in
+    documents of 1 to 4,000 tokens, imported from a nanoGPT file and packed."""
+    server, _ = s3
+    tmp = tmp_path_factory.mktemp("big")
+    rng = np.random.default_rng(53)
+    tokens = rng.integers(0, 50256, size=75 * (1 << 20) // 2 + 4096, dtype=np.uint16)
+    tokens[np.cumsum(rng.integers(1, 4000, size=len(tokens) // 1000)) % len(tokens)] = 50256
+    flat = tmp / "flat.bin"
+    tokens.tofile(flat)
+    ok(run_prep("import", "nanogpt", flat, tmp / "docs", "--eos", "50256", "--quiet"))
+    ok(run_prep("pack", tmp / "docs", tmp / "packed", "--seq-len", 1024, "--no-sep", "--quiet"))
+    client = server.client()
+    client.create_bucket(Bucket="stream-big")
+    upload_dir(client, "stream-big", tmp / "packed", "packed")
+    return tmp / "packed"
+
+
+def run_default_ranks(tmp: Path, cache: Path, world: int, state: Path | None, take: int):
+    script = tmp / "defaults.py"
+    script.write_text(DEFAULTS_SCRIPT)
+    procs = []
+    for r in range(world):
+        out = tmp / f"defaults-{world}-{r}.json"
+        procs.append((out, subprocess.Popen([sys.executable, str(script), str(r), str(world), str(cache),
+                                             str(32 << 20), str(out), str(state or "-"), str(take)])))
+    peak = 0
+    while any(p.poll() is None for _, p in procs):
+        peak = max(peak, dir_bytes(cache))
+        time.sleep(0.005)
+    for _, p in procs:
+        assert p.returncode == 0, f"a rank exited {p.returncode}"
+    return [json.loads(out.read_text()) for out, _ in procs], peak
+
+
+def test_a_75_mib_dataset_streams_through_32_mib_on_defaults_and_resumes_on_3(big, env, tmp_path):
+    """Default block, window and streams on a cache a third of the dataset: two ranks sharing it
+    (2 DataLoader workers each, warnings as errors) read 100 batches each, then the job resumes on
+    3 ranks from the state and reads the rest: every row once, the cache never above its limit."""
+    pytest.importorskip("torch", reason="the DataLoader run needs torch")
+    size = sum(p.stat().st_size for p in big.glob("*.bin"))
+    assert size > 2.3 * (32 << 20), size
+    n = len(prep.Dataset(big))
+    cache = tmp_path / "cache"
+    first, peak1 = run_default_ranks(tmp_path, cache, 2, None, 100)
+    assert first[0]["state"] == first[1]["state"], "every rank's state is the job's"
+    assert first[0]["need"] <= 32 << 20 and peak1 <= 32 << 20, (first[0]["need"], peak1)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(first[0]["state"]))
+    second, peak2 = run_default_ranks(tmp_path, cache, 3, state, 0)
+    assert peak2 <= 32 << 20, peak2
+    assert second[0]["plan"] == first[0]["plan"], "the resumed job reads the recorded order"
+    before = [i for r in first for i in r["rows"]]
+    after = [i for r in second for i in r["rows"]]
+    assert len(before) == 2 * 100 * 8
+    assert len(set(before + after)) == len(before) + len(after), "no row twice"
+    assert len(before) + len(after) == n - (n - len(before)) % 3, "every row of the epoch"
+
+
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_rows_are_writable_and_a_dataloader_takes_them_without_a_warning(dataset, tmp_path):
+    """Rows own their one copy and are writable, so torch's default_collate (which warns on a
+    read-only numpy array, "The given NumPy array is not writable") takes them silently."""
+    torch = pytest.importorskip("torch", reason="the DataLoader run needs torch")
+    d = prep.StreamingDataset(dataset, cache_dir=tmp_path / "c", cache_limit="64MiB", seed=1,
+                              rank=0, world_size=1)
+    row = next(iter(d))
+    assert row.flags.writeable and row.flags.owndata is False and row.base is not None
+    row[0] = row[0]  # writing is allowed
+    ds = prep.Dataset(dataset)
+    n = 0
+    for batch in torch.utils.data.DataLoader(d, batch_size=16, num_workers=0):
+        assert batch.shape[1] == SEQ_LEN
+        n += len(batch)
+        if n >= 64:
+            break
+    assert n == 64 and len(ds) >= 64

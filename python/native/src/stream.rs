@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes};
 
 use prep::stream::{Share, StreamConfig, StreamError, StreamReader, StreamState};
 
@@ -33,7 +33,7 @@ pub struct Stream {
 impl Stream {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (location, cache_dir, cache_limit, seed, block_bytes, window, streams, in_flight, local_ranks, state=None))]
+    #[pyo3(signature = (location, cache_dir, cache_limit, seed, block_bytes, window, streams, in_flight, local_ranks, world, state=None))]
     fn new(
         py: Python<'_>,
         location: String,
@@ -45,6 +45,7 @@ impl Stream {
         streams: Option<u64>,
         in_flight: Option<usize>,
         local_ranks: u64,
+        world: u64,
         state: Option<String>,
     ) -> PyResult<Stream> {
         let state: Option<StreamState> = state
@@ -52,13 +53,15 @@ impl Stream {
             .transpose()
             .map_err(|e| PyValueError::new_err(format!("resume state refused: {e}")))?;
         let mut config = StreamConfig::new(cache_dir, cache_limit);
-        // None: prep::stream's defaults, the one place they are written.
+        // None: chosen by prep::stream for the cache (its plan), the one
+        // place that choice is made.
         config.seed = seed;
-        config.block_bytes = block_bytes.unwrap_or(config.block_bytes);
-        config.window = window.unwrap_or(config.window);
+        config.block_bytes = block_bytes;
+        config.window = window;
         config.streams = streams;
         config.in_flight = in_flight.unwrap_or(config.in_flight);
         config.local_ranks = local_ranks.max(1);
+        config.world = world.max(1);
         let inner = py
             .detach(|| prep::stream::Stream::open(&location, config, state.as_ref()))
             .map_err(to_py)?;
@@ -81,6 +84,14 @@ impl Stream {
     #[getter]
     fn seq_len(&self) -> u64 {
         self.inner.manifest().seq_len.unwrap_or(0)
+    }
+
+    /// The order's (block rows, window blocks, streams): chosen for the
+    /// cache at the job's first start, or its state's.
+    #[getter]
+    fn plan(&self) -> (u64, u64, u64) {
+        let p = self.inner.plan();
+        (p.block, p.window, p.streams)
     }
 
     /// Bytes of cache the ranks of one node need in a world of `world`.
@@ -152,7 +163,9 @@ impl Stream {
     }
 }
 
-/// One share's rows: an iterator of (dataset index, row bytes).
+/// One share's rows: an iterator of (dataset index, row), each row a
+/// `bytearray`: the one copy out of the cache, which numpy then views as a
+/// writable array (torch's collate warns on read-only ones).
 #[pyclass(module = "prep._native")]
 pub struct Reader {
     /// Taken by `Drop`.
@@ -179,7 +192,7 @@ impl Reader {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyBytes>)>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyByteArray>)>> {
         let mut guard = self.inner.lock().expect("no panic while held");
         let Some(reader) = guard.as_mut() else {
             return Ok(None);
@@ -194,7 +207,7 @@ impl Reader {
         match next {
             None => Ok(None),
             Some(Err(e)) => Err(to_py(e)),
-            Some(Ok(row)) => Ok(Some((row.index, PyBytes::new(py, row.bytes())))),
+            Some(Ok(row)) => Ok(Some((row.index, PyByteArray::new(py, row.bytes())))),
         }
     }
 
