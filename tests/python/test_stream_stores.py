@@ -1,0 +1,104 @@
+"""prep.StreamingDataset from gs:// and https:// (and http://), against a
+local server on 127.0.0.1 that speaks what object_store sends each
+(tests/python/range_server.py: GCS's XML API through a service-account file
+with `gcs_base_url`, as object_store's own tests reach an emulator; a web
+server with Range, over TLS under a certificate authority made for the test
+and trusted through SSL_CERT_FILE).
+
+- Every row once across 2 ranks, each the dataset's own bytes, fetched
+  through the server (its GET log shows the shards' ranges).
+- The same epoch order as from the local directory, and a state taken while
+  streaming the local directory resumes the stream from the store, and back.
+
+    PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_stream_stores.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prep
+from range_server import RangeServer, gcs_service_account, self_signed
+from test_s3 import CORPUS, GPT2, ok, prep as run_prep
+
+native = pytest.importorskip("prep._native", reason="prep's extension module is not built (make package)")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """A directory served as the store: bkt/packed, a packed dataset of the corpus (rows of
+    128 tokens, 64 KiB shards)."""
+    tmp = tmp_path_factory.mktemp("stores")
+    docs, packed = tmp / "docs", tmp / "root" / "bkt" / "packed"
+    ok(run_prep("tokenize", "--tokenizer", GPT2, "--input", CORPUS, "--output", docs, "--quiet"))
+    ok(run_prep("pack", docs, packed, "--seq-len", 128, "--shard-size", "64KiB", "--quiet"))
+    return tmp / "root"
+
+
+@pytest.fixture(params=["gs", "http", "https"])
+def store(request, root, tmp_path, monkeypatch):
+    """(the dataset's URL in the store, the server)."""
+    if request.param == "https":
+        if shutil.which("openssl") is None:
+            pytest.fail("openssl is needed to make the test's certificates")
+        ca, cert, key = self_signed(tmp_path)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        server = RangeServer(root, tls=(cert, key))
+    else:
+        server = RangeServer(root)
+    if request.param == "gs":
+        monkeypatch.setenv("GOOGLE_SERVICE_ACCOUNT", str(gcs_service_account(tmp_path / "sa.json", server)))
+        url = "gs://bkt/packed"
+    else:
+        url = f"{server.url}/bkt/packed"
+    yield url, server
+    server.stop()
+
+
+def stream(url, cache: Path, **kw) -> prep.StreamingDataset:
+    args = dict(cache_dir=cache, cache_limit="4MiB", seed=9, rank=0, world_size=1, indices=True)
+    args.update(kw)
+    return prep.StreamingDataset(url, **args)
+
+
+def test_every_row_once_across_2_ranks_as_the_dataset_has_it(store, root, tmp_path):
+    url, server = store
+    ds = prep.Dataset(root / "bkt" / "packed")
+    seen = []
+    for rank in range(2):
+        d = stream(url, tmp_path / "cache", rank=rank, world_size=2, local_world_size=2)
+        rows = list(d)
+        assert [int(i) for i, _ in rows] == d.indices().tolist(), "the order's sequence"
+        for i, row in rows:
+            assert np.array_equal(row, ds[int(i)]), int(i)
+        seen += [int(i) for i, _ in rows]
+    assert len(seen) == len(set(seen)) == len(ds) - len(ds) % 2
+    fetched = [key for key, _ in server.gets if key.endswith(".bin")]
+    assert fetched, f"no shard was read from the server: {server.gets[:5]}"
+    assert all(r.startswith("bytes=") for key, r in server.gets if key.endswith(".bin"))
+
+
+def test_the_local_directory_and_the_store_read_one_order_and_share_states(store, root, tmp_path):
+    url, _ = store
+    local = root / "bkt" / "packed"
+    for epoch in (0, 3):
+        a = stream(local, tmp_path / "a", epoch=epoch)
+        b = stream(url, tmp_path / "b", epoch=epoch)
+        assert a.plan == b.plan
+        assert np.array_equal(a.indices(), b.indices()), f"epoch {epoch}"
+    # 100 rows from the directory, the rest from the store; and the reverse.
+    for first, then in ((local, url), (url, local)):
+        d = stream(first, tmp_path / "c1")
+        it = iter(d)
+        before = [int(next(it)[0]) for _ in range(100)]
+        state = d.state_dict()
+        e = stream(then, tmp_path / "c2")
+        e.load_state_dict(state)
+        after = [int(i) for i, _ in e]
+        whole = stream(local, tmp_path / "c3").indices().tolist()
+        assert before + after == whole, f"{first} then {then}"
