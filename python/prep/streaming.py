@@ -86,7 +86,11 @@ class StreamingDataset(_Base):
     else 1); `block_bytes`, `window`, `streams`: the order's parameters,
     chosen to fit `cache_limit` on this world where left out (`plan` says
     what was chosen; docs/streaming.md); `in_flight`: fetches at once;
-    `indices=True` yields (dataset index, row) pairs instead of rows.
+    `indices=True` yields (dataset index, row) pairs instead of rows;
+    `batched=True` yields whole batches of `batch_size` rows instead, each a
+    writable (batch_size, seq_len) array gathered in one call (the last may
+    be shorter), with `indices=True` as (indices, batch): give it to a
+    DataLoader with `batch_size=None`.
 
     A `cache_limit` that no plan fits (or, resuming, below what the state's
     plan needs on this world) is refused here (ValueError, with the number),
@@ -97,7 +101,7 @@ class StreamingDataset(_Base):
                  seed: int = 0, epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  batch_size: int = 1, local_world_size: int | None = None,
                  block_bytes: int | str | None = None, window: int | None = None, streams: int | None = None,
-                 in_flight: int | None = None, indices: bool = False):
+                 in_flight: int | None = None, indices: bool = False, batched: bool = False):
         if torch is not None:
             super().__init__()
         default_rank, default_world = default_rank_and_world()
@@ -123,6 +127,7 @@ class StreamingDataset(_Base):
                         "in_flight": None if in_flight is None else operator.index(in_flight)}
         self.epoch = operator.index(epoch)
         self.with_indices = bool(indices)
+        self.batched = bool(batched)
         self._start = 0  # global position this pass starts from
         self._yielded = 0  # rows this process's iterator yielded in this pass
         self._state: dict | None = None  # the state loaded, which fixes the order's parameters
@@ -184,6 +189,14 @@ class StreamingDataset(_Base):
                                      self.batch_size)
         dtype = self.dtype
         self._yielded = 0
+        if self.batched:
+            seq_len = self.seq_len
+            while (got := reader.next_batch(self.batch_size)) is not None:
+                indices, rows = got
+                batch = np.frombuffer(rows, dtype=dtype).reshape(-1, seq_len)
+                self._yielded += len(batch)
+                yield (np.frombuffer(indices, dtype="<u8"), batch) if self.with_indices else batch
+            return
         for index, row in reader:
             self._yielded += 1
             row = np.frombuffer(row, dtype=dtype)

@@ -102,3 +102,23 @@ def test_the_local_directory_and_the_store_read_one_order_and_share_states(store
         after = [int(i) for i, _ in e]
         whole = stream(local, tmp_path / "c3").indices().tolist()
         assert before + after == whole, f"{first} then {then}"
+
+
+def test_batches_are_the_rows_in_one_call_each_and_a_dataloader_takes_them(store, root, tmp_path):
+    """batched=True: the same rows in the same order, batch_size at a time (the last shorter), and
+    through a DataLoader with 2 workers and batch_size=None the rank's rows in order."""
+    url, _ = store
+    rows = stream(url, tmp_path / "a", rank=1, world_size=2, batch_size=32)
+    want_idx = [int(i) for i, _ in rows]
+    want = np.stack([r for _, r in rows])
+    got = list(stream(url, tmp_path / "b", rank=1, world_size=2, batch_size=32, batched=True))
+    assert all(len(i) == 32 for i, _ in got[:-1]) and 0 < len(got[-1][0]) <= 32
+    assert np.concatenate([i for i, _ in got]).tolist() == want_idx
+    batches = np.concatenate([b for _, b in got])
+    assert np.array_equal(batches, want) and batches.flags.writeable
+    torch = pytest.importorskip("torch", reason="the DataLoader run needs torch")
+    d = stream(url, tmp_path / "c", rank=1, world_size=2, batch_size=32, batched=True)
+    loader = torch.utils.data.DataLoader(d, batch_size=None, num_workers=2)
+    idx = [i for i, _ in loader]
+    assert torch.cat(idx).tolist() == want_idx
+    assert d.state_dict(batches=len(idx))["position"] == len(prep.Dataset(root / "bkt" / "packed")) // 2 * 2

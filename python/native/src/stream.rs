@@ -211,6 +211,47 @@ impl Reader {
         }
     }
 
+    /// The next `n` rows (fewer at the end; `None` when none is left) in
+    /// one call: (their dataset indices as little-endian u64 bytes, the
+    /// rows one after the other in one `bytearray`). The GIL is released
+    /// while the rows are gathered, so a batch costs one crossing, not `n`.
+    fn next_batch<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyByteArray>)>> {
+        let mut guard = self.inner.lock().expect("no panic while held");
+        let Some(reader) = guard.as_mut() else {
+            return Ok(None);
+        };
+        let gathered = py.detach(|| {
+            let mut indices = Vec::with_capacity(n * 8);
+            let mut rows = Vec::new();
+            for _ in 0..n {
+                match reader.next() {
+                    None => break,
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(row)) => {
+                        if rows.is_empty() {
+                            rows.reserve(n * row.bytes().len());
+                        }
+                        indices.extend_from_slice(&row.index.to_le_bytes());
+                        rows.extend_from_slice(row.bytes());
+                    }
+                }
+            }
+            Ok((indices, rows))
+        });
+        let (indices, rows) = gathered.map_err(to_py)?;
+        if indices.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((
+            PyBytes::new(py, &indices),
+            PyByteArray::new(py, &rows),
+        )))
+    }
+
     fn __len__(&self) -> usize {
         let guard = self.inner.lock().expect("no panic while held");
         guard.as_ref().map_or(0, |r| r.len() as usize)
