@@ -202,22 +202,24 @@ json.dump({"rows": rows, "expected": d.indices().tolist()}, open(out, "w"))
 """
 
 
-def run_ranks(tmp: Path, cache: Path, limit: int, world: int, ranks, workers: int):
-    script = tmp / "rank.py"
-    script.write_text(RANK_SCRIPT)
-    env = {**os.environ}
-    procs = []
-    for r in ranks:
-        out = tmp / f"rank{r}.json"
-        procs.append((out, subprocess.Popen([sys.executable, str(script), str(r), str(world), str(cache),
-                                             str(limit), str(workers), str(out)], env=env)))
+def run_watched(cache: Path, runs: list[tuple[Path, list[str]]]) -> tuple[list[dict], int]:
+    """Runs each (output file, python arguments) at once, sampling the cache directory's size
+    while any runs: each one's JSON output and the peak size."""
+    procs = [(out, subprocess.Popen([sys.executable, *map(str, args)])) for out, args in runs]
     peak = 0
     while any(p.poll() is None for _, p in procs):
         peak = max(peak, dir_bytes(cache))
         time.sleep(0.005)
-    for out, p in procs:
-        assert p.returncode == 0, f"rank exited {p.returncode}"
+    for _, p in procs:
+        assert p.returncode == 0, f"a rank exited {p.returncode}"
     return [json.loads(out.read_text()) for out, _ in procs], peak
+
+
+def run_ranks(tmp: Path, cache: Path, limit: int, world: int, ranks, workers: int):
+    script = tmp / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    return run_watched(cache, [(tmp / f"rank{r}.json", [script, r, world, cache, limit, workers,
+                                                         tmp / f"rank{r}.json"]) for r in ranks])
 
 
 def dir_bytes(path: Path) -> int:
@@ -450,18 +452,9 @@ def big(s3, tmp_path_factory):
 def run_default_ranks(tmp: Path, cache: Path, world: int, state: Path | None, take: int):
     script = tmp / "defaults.py"
     script.write_text(DEFAULTS_SCRIPT)
-    procs = []
-    for r in range(world):
-        out = tmp / f"defaults-{world}-{r}.json"
-        procs.append((out, subprocess.Popen([sys.executable, str(script), str(r), str(world), str(cache),
-                                             str(32 << 20), str(out), str(state or "-"), str(take)])))
-    peak = 0
-    while any(p.poll() is None for _, p in procs):
-        peak = max(peak, dir_bytes(cache))
-        time.sleep(0.005)
-    for _, p in procs:
-        assert p.returncode == 0, f"a rank exited {p.returncode}"
-    return [json.loads(out.read_text()) for out, _ in procs], peak
+    outs = [tmp / f"defaults-{world}-{r}.json" for r in range(world)]
+    return run_watched(cache, [(out, [script, r, world, cache, 32 << 20, out, state or "-", take])
+                               for r, out in enumerate(outs)])
 
 
 def test_a_75_mib_dataset_streams_through_32_mib_on_defaults_and_resumes_on_3(big, env, tmp_path):
