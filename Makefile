@@ -163,6 +163,13 @@ endif
 	$(CARGO) test --workspace --doc
 	$(PYTHON) tools/skipped_tests.py $(if $(PREP_EXTERNAL_DATA),--require "needs PREP_EXTERNAL_DATA")
 
+# The tests that are not part of `make test` at all (build.rs: cfg(prep_by_hand)),
+# in release: the engines against HF over the whole debian-docs corpus (needs
+# PREP_EXTERNAL_DATA) and a dataset past 4 GiB through export and import (writes
+# about 17 GiB).
+test-by-hand: $(VENV)/.installed
+	PREP_BY_HAND=1 $(CARGO) test --release --test it -- shared_corpus_identical a_dataset_past_4_gib_round_trips
+
 # The tests tests/tiers.txt marks `slow`, in the environment `make test` runs them in.
 test-slow: $(VENV)/.installed check-tiers
 ifneq ($(RUST_SLOW),)

@@ -4,11 +4,20 @@
 /// ignored, with their reason, so the test framework reports them skipped
 /// rather than passing having checked nothing. prep-chat's build script is
 /// this file too (`include!`), so the rule is written once.
+///
+/// With `PREP_BY_HAND` set, `cfg(prep_by_hand)` builds the tests that are
+/// not part of `make test` at all (the engines over the whole corpus, a
+/// 17 GiB round trip): `make test-by-hand` runs them, in release.
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(prep_external_data)");
+    println!("cargo::rustc-check-cfg=cfg(prep_by_hand)");
     println!("cargo::rerun-if-env-changed=PREP_EXTERNAL_DATA");
+    println!("cargo::rerun-if-env-changed=PREP_BY_HAND");
     println!("cargo::rerun-if-changed=build.rs");
     if std::env::var_os("PREP_EXTERNAL_DATA").is_some_and(|v| !v.is_empty()) {
         println!("cargo::rustc-cfg=prep_external_data");
+    }
+    if std::env::var_os("PREP_BY_HAND").is_some_and(|v| !v.is_empty()) {
+        println!("cargo::rustc-cfg=prep_by_hand");
     }
 }

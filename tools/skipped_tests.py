@@ -47,6 +47,21 @@ def reasons() -> dict[str, str]:
     return found
 
 
+def by_hand_tests() -> list[str]:
+    """The tests compiled only under cfg(prep_by_hand), as file::name."""
+    found = []
+    for path in SOURCES:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        for i, line in enumerate(lines):
+            if line.strip() == "#[cfg(prep_by_hand)]":
+                for nxt in lines[i + 1:i + 4]:
+                    m = re.match(r"\s*(?:pub\s+)?fn\s+(\w+)\s*\(", nxt)
+                    if m:
+                        found.append(f"{path.stem}::{m.group(1)}")
+                        break
+    return sorted(found)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--require", help="fail if a skipped test's reason starts with this")
@@ -63,6 +78,9 @@ def main() -> int:
         print(f"  {name}: {reason}")
         if args.require and reason.startswith(args.require):
             failed.append(name)
+    by_hand = by_hand_tests()
+    print(f"{len(by_hand)} Rust test{'' if len(by_hand) == 1 else 's'} not built by make test "
+          f"(cfg(prep_by_hand): make test-by-hand runs them): {', '.join(by_hand)}")
     if failed:
         print(f"error: {len(failed)} skipped test(s) need data this run was given ({args.require}): "
               f"{', '.join(failed)}. Was the test build made before the variable was set?", file=sys.stderr)

@@ -6,7 +6,7 @@
 //! the committed corpus excerpt, generated adversarial text (runs of spaces
 //! and newlines, digits, mixed scripts, combining marks, JSON escapes,
 //! special-token strings inside words), and, with `PREP_EXTERNAL_DATA`, the
-//! whole real corpus (`--ignored`, in release). The tokenizers are every
+//! whole real corpus (`make test-by-hand`, in release). The tokenizers are every
 //! byte-level file in fixtures/tokenizers as shipped, and GPT-2's vocabulary under the
 //! cl100k / Llama 3 and o200k split patterns, with and without
 //! `ignore_merges` and extra added tokens, so each scanner and each
@@ -487,10 +487,10 @@ fn corpus_identical(keep: impl Fn(&str) -> bool) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// The whole corpus (tens of MB; run by `make test-by-hand`, in release, with
 /// `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
+#[cfg(prep_by_hand)]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs());
 }

@@ -11,7 +11,7 @@
 //! merges that break the proof that lets the engine cut a word), and a
 //! small tokenizer built here. The texts are the committed corpus excerpt,
 //! long runs (the heap path and the cuts inside a long piece), fixed edge
-//! cases and generated adversarial text; with `--ignored`, in release, the
+//! cases and generated adversarial text; with `make test-by-hand`, in release, the
 //! whole shared corpus, and a speed comparison that prints MB/s.
 //!
 //! The `tokenizers` crate is the code the Python package runs;
@@ -550,11 +550,11 @@ fn python_package_agrees() {
     }
 }
 
-/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// The whole corpus (tens of MB; run by `make test-by-hand`, in release, with
 /// `PREP_EXTERNAL_DATA`): the files as shipped, Gemma 3's among them (its
 /// pre-tokenizer never splits, so each document reaches the model whole).
 #[test]
-#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
+#[cfg(prep_by_hand)]
 fn shared_corpus_identical() {
     let gemma = Pair::new("gemma3", &serde_json::to_vec(&gemma3()).unwrap());
     common::engine::shared_corpus_identical(

@@ -240,9 +240,9 @@ fn corpus_excerpt_is_pythons() {
     );
 }
 
-/// The whole corpus (run in release with `--ignored` and `PREP_EXTERNAL_DATA`).
+/// The whole corpus (run by `make test-by-hand`, in release, with `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
+#[cfg(prep_by_hand)]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs().into_iter().take(1).collect());
 }

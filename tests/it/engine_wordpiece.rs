@@ -11,7 +11,7 @@
 //! prefix, a small `max_input_chars_per_word`, normalized added tokens and
 //! the BERT steps inside sequences. The texts are the committed corpus
 //! excerpt and golden texts, generated adversarial text and, with
-//! `--ignored` and `PREP_EXTERNAL_DATA`, the whole corpus. The Rust crate is the reference
+//! `make test-by-hand` and `PREP_EXTERNAL_DATA`, the whole corpus. The Rust crate is the reference
 //! because `python_reference_agrees` checks, where the reference venv is
 //! there, that the Python package gives the same ids on the same texts, and
 //! the golden MiniLM ids (written by the Python package) are checked too.
@@ -254,10 +254,10 @@ json.dump(out, open(f"{d}/ids.json", "w"))
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The whole corpus (tens of MB; run in release with `--ignored` and
+/// The whole corpus (tens of MB; run by `make test-by-hand`, in release, with
 /// `PREP_EXTERNAL_DATA`).
 #[test]
-#[ignore = "the whole corpus: release, --ignored and PREP_EXTERNAL_DATA"]
+#[cfg(prep_by_hand)]
 fn shared_corpus_identical() {
     common::engine::shared_corpus_identical(pairs());
 }

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::common::*;
-use prep::format::{Dataset, Dtype, Manifest, MANIFEST_FILE};
+use prep::format::{Dtype, Manifest, MANIFEST_FILE};
 
 /// Writes `docs` as a dataset whose manifest says its documents end with
 /// `eos` and whose vocabulary is `vocab`.
@@ -307,10 +307,9 @@ fn exports_refuse_to_replace_files_without_overwrite() {
 /// Past every 32-bit limit: 2^32 + 18 uint16 tokens (8 GiB) in three
 /// records, exported to Megatron (byte offsets past 4 GiB, lengths at the
 /// int32 limit) and datatrove, and imported back. Writes about 17 GiB, so it
-/// is not part of `make test`: run it with `cargo test --test it --
-/// --ignored interop::`.
+/// is not part of `make test`: `make test-by-hand` runs it.
 #[test]
-#[ignore = "writes about 17 GiB; run by hand"]
+#[cfg(prep_by_hand)]
 fn a_dataset_past_4_gib_round_trips() {
     let t = TestDir::new();
     let input = t.path("big");
@@ -335,7 +334,7 @@ fn a_dataset_past_4_gib_round_trips() {
             .arg(&target)
             .arg(&back)
             .arg("-q"));
-        let ds = Dataset::open(&back).unwrap();
+        let ds = prep::format::Dataset::open(&back).unwrap();
         assert_eq!(ds.record_lengths().collect::<Vec<_>>(), lengths, "{format}");
         for (token, value) in markers {
             let span: Vec<u32> = ds

@@ -108,7 +108,7 @@ pub fn check_all(pairs: &[Pair], text: &str) -> Result<(), String> {
         .try_for_each(|pair| pair.check(text, &mut state))
 }
 
-/// The whole-corpus check of the `--ignored` tests: every document of
+/// The whole-corpus check of the by-hand tests (`make test-by-hand`): every document of
 /// debian-docs.jsonl.zst (under `PREP_EXTERNAL_DATA`, [`super::external`])
 /// through each pair, the pairs in parallel (HF's encoding is the slow
 /// side); panics naming the first differences, or when the corpus is not
