@@ -157,8 +157,10 @@ impl Stream {
             batch,
         };
         let reader = self.inner.reader(epoch, start, share).map_err(to_py)?;
+        let manifest = self.inner.manifest();
         Ok(Reader {
             inner: Mutex::new(Some(reader)),
+            row_bytes: manifest.seq_len.unwrap_or(0) as usize * manifest.dtype.size(),
         })
     }
 }
@@ -170,6 +172,8 @@ impl Stream {
 pub struct Reader {
     /// Taken by `Drop`.
     inner: Mutex<Option<StreamReader>>,
+    /// Bytes of a row.
+    row_bytes: usize,
 }
 
 impl Drop for Reader {
@@ -213,8 +217,9 @@ impl Reader {
 
     /// The next `n` rows (fewer at the end; `None` when none is left) in
     /// one call: (their dataset indices as little-endian u64 bytes, the
-    /// rows one after the other in one `bytearray`). The GIL is released
-    /// while the rows are gathered, so a batch costs one crossing, not `n`.
+    /// rows one after the other in one `bytearray`). The rows are copied
+    /// once, from the cache straight into the `bytearray`, with the GIL
+    /// released, so a batch costs one crossing, not `n`.
     fn next_batch<'py>(
         &self,
         py: Python<'py>,
@@ -224,32 +229,35 @@ impl Reader {
         let Some(reader) = guard.as_mut() else {
             return Ok(None);
         };
+        let row_bytes = self.row_bytes;
+        let rows = PyByteArray::new_with(py, n * row_bytes, |_| Ok(()))?;
+        // SAFETY: the bytearray was made just above and nothing else holds
+        // it, so no Python code can resize or read it while it is filled,
+        // with or without the GIL.
+        let buf: &mut [u8] = unsafe { rows.as_bytes_mut() };
         let gathered = py.detach(|| {
             let mut indices = Vec::with_capacity(n * 8);
-            let mut rows = Vec::new();
-            for _ in 0..n {
+            for slot in buf.chunks_exact_mut(row_bytes.max(1)).take(n) {
                 match reader.next() {
                     None => break,
                     Some(Err(e)) => return Err(e),
                     Some(Ok(row)) => {
-                        if rows.is_empty() {
-                            rows.reserve(n * row.bytes().len());
-                        }
                         indices.extend_from_slice(&row.index.to_le_bytes());
-                        rows.extend_from_slice(row.bytes());
+                        slot.copy_from_slice(row.bytes());
                     }
                 }
             }
-            Ok((indices, rows))
+            Ok(indices)
         });
-        let (indices, rows) = gathered.map_err(to_py)?;
-        if indices.is_empty() {
+        let indices = gathered.map_err(to_py)?;
+        let got = indices.len() / 8;
+        if got == 0 {
             return Ok(None);
         }
-        Ok(Some((
-            PyBytes::new(py, &indices),
-            PyByteArray::new(py, &rows),
-        )))
+        if got < n {
+            rows.resize(got * row_bytes)?;
+        }
+        Ok(Some((PyBytes::new(py, &indices), rows)))
     }
 
     fn __len__(&self) -> usize {
