@@ -87,14 +87,33 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CacheError + '_ {
 /// A block in the cache, mapped: its data, without the trailer.
 #[derive(Debug)]
 pub struct CachedBlock {
-    map: MappedFile,
-    len: usize,
+    data: BlockData,
+}
+
+/// Where a block's bytes are.
+#[derive(Debug)]
+enum BlockData {
+    /// A block file of the cache directory, mapped (its data, then the
+    /// trailer).
+    Mapped { map: MappedFile, len: usize },
+    /// Read into memory, not cached: a block of a local dataset.
+    Memory(Vec<u8>),
 }
 
 impl CachedBlock {
+    /// A block held in memory rather than in the cache directory.
+    pub fn in_memory(bytes: Vec<u8>) -> CachedBlock {
+        CachedBlock {
+            data: BlockData::Memory(bytes),
+        }
+    }
+
     /// The block's bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map.bytes()[..self.len]
+        match &self.data {
+            BlockData::Mapped { map, len } => &map.bytes()[..*len],
+            BlockData::Memory(bytes) => bytes,
+        }
     }
 }
 
@@ -175,8 +194,10 @@ impl BlockCache {
             std::fs::rename(&part, &path).map_err(io(&path))?;
             let map = map(&path)?;
             Ok::<_, E>(CachedBlock {
-                map,
-                len: len as usize,
+                data: BlockData::Mapped {
+                    map,
+                    len: len as usize,
+                },
             })
         })();
         if stored.is_err() {
@@ -206,8 +227,10 @@ impl BlockCache {
             return Ok(None);
         }
         Ok(Some(CachedBlock {
-            map,
-            len: len as usize,
+            data: BlockData::Mapped {
+                map,
+                len: len as usize,
+            },
         }))
     }
 

@@ -43,6 +43,11 @@ impl Source {
         }
     }
 
+    /// Whether the shards are in object storage (else a local directory).
+    pub(super) fn is_remote(&self) -> bool {
+        self.files.is_remote()
+    }
+
     /// The bytes of rows `rows`, checked chunk by chunk. A range whose
     /// check fails is fetched once more before it is an error.
     pub(super) fn rows(&self, rows: Range<u64>) -> Result<Vec<u8>, StreamError> {

@@ -152,6 +152,11 @@ pub struct StreamConfig {
     /// Ranks in the job when it first starts, for the choice of the plan
     /// (the readers say their own world when they are made).
     pub world: u64,
+    /// Pass the blocks of a local dataset through `cache_dir` as a remote
+    /// one's are. Off: a local dataset's blocks are read and checked into
+    /// memory (the same bound, in memory rather than on disk), which saves
+    /// writing every byte into the cache and mapping it again.
+    pub cache_local: bool,
 }
 
 impl StreamConfig {
@@ -167,6 +172,7 @@ impl StreamConfig {
             in_flight: DEFAULT_IN_FLIGHT,
             local_ranks: 1,
             world: 1,
+            cache_local: false,
         }
     }
 }
@@ -430,6 +436,7 @@ impl Stream {
                 in_flight: self.config.in_flight.max(1),
                 window_blocks: self.plan.window
                     * self.job(share.world).need(self.plan).streams_read,
+                cached: self.source.is_remote() || self.config.cache_local,
             },
         ))
     }

@@ -82,6 +82,9 @@ pub(super) struct Fetching {
     pub(super) in_flight: usize,
     /// Blocks of one window of every stream read: how far ahead to fetch.
     pub(super) window_blocks: u64,
+    /// Whether blocks go through the cache directory; if not (a local
+    /// dataset), each is read and checked into memory.
+    pub(super) cached: bool,
 }
 
 type Ready = Mutex<HashMap<u64, Result<Arc<CachedBlock>, StreamError>>>;
@@ -288,6 +291,9 @@ impl Drop for StreamReader {
 fn fetch_block(f: &Fetching, b: u64) -> Result<Arc<CachedBlock>, StreamError> {
     let rows = b * f.block..((b + 1) * f.block).min(f.rows);
     let len = (rows.end - rows.start) * f.row_bytes;
+    if !f.cached {
+        return Ok(Arc::new(CachedBlock::in_memory(f.source.rows(rows)?)));
+    }
     let name = format!("{}-{b}", f.name);
     let block = f.cache.get_or_fetch(&name, len, || f.source.rows(rows))?;
     Ok(Arc::new(block))

@@ -41,6 +41,9 @@ fn config(t: &TestDir, name: &str, limit: u64) -> StreamConfig {
     c.block_bytes = Some(5 * 32); // 5 rows of 32 bytes
     c.window = Some(2);
     c.streams = Some(4);
+    // The cache directory itself is under test: a local dataset's blocks
+    // go through it as a remote one's do.
+    c.cache_local = true;
     c
 }
 
@@ -284,4 +287,36 @@ fn the_batch_loader_reads_a_stream_in_its_order() {
             );
         }
     }
+}
+
+/// A local dataset's blocks are read and checked into memory, not written
+/// into the cache directory: the same rows in the same order as through
+/// the cache, and nothing in the directory after.
+#[test]
+fn a_local_dataset_streams_without_filling_the_cache_directory() {
+    let t = TestDir::new();
+    let dir = packed(&t);
+    let ds = Dataset::open(&dir).unwrap();
+    let through =
+        Stream::open(dir.to_str().unwrap(), config(&t, "cached", u64::MAX), None).unwrap();
+    let mut c = config(&t, "direct", u64::MAX);
+    c.cache_local = false;
+    let direct = Stream::open(dir.to_str().unwrap(), c, None).unwrap();
+    for rank in 0..2 {
+        let share = Share::rank(rank, 2);
+        assert_eq!(
+            read(&direct, &ds, 1, 0, share, None),
+            read(&through, &ds, 1, 0, share, None),
+            "rank {rank}"
+        );
+    }
+    assert!(
+        through.cache().used().unwrap() > 0,
+        "the cached reader used its directory"
+    );
+    assert_eq!(
+        direct.cache().used().unwrap(),
+        0,
+        "nothing in the direct reader's cache"
+    );
 }
