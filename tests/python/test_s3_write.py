@@ -220,8 +220,12 @@ def test_a_run_killed_while_uploading_resumes_from_the_shards_in_the_bucket(s3, 
     assert "manifest.json" not in objects, objects
     assert ".prep-lock" in objects  # a killed run cannot give its lock back
 
-    # While the killed run's lease still holds, nobody else may write.
-    time.sleep(2.5)
+    # Nobody else may write while the killed run's lease holds: the lock's
+    # Last-Modified (whole seconds, as the server stamped its last renewal,
+    # which on a loaded machine can land after the kill) plus the 2 s
+    # lease. Then the next run takes the lock over and resumes.
+    modified = s3.client().head_object(Bucket="data", Key="killed/ds/.prep-lock")["LastModified"].timestamp()
+    time.sleep(max(0.0, modified + 3.2 - time.time()))
     proc = ok(prep("tokenize", *common, "--output", "s3://data/killed/ds", env=env))
     kept = re.search(r"resuming: kept (\d+) complete shards", proc.stderr)
     assert kept, proc.stderr
