@@ -108,7 +108,8 @@ impl Job {
     pub fn need(&self, plan: Plan) -> Need {
         let streams_read = plan.streams / gcd(plan.streams, self.world.max(1));
         let block_bytes = plan.block * self.row_bytes + TRAILER_BYTES;
-        let whole = self.rows * self.row_bytes + self.blocks(plan.block) * TRAILER_BYTES;
+        let whole =
+            self.rows * self.row_bytes + self.rows.div_ceil(plan.block.max(1)) * TRAILER_BYTES;
         let windows = self
             .local_ranks
             .max(1)
@@ -135,6 +136,14 @@ impl Job {
     ) -> Result<Plan, Plan> {
         let rows_of = |bytes: u64| (bytes / self.row_bytes.max(1)).max(1);
         let cap = rows_of(block_bytes.unwrap_or(DEFAULT_BLOCK_BYTES));
+        if self.rows == 0 {
+            // Nothing to read and nothing to cache: any plan serves.
+            return Ok(Plan {
+                block: cap,
+                window: window.unwrap_or(DEFAULT_WINDOW),
+                streams: streams.unwrap_or(1),
+            });
+        }
         let floors: Vec<u64> = match block_bytes {
             Some(_) => vec![cap],
             None => vec![rows_of(MIN_BLOCK_BYTES).min(cap), 1],
@@ -302,6 +311,13 @@ mod tests {
         // 2 ranks x 2 windows x 1 stream each x (4096 + 16).
         assert_eq!(j.need(smallest).bytes, 2 * 2 * (4096 + TRAILER_BYTES));
         assert!(j.plan(j.need(smallest).bytes, None, None, None).is_ok());
+    }
+
+    #[test]
+    fn an_empty_dataset_needs_nothing() {
+        let j = job(0, 4096, 2, 2);
+        let plan = j.plan(0, None, None, None).unwrap();
+        assert_eq!(j.need(plan).bytes, 0);
     }
 
     #[test]
