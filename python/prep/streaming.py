@@ -71,7 +71,7 @@ class StreamingDataset(_Base):
     """The rows of a packed dataset in storage, streamed through a bounded cache.
 
     Yields each row as a writable numpy array of the dataset's dtype (uint16
-    or uint32), of shape (seq_len,), that owns its one copy of the row (so a
+    or uint32), of shape (seq_len,), over its own copy of the row (so a
     DataLoader's collate takes it without a warning). An `IterableDataset`
     when torch is present; a plain iterable otherwise.
 
@@ -85,7 +85,9 @@ class StreamingDataset(_Base):
     `local_world_size`: ranks sharing cache_dir (default LOCAL_WORLD_SIZE,
     else 1); `block_bytes`, `window`, `streams`: the order's parameters,
     chosen to fit `cache_limit` on this world where left out (`plan` says
-    what was chosen; docs/streaming.md); `in_flight`: fetches at once;
+    what was chosen; docs/streaming.md; every rank must then be given the
+    same cache_limit and local_world_size, as torchrun's are, or their
+    orders differ); `in_flight`: fetches at once;
     `indices=True` yields (dataset index, row) pairs instead of rows;
     `batched=True` yields whole batches of `batch_size` rows instead, each a
     writable (batch_size, seq_len) array gathered in one call (the last may
