@@ -172,8 +172,14 @@ impl Job {
         };
         for &floor in &floors {
             for &p in &streams {
-                // Every stream needs a block: at most rows / p rows a block.
-                let most = (self.rows / p.max(1)).min(cap);
+                // Every stream needs a block: a block given is kept (the
+                // streams must not outnumber its blocks); a block chosen
+                // has at most rows / p rows.
+                let most = match block_bytes {
+                    Some(_) if p > self.blocks(cap) => continue,
+                    Some(_) => cap,
+                    None => (self.rows / p.max(1)).min(cap),
+                };
                 if most < floor {
                     continue;
                 }
@@ -231,17 +237,18 @@ impl Job {
 
     /// The plan that needs least, with what the caller fixed.
     fn smallest(&self, block: Option<u64>, window: Option<u64>, streams: Option<u64>) -> Plan {
+        let block = block.unwrap_or(1);
         let streams = streams.unwrap_or_else(|| {
             // The ladder's count with the fewest streams a rank reads (the
-            // most streams among those).
+            // most streams among those), one the blocks can fill.
             *STREAM_LADDER
                 .iter()
-                .filter(|p| **p <= self.rows.max(1))
+                .filter(|p| **p <= self.blocks(block))
                 .min_by_key(|p| (**p / gcd(**p, self.world.max(1)), std::cmp::Reverse(**p)))
                 .unwrap_or(&1)
         });
         Plan {
-            block: block.unwrap_or(1),
+            block,
             window: window.unwrap_or(1),
             streams,
         }
@@ -314,6 +321,18 @@ mod tests {
     }
 
     #[test]
+    fn a_block_given_larger_than_the_dataset_is_one_block_on_one_stream() {
+        let j = job(100, 4096, 1, 1);
+        let plan = j.plan(64 * MIB, Some(16 * MIB), None, None).unwrap();
+        assert_eq!((plan.block, plan.streams), (4096, 1));
+        assert_eq!(
+            j.need(plan).bytes,
+            100 * 4096 + TRAILER_BYTES,
+            "cached whole"
+        );
+    }
+
+    #[test]
     fn an_empty_dataset_needs_nothing() {
         let j = job(0, 4096, 2, 2);
         let plan = j.plan(0, None, None, None).unwrap();
@@ -368,6 +387,28 @@ mod tests {
                     prop_assert!(j.need(plan).bytes <= limit, "{:?} {:?}", plan, j.need(plan));
                     prop_assert!(plan.streams <= j.blocks(plan.block), "{:?}", plan);
                     prop_assert!(plan.block >= 1 && plan.window >= 1);
+                }
+                Err(smallest) => prop_assert!(j.need(smallest).bytes > limit),
+            }
+        }
+
+        /// The same with the block given: it is kept, and the streams never
+        /// outnumber its blocks.
+        #[test]
+        fn with_a_block_given_a_plan_keeps_it_or_the_smallest_does_not_fit(
+            rows in 1u64..200_000,
+            row_bytes in 1u64..20_000,
+            world in 1u64..40,
+            block_kib in 1u64..40_000,
+            limit_kib in 1u64..1_000_000,
+        ) {
+            let j = job(rows, row_bytes, 1, world);
+            let (limit, given) = (limit_kib << 10, block_kib << 10);
+            match j.plan(limit, Some(given), None, None) {
+                Ok(plan) => {
+                    prop_assert_eq!(plan.block, (given / row_bytes).max(1));
+                    prop_assert!(j.need(plan).bytes <= limit);
+                    prop_assert!(plan.streams <= j.blocks(plan.block));
                 }
                 Err(smallest) => prop_assert!(j.need(smallest).bytes > limit),
             }
