@@ -282,6 +282,16 @@ mod tests {
             "blocks of at least 1 MiB: {plan:?}"
         );
         assert!(plan.streams >= 12, "{plan:?}");
+        // The guide's example: 2 KiB rows (1,024 uint16 tokens), 38,400 of them.
+        let guide = job(38_400, 2048, 2, 2);
+        assert_eq!(
+            guide.plan(32 * MIB, None, None, None).unwrap(),
+            Plan {
+                block: 682,
+                window: 1,
+                streams: 12
+            }
+        );
         // The same plan (a resume) on 3 ranks of one node, and on 1.
         for world in [1, 3, 4, 6] {
             let other = job(19_200, 4096, world, world);
