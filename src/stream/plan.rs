@@ -378,9 +378,10 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the dataset, world and limit: a plan that fits its
-        /// need under the limit, with a block for every stream, or a
-        /// refusal whose smallest plan needs more than the limit.
+        /// Whatever the dataset, world and limit, with the block chosen or
+        /// given: a plan that fits its need under the limit, keeps a given
+        /// block and has a block for every stream; or a refusal whose
+        /// smallest plan needs more than the limit.
         #[test]
         fn a_plan_fits_or_the_smallest_does_not(
             rows in 1u64..200_000,
@@ -388,37 +389,19 @@ mod tests {
             world in 1u64..40,
             local in 1u64..9,
             limit_kib in 1u64..1_000_000,
+            given_kib in proptest::option::of(1u64..40_000),
         ) {
             let local = local.min(world);
             let j = job(rows, row_bytes, local, world);
-            let limit = limit_kib << 10;
-            match j.plan(limit, None, None, None) {
+            let (limit, given) = (limit_kib << 10, given_kib.map(|k| k << 10));
+            match j.plan(limit, given, None, None) {
                 Ok(plan) => {
                     prop_assert!(j.need(plan).bytes <= limit, "{:?} {:?}", plan, j.need(plan));
                     prop_assert!(plan.streams <= j.blocks(plan.block), "{:?}", plan);
                     prop_assert!(plan.block >= 1 && plan.window >= 1);
-                }
-                Err(smallest) => prop_assert!(j.need(smallest).bytes > limit),
-            }
-        }
-
-        /// The same with the block given: it is kept, and the streams never
-        /// outnumber its blocks.
-        #[test]
-        fn with_a_block_given_a_plan_keeps_it_or_the_smallest_does_not_fit(
-            rows in 1u64..200_000,
-            row_bytes in 1u64..20_000,
-            world in 1u64..40,
-            block_kib in 1u64..40_000,
-            limit_kib in 1u64..1_000_000,
-        ) {
-            let j = job(rows, row_bytes, 1, world);
-            let (limit, given) = (limit_kib << 10, block_kib << 10);
-            match j.plan(limit, Some(given), None, None) {
-                Ok(plan) => {
-                    prop_assert_eq!(plan.block, (given / row_bytes).max(1));
-                    prop_assert!(j.need(plan).bytes <= limit);
-                    prop_assert!(plan.streams <= j.blocks(plan.block));
+                    if let Some(given) = given {
+                        prop_assert_eq!(plan.block, (given / row_bytes).max(1));
+                    }
                 }
                 Err(smallest) => prop_assert!(j.need(smallest).bytes > limit),
             }
