@@ -23,7 +23,6 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use crate::common::{fixture, ok, TestDir};
 
@@ -59,17 +58,13 @@ fn data_files(dir: &Path) -> Files {
     out
 }
 
-/// The GPT-2 tokenization of the JSONL excerpt, made once for the tests
-/// that start from a dataset; kept for the process's life.
-fn base() -> &'static Path {
-    static BASE: OnceLock<(TestDir, PathBuf)> = OnceLock::new();
-    let (_, dir) = BASE.get_or_init(|| {
-        let t = TestDir::new();
-        let out = t.path("base");
-        ok(tokenize(&t, &out).args(["--engine", "fast", "--threads", "2"]));
-        (t, out)
-    });
-    dir
+/// The GPT-2 tokenization of the JSONL excerpt, made in the test's own
+/// directory (a dataset kept for the process's life outlived it on disk:
+/// nextest runs each test as a process of its own, and nothing dropped it).
+fn base(t: &TestDir) -> PathBuf {
+    let out = t.path("base");
+    ok(tokenize(t, &out).args(["--engine", "fast", "--threads", "2"]));
+    out
 }
 
 fn tokenize(t: &TestDir, out: &Path) -> std::process::Command {
@@ -133,6 +128,7 @@ fn merge(t: &TestDir, parts: &[PathBuf], out: &Path) {
 #[test]
 fn tokenize_both_engines_dedup_and_parquet() {
     let t = TestDir::new();
+    let base = base(&t);
     let hf = t.path("hf");
     ok(tokenize(&t, &hf).args(["--engine", "hf", "--threads", "2"]));
     let dedup = t.path("dedup");
@@ -151,7 +147,7 @@ fn tokenize_both_engines_dedup_and_parquet() {
     )
     .args(["--shard-size", "512KiB", "--engine", "fast"]));
     check(&[
-        ("tokenize-fast", base()),
+        ("tokenize-fast", &base),
         ("tokenize-hf", &hf),
         ("tokenize-dedup", &dedup),
         ("tokenize-parquet", &parquet),
@@ -186,10 +182,11 @@ fn tokenize_shuffled_and_partitioned() {
 #[test]
 fn shuffle_in_memory_out_of_core_and_scattered() {
     let t = TestDir::new();
+    let base = base(&t);
     let shuffle = |out: &Path, extra: &[&str]| {
         ok(t.prep()
             .arg("shuffle")
-            .arg(base())
+            .arg(&base)
             .arg(out)
             .args(["--seed", "3", "--shard-size", "256KiB", "--quiet"])
             .args(extra));
@@ -200,7 +197,7 @@ fn shuffle_in_memory_out_of_core_and_scattered() {
     shuffle(&out_of_core, &["--memory", "256KiB", "--threads", "1"]);
     let work = t.path("work");
     for i in 0..2 {
-        ok(t.prep().arg("shuffle").arg(base()).arg(&work).args([
+        ok(t.prep().arg("shuffle").arg(&base).arg(&work).args([
             "--quiet",
             "--scatter",
             "--seed",
@@ -235,10 +232,11 @@ fn shuffle_in_memory_out_of_core_and_scattered() {
 #[test]
 fn pack_both_modes_and_partitioned() {
     let t = TestDir::new();
+    let base = base(&t);
     let pack = |out: &Path, extra: &[&str]| {
         ok(t.prep()
             .arg("pack")
-            .arg(base())
+            .arg(&base)
             .arg(out)
             .args(["--seq-len", "512", "--shard-size", "256KiB", "--quiet"])
             .args(extra));
@@ -266,6 +264,7 @@ fn pack_both_modes_and_partitioned() {
 #[test]
 fn mix_and_split_whole_and_partitioned() {
     let t = TestDir::new();
+    let base = base(&t);
     let other = t.path("parquet");
     ok(
         common::tokenize_cmd(&t, &[fixture("corpus/debian-sample.parquet")], &other)
@@ -276,7 +275,7 @@ fn mix_and_split_whole_and_partitioned() {
             .arg("mix")
             .arg(out)
             .arg("--source")
-            .arg(format!("{}:0.7", base().display()))
+            .arg(format!("{}:0.7", base.display()))
             .arg("--source")
             .arg(format!("{}:0.3", other.display()))
             .args([
@@ -305,7 +304,7 @@ fn mix_and_split_whole_and_partitioned() {
     let split = |out: &Path, extra: &[&str]| {
         ok(t.prep()
             .arg("split")
-            .arg(base())
+            .arg(&base)
             .arg(out)
             .args(["--val", "0.1", "--test", "0.05", "--seed", "2"])
             .args(["--shard-size", "256KiB", "--quiet"])
@@ -340,6 +339,7 @@ fn mix_and_split_whole_and_partitioned() {
 #[test]
 fn export_to_every_format() {
     let t = TestDir::new();
+    let base = base(&t);
     let mut cases = Vec::new();
     for format in ["megatron", "nanogpt", "llmc", "datatrove"] {
         // A path prefix (megatron, datatrove), a file (nanogpt) or a
@@ -351,7 +351,7 @@ fn export_to_every_format() {
         };
         ok(t.prep()
             .arg("export")
-            .arg(base())
+            .arg(&base)
             .args(["--to", format])
             .arg(&target)
             .args(["--shard-tokens", "200000", "--quiet"]));
