@@ -38,14 +38,13 @@ if TYPE_CHECKING:
     from . import attention, device, reader, streaming, tokenizer
     from .device import DeviceLoader
     from .tokenizer import Tokenizer
-    from .streaming import StreamingDataset
+    from .streaming import PackedDataset, StreamingDataset
     from .reader import (
         FORMAT_VERSION,
         MAX_MANIFEST_BYTES,
         SEGMENT_DTYPE,
         Dataset,
         FormatError,
-        PackedDataset,
         Permutation,
         Sampler,
         SegmentError,
@@ -62,7 +61,7 @@ _NAMES = {
     "SEGMENT_DTYPE": "reader",
     "Dataset": "reader",
     "FormatError": "reader",
-    "PackedDataset": "reader",
+    "PackedDataset": "streaming",
     "Permutation": "reader",
     "Sampler": "reader",
     "SegmentError": "reader",
@@ -75,9 +74,9 @@ _SUBMODULES = ("attention", "device", "reader", "streaming", "tokenizer")
 
 
 def _all() -> list[str]:
-    from . import reader
+    from . import streaming
 
-    return [*(n for n in _NAMES if n != "PackedDataset" or n in reader.__all__), *_SUBMODULES]
+    return [*(n for n in _NAMES if n != "PackedDataset" or n in streaming.__all__), *_SUBMODULES]
 
 
 def _version() -> str:

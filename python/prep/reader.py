@@ -1,4 +1,4 @@
-"""Read prep datasets from a Python training loop: one file, numpy only (torch optional).
+"""Read prep datasets from a Python training loop: one file, numpy only.
 
 Installed with pip (the distribution prep-llm: `pip install .` in the prep
 repository, beside the `prep` command) this is
@@ -8,7 +8,7 @@ the package copies this one file (python/prep/reader.py in the prep
 repository) beside itself as prep_reader.py instead:
 `from prep_reader import Dataset, Sampler`. It imports nothing of prep.
 
-It reads the on-disk format of prep (src/format/FORMAT.md in the prep
+It reads the on-disk format of prep (crates/reader/src/format/FORMAT.md in the prep
 repository), versions 1 and 2, and draws records in the order of prep's
 training sampler, bit for bit:
 
@@ -28,19 +28,11 @@ its label is left out of the loss:
     if ds.has_loss_mask:
         ids, mask = ds[0], ds.loss_mask(0)       # same length; mask is uint8, 0 or 1
 
-With torch installed, `PackedDataset` wraps a packed dataset as a
-`torch.utils.data.IterableDataset` that splits the sampler's order among
-DataLoader workers and saves and restores its position:
-
-    from torch.utils.data import DataLoader
-    from prep import PackedDataset
-
-    data = PackedDataset("data/packed-2049", seed=1, rank=rank, world_size=world,
-                         batch_size=8, targets=True)
-    loader = DataLoader(data, batch_size=8, num_workers=4)
-    for step, (inputs, targets) in enumerate(loader, 1):   # int64, (8, 2048) each
-        ...
-        checkpoint["data"] = data.state_dict(batches=step)
+For training, the package's readers (`prep.PackedDataset`, which reads a
+local dataset in place through this file's `Dataset`; `prep.StreamingDataset`
+and `prep.DeviceLoader`) read in one order, with one resume state, from a
+directory, a bucket or into GPU memory; they need the package's extension
+module, so they are not part of this file (prep.streaming, docs/reading.md).
 
 Everything that could be wrong with the files is checked when a dataset is
 opened, as prep's own reader does (headers, sizes, offsets, row indexes;
@@ -75,7 +67,7 @@ __all__ = [
     "Sampler",
     "SegmentError",
     "UnsupportedVersion",
-]  # and PackedDataset, where torch imports
+]  # prep.PackedDataset is prep.streaming's (it needs the package's extension module)
 
 FORMAT_VERSION = 2
 """The newest manifest version this file reads; newer ones are refused.
@@ -743,213 +735,19 @@ class Sampler:
         return position * old // new
 
 
-# --- torch -------------------------------------------------------------------------------------
-
-try:
-    import torch
-    import torch.utils.data
-except (ImportError, OSError):  # OSError: a torch install whose native libraries fail to load
-    torch = None
+# --- PackedDataset ---------------------------------------------------------------------------
 
 
 def __getattr__(name: str):
+    # PackedDataset reads in the order every reader of the package reads,
+    # which prep's extension module computes: it lives with them
+    # (prep.streaming), and this name stays for code that imported it here.
     if name == "PackedDataset":
-        raise ImportError(f"{__name__}.PackedDataset needs torch, which could not be imported")
+        try:
+            from . import streaming
+        except ImportError as e:  # this file copied alone, without the package
+            raise ImportError(f"{__name__}.PackedDataset needs the prep package (pip install prep-llm)") from e
+        if "PackedDataset" not in streaming.__all__:
+            raise ImportError(f"{__name__}.PackedDataset needs torch, which could not be imported")
+        return streaming.PackedDataset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if torch is not None:
-    __all__.append("PackedDataset")
-
-    class PackedDataset(torch.utils.data.IterableDataset):
-        """The rows of a packed dataset in the sampler's order, as a torch IterableDataset.
-
-        `PackedDataset(path, seed, epoch=0, rank=0, world_size=1, batch_size=1, targets=False)`
-        yields, for each record the `Sampler` gives this rank, the row as an
-        int64 tensor of shape (seq_len,), or with `targets=True` the pair
-        (row[:-1], row[1:]), both of shape (seq_len - 1,): pack with
-        `--seq-len C+1` for a model of context C.
-
-        DataLoader workers: pass the DataLoader's `batch_size` here too (1 if
-        the DataLoader has batch_size=None). The rank's positions, from the
-        current start position on, are cut into batches of batch_size, and
-        worker w of K produces batches w, w + K, w + 2K, ...; the DataLoader
-        takes one batch from each worker in turn, so what it returns, in
-        order, is exactly the sampler's order, for any num_workers. Leave
-        `drop_last` off (a dropped last batch is simply not consumed), and
-        do not use `persistent_workers=True` with set_epoch or
-        load_state_dict: persistent workers keep the copy of this object
-        they started with.
-
-        Resuming: `state_dict(batches=b)` after b batches have come out of the
-        DataLoader in this pass (a pass starts at the position set by the
-        constructor, `load_state_dict` or `set_epoch`), and
-        `load_state_dict(state)` in the new run; the new run then reads
-        exactly the rows the old one had not consumed. Without `batches`,
-        the position counts the rows this process's own iterator has
-        yielded, which is exact only with num_workers=0 (workers run in
-        other processes, and prefetch). Iterating again without `set_epoch`
-        repeats the pass from the same position.
-
-            data = PackedDataset(path, seed=1, rank=rank, world_size=world, batch_size=8)
-            if checkpoint:
-                data.load_state_dict(checkpoint["data"])
-            loader = DataLoader(data, batch_size=8, num_workers=4)
-            while data.epoch < epochs:
-                for step, batch in enumerate(loader, 1):
-                    ...
-                    if step % 1000 == 0:
-                        checkpoint = {..., "data": data.state_dict(batches=step)}
-                data.set_epoch(data.epoch + 1)
-
-        Fine-tuning: with `labels=True` each row comes as a dict of int64
-        tensors for a model of context C = seq_len - 1 (pack with `--seq-len
-        C+1`), the shift done once, here:
-
-          - `input_ids`: row[:-1];
-          - `labels`: labels[j] is the target of position j, row[j + 1], or
-            -100 where it must not be trained on: where the loss mask of token
-            j + 1 is 0 (a dataset from `prep tokenize --chat`; a dataset
-            without masks trains on every document token), where token j + 1
-            starts another piece than token j's (no label crosses a document
-            boundary, whatever the tokens are: the segment index says where
-            documents end, not eos), and on padding;
-          - `position_ids`: 0 at the start of every piece and of the padding
-            (prep.attention.position_ids);
-          - `cu_seqlens` (int32) and `max_seqlen`: the pieces' boundaries
-            for flash-attention's varlen kernels, the padding one more
-            sequence (prep.attention.cu_seqlens). cu_seqlens differs in length
-            from row to row: batch with `batch_size=None` in the DataLoader
-            and a collate of your own, or concatenate rows yourself.
-
-        Attributes: `dataset` (the `Dataset`), `seed`, `epoch`, `rank`,
-        `world_size`, `batch_size`, `targets`, `labels`.
-        """
-
-        def __init__(self, path: os.PathLike | str | Dataset, seed: int, epoch: int = 0,
-                     rank: int = 0, world_size: int = 1, batch_size: int = 1,
-                     targets: bool = False, labels: bool = False):
-            super().__init__()
-            self.dataset = path if isinstance(path, Dataset) else Dataset(path)
-            if self.dataset.seq_len is None:
-                raise ValueError(f"{self.dataset.path}: a {self.dataset.kind} dataset; "
-                                 f"PackedDataset reads packed datasets (prep pack)")
-            if targets and labels:
-                raise ValueError("targets=True and labels=True are two forms of the same pairs; pass one")
-            if (targets or labels) and self.dataset.seq_len < 2:
-                raise ValueError("targets=True and labels=True need rows of at least 2 tokens")
-            batch_size = operator.index(batch_size)
-            if batch_size < 1:
-                raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-            self.seed, self.rank, self.world_size = seed, rank, world_size
-            self.batch_size, self.targets, self.labels = batch_size, bool(targets), bool(labels)
-            self.epoch = epoch
-            self._start = 0  # position this pass starts from
-            self._yielded = 0  # rows this process's iterator has yielded in this pass
-            self.sampler()  # checks the arguments now
-
-        def sampler(self) -> Sampler:
-            """The Sampler of the current epoch, from the current start position."""
-            return Sampler(len(self.dataset), self.seed, self.epoch, self.rank, self.world_size,
-                           start=self._start)
-
-        def __len__(self) -> int:
-            """Rows this rank still reads in this pass (over all workers)."""
-            return len(self.sampler())
-
-        def __iter__(self) -> Iterator:
-            sampler = self.sampler()
-            info = torch.utils.data.get_worker_info()
-            worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-            b, start, end = self.batch_size, sampler.start, sampler.per_rank
-            n_batches = -(-len(sampler) // b)
-            ds, targets = self.dataset, self.targets
-            self._yielded = 0
-            # Several of this worker's batches per sampler call, to amortise numpy's overhead.
-            group = max(1, 4096 // b)
-            lanes = np.arange(b, dtype=np.int64)
-            for first in range(worker, n_batches, workers * group):
-                batches = np.arange(first, min(first + workers * group, n_batches), workers,
-                                    dtype=np.int64)
-                positions = (start + batches[:, None] * b + lanes).ravel()
-                for i in sampler.at(positions[positions < end]).tolist():
-                    self._yielded += 1
-                    if self.labels:
-                        yield self.example(i)
-                        continue
-                    row = torch.from_numpy(ds[i].astype(np.int64))
-                    yield (row[:-1], row[1:]) if targets else row
-
-        def example(self, i: int) -> dict:
-            """Row `i` as `labels=True` yields it (see the class docs)."""
-            ds = self.dataset
-            row = ds[i].astype(np.int64)
-            n = len(row) - 1
-            # The pieces end to end (as `segments` checks them), cut at n,
-            # the padding one more piece: what prep.attention computes.
-            lengths = ds.segments(i)["length"].astype(np.int64)
-            ends = np.cumsum(lengths)
-            piece = np.full(len(row), -1, dtype=np.int64)  # -1: padding
-            piece[:int(ends[-1]) if len(ends) else 0] = np.repeat(np.arange(len(lengths)), lengths)
-            trained = (piece[1:] == piece[:-1]) & (piece[1:] >= 0)
-            if ds.has_loss_mask:
-                trained &= ds.loss_mask(i)[1:] == 1
-            cut = np.minimum(ends, n)
-            cut = np.diff(np.concatenate(([0], cut)))
-            cut = cut[cut > 0]
-            if cut.sum() < n:
-                cut = np.append(cut, n - cut.sum())
-            cu = np.concatenate(([0], np.cumsum(cut))).astype(np.int32)
-            positions = np.arange(n, dtype=np.int64) - np.repeat(cu[:-1].astype(np.int64), cut)
-            return {
-                "input_ids": torch.from_numpy(row[:-1].copy()),
-                "labels": torch.from_numpy(np.where(trained, row[1:], -100)),
-                "position_ids": torch.from_numpy(positions),
-                "cu_seqlens": torch.from_numpy(cu),
-                "max_seqlen": int(cut.max()) if len(cut) else 0,
-            }
-
-        def set_epoch(self, epoch: int) -> None:
-            """Start epoch `epoch` from its first position (the next iteration reads it)."""
-            self.epoch = _u64(epoch, "epoch")
-            self._start = self._yielded = 0
-
-        def state_dict(self, batches: int | None = None) -> dict:
-            """{"seed", "epoch", "position", "world_size", "rank", "n"}: where this rank is.
-
-            position = start + batches * batch_size (at most n // world_size)
-            when `batches`, the batches consumed since this pass started, is
-            given; else start + the rows this process's iterator has yielded
-            (exact with num_workers=0). "n" is the dataset's record count.
-            """
-            if batches is None:
-                position = self._start + self._yielded
-            else:
-                batches = operator.index(batches)
-                if batches < 0:
-                    raise ValueError(f"batches must not be negative, not {batches}")
-                position = self._start + batches * self.batch_size
-            position = min(position, len(self.dataset) // self.world_size)
-            return {"seed": self.seed, "epoch": self.epoch, "position": position,
-                    "world_size": self.world_size, "rank": self.rank, "n": len(self.dataset)}
-
-        def load_state_dict(self, state: dict) -> None:
-            """Go on from a `state_dict()`: its epoch, from its position.
-
-            Refuses (ValueError) a state of another seed or of a dataset with
-            another number of records. A state saved with another world_size
-            is resumed at `Sampler.resume_position(position, old, new)`: the
-            new ranks repeat at most new - 1 global positions and skip none.
-            Any rank's state serves every rank (all ranks are at one position).
-            """
-            if state["seed"] != self.seed:
-                raise ValueError(f"the state is for seed {state['seed']}, this dataset uses {self.seed}")
-            if state["n"] != len(self.dataset):
-                raise ValueError(f"the state is for a dataset of {state['n']} records, "
-                                 f"{self.dataset.path} has {len(self.dataset)}")
-            position = state["position"]
-            if state["world_size"] != self.world_size:
-                position = Sampler.resume_position(position, state["world_size"], self.world_size)
-            self.epoch = _u64(state["epoch"], "epoch")
-            self._start = _u64(position, "position")
-            self._yielded = 0

@@ -61,7 +61,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::format::{Dataset, Dtype, FormatError, Manifest};
-use crate::sampler::Sampler;
+use crate::sampler::{BlockOrder, Sampler};
 use crate::stream::{Share, Stream, StreamError, StreamReader};
 
 /// Every way a loader can fail.
@@ -298,7 +298,10 @@ impl<B: Backend> Drop for Held<B> {
 pub struct Position {
     /// The epoch.
     pub epoch: u64,
-    /// The sampler position within the epoch: rows this rank consumed.
+    /// The position within the epoch: for a mapped dataset the sampler
+    /// position, rows this rank consumed; for a stream
+    /// ([`Loader::from_stream`]) the global position, rows the whole job
+    /// consumed.
     pub position: u64,
 }
 
@@ -337,6 +340,8 @@ pub struct Batch<B: Backend> {
     epoch: u64,
     position: u64,
     rows: usize,
+    /// Positions a row of this rank advances: 1, or a stream's world size.
+    stride: u64,
     row_tokens: usize,
     free: Sender<Held<B>>,
 }
@@ -361,17 +366,19 @@ impl<B: Backend> Batch<B> {
         self.epoch
     }
 
-    /// The sampler position of the batch's first row within its epoch.
+    /// The position of the batch's first row within its epoch (see
+    /// [`Position::position`]).
     pub fn position(&self) -> u64 {
         self.position
     }
 
     /// Where a run resumes once this batch is consumed: its epoch, at
-    /// `position() + rows()` (the end of an epoch resumes at the next).
+    /// `position() + rows()` (for a stream, `+ rows() × world_size`: every
+    /// rank consumed as many). The end of an epoch resumes at the next.
     pub fn resume_at(&self) -> Position {
         Position {
             epoch: self.epoch,
-            position: self.position + self.rows as u64,
+            position: self.position + self.rows as u64 * self.stride,
         }
     }
 
@@ -441,7 +448,8 @@ pub struct LoaderConfig {
     pub depth: usize,
     /// The order of the rows: seed, rank, world size.
     pub order: Order,
-    /// Where to start: epoch and sampler position (a resumed run's).
+    /// Where to start: epoch and position (a resumed run's; see
+    /// [`Position::position`]).
     pub start: Position,
     /// The epoch to stop before; `None` runs epoch after epoch until the
     /// loader is dropped.
@@ -477,6 +485,8 @@ pub struct Loader<B: Backend> {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     row_tokens: usize,
+    /// Positions a row of this rank advances ([`Position::position`]).
+    stride: u64,
     finished: bool,
 }
 
@@ -496,15 +506,7 @@ impl<B: Backend> Loader<B> {
     ) -> Result<Loader<B>, LoaderError> {
         let row_tokens = row_length(&dataset)?;
         let name = dataset.dir().display().to_string();
-        backend.check(&name, dataset.manifest())?;
-        if backend
-            .gathers()
-            .is_some_and(|g| !std::ptr::eq(g, &*dataset))
-        {
-            return Err(LoaderError::Usage(format!(
-                "{name}: the backend gathers rows from another dataset"
-            )));
-        }
+        check_backend(&name, &dataset, &*backend)?;
         check_order(&config.order)?;
         let rows = config.order.sampler(dataset.len(), 0).len();
         check_rows(&name, dataset.len(), rows, &config.order)?;
@@ -514,9 +516,12 @@ impl<B: Backend> Loader<B> {
     /// Starts the producer over a packed dataset streamed from storage,
     /// read in the stream's own order (its seed; `config.order.seed` is not
     /// used): this rank's share of each epoch, as a [`StreamReader`] of
-    /// `Share::rank(rank, world_size)` reads it. A [`Position`] is the
-    /// rank's rows consumed, as for a mapped dataset: the stream's global
-    /// position is `position × world_size`. Buffers as [`Loader::new`].
+    /// `Share::rank(rank, world_size)` reads it. A [`Position`] here is the
+    /// stream's global position, as a [`crate::stream::StreamState`]
+    /// records it (rows the whole job consumed, every rank alike): a run
+    /// starts from a state's position taken on any world size, and a
+    /// batch's [`Batch::resume_at`] is a state's position again. Buffers as
+    /// [`Loader::new`].
     pub fn from_stream(
         stream: Arc<Stream>,
         backend: Arc<B>,
@@ -537,6 +542,36 @@ impl<B: Backend> Loader<B> {
         let rows = stream.len() / config.order.world_size;
         check_rows(stream.location(), stream.len(), rows, &config.order)?;
         Loader::start(Rows::Stream(stream), row_tokens, backend, config)
+    }
+
+    /// Starts the producer over a mapped dataset read in `stream`'s order
+    /// (the stream of the same dataset, opened for its order: no row is
+    /// read through it), so a run reads the rows a [`Loader::from_stream`]
+    /// of the same stream reads, in the same order and from the same
+    /// positions, with the rows read in place (and gathered by any
+    /// backend, [`Backend::gathers`] included). Positions are global, as
+    /// for [`Loader::from_stream`].
+    pub fn with_stream_order(
+        dataset: Arc<Dataset>,
+        stream: Arc<Stream>,
+        backend: Arc<B>,
+        config: LoaderConfig,
+    ) -> Result<Loader<B>, LoaderError> {
+        let row_tokens = row_length(&dataset)?;
+        let name = dataset.dir().display().to_string();
+        if dataset.len() != stream.len() || dataset.manifest().seq_len != stream.manifest().seq_len
+        {
+            return Err(LoaderError::Usage(format!(
+                "{name}: the order is of {} ({} rows), another dataset",
+                stream.location(),
+                stream.len()
+            )));
+        }
+        check_backend(&name, &dataset, &*backend)?;
+        check_order(&config.order)?;
+        let rows = stream.len() / config.order.world_size;
+        check_rows(&name, stream.len(), rows, &config.order)?;
+        Loader::start(Rows::Ordered(dataset, stream), row_tokens, backend, config)
     }
 
     fn start(
@@ -587,6 +622,7 @@ impl<B: Backend> Loader<B> {
         } else {
             None
         };
+        let stride = rows.stride(&config.order);
         let producer = Producer {
             pool,
             indices: vec![0; batch_rows],
@@ -613,6 +649,7 @@ impl<B: Backend> Loader<B> {
             stop,
             thread: Some(thread),
             row_tokens,
+            stride,
             finished: false,
         })
     }
@@ -640,6 +677,7 @@ impl<B: Backend> Loader<B> {
                 epoch,
                 position,
                 rows,
+                stride: self.stride,
                 row_tokens: self.row_tokens,
                 free: self.free.clone().expect("alive until dropped"),
             })),
@@ -676,6 +714,22 @@ impl<B: Backend> Drop for Loader<B> {
             let _ = thread.join();
         }
     }
+}
+
+/// `backend` takes `dataset` (its ids' type), and gathers from it if it
+/// gathers rows itself.
+fn check_backend<B: Backend>(
+    name: &str,
+    dataset: &Dataset,
+    backend: &B,
+) -> Result<(), LoaderError> {
+    backend.check(name, dataset.manifest())?;
+    if backend.gathers().is_some_and(|g| !std::ptr::eq(g, dataset)) {
+        return Err(LoaderError::Usage(format!(
+            "{name}: the backend gathers rows from another dataset"
+        )));
+    }
+    Ok(())
 }
 
 /// The length of every record, which the loader needs to be one.
@@ -727,13 +781,24 @@ fn check_rows(name: &str, records: u64, rows: u64, order: &Order) -> Result<(), 
 enum Rows {
     Mapped(Arc<Dataset>),
     Stream(Arc<Stream>),
+    /// A mapped dataset in a stream's order: the stream gives the order
+    /// alone, the rows are read in place.
+    Ordered(Arc<Dataset>, Arc<Stream>),
 }
 
 impl Rows {
     fn dtype(&self) -> Dtype {
         match self {
-            Rows::Mapped(ds) => ds.dtype(),
+            Rows::Mapped(ds) | Rows::Ordered(ds, _) => ds.dtype(),
             Rows::Stream(stream) => stream.manifest().dtype,
+        }
+    }
+
+    /// Positions one row of a rank advances ([`Position::position`]).
+    fn stride(&self, order: &Order) -> u64 {
+        match self {
+            Rows::Mapped(_) => 1,
+            Rows::Stream(_) | Rows::Ordered(..) => order.world_size,
         }
     }
 
@@ -742,9 +807,19 @@ impl Rows {
         Ok(match self {
             Rows::Mapped(ds) => EpochRows::Mapped(order.sampler(ds.len(), epoch)),
             Rows::Stream(stream) => {
-                let start = position.saturating_mul(order.world_size).min(stream.len());
+                let start = position.min(stream.len());
                 let share = Share::rank(order.rank, order.world_size);
                 EpochRows::Stream(stream.reader(epoch, start, share).map_err(Box::new)?)
+            }
+            Rows::Ordered(_, stream) => {
+                let start = position.min(stream.len());
+                let each = (stream.len() - start) / order.world_size;
+                EpochRows::Ordered {
+                    order: stream.order(epoch).map_err(Box::new)?,
+                    rank: order.rank,
+                    world: order.world_size,
+                    end: start + each * order.world_size,
+                }
             }
         })
     }
@@ -756,15 +831,25 @@ enum EpochRows {
     Mapped(Sampler),
     /// The stream's rows from the position the epoch starts at, in order.
     Stream(StreamReader),
+    /// A stream's order over a mapped dataset: rank `rank` of `world`
+    /// reads global positions `g + rank`, `g` from the epoch's start by
+    /// `world`, up to `end`.
+    Ordered {
+        order: BlockOrder,
+        rank: u64,
+        world: u64,
+        end: u64,
+    },
 }
 
 impl EpochRows {
     /// The position after the epoch's last row, for an epoch entered at
-    /// `position`.
-    fn end(&self, position: u64) -> u64 {
+    /// `position`, with rows `stride` positions apart.
+    fn end(&self, position: u64, stride: u64) -> u64 {
         match self {
             EpochRows::Mapped(sampler) => sampler.len(),
-            EpochRows::Stream(reader) => position + reader.len(),
+            EpochRows::Stream(reader) => position + reader.len() * stride,
+            EpochRows::Ordered { end, .. } => *end,
         }
     }
 }
@@ -818,11 +903,12 @@ impl<B: Backend> Producer<B> {
             mut position,
         } = self.start;
         let mut k = 0usize;
+        let stride = self.rows.stride(&self.order);
         while !matches!(self.end_epoch, Some(end) if epoch >= end) {
             let mut source = self.rows.epoch(&self.order, epoch, position)?;
-            let end = source.end(position);
+            let end = source.end(position, stride);
             while position < end {
-                let rows = (end - position).min(self.batch_rows as u64) as usize;
+                let rows = ((end - position) / stride).min(self.batch_rows as u64) as usize;
                 let s = k % self.staging.len();
                 let bytes = self.gather(&mut source, s, position, rows)?;
                 let Some(mut held) = self.take_free()? else {
@@ -849,7 +935,7 @@ impl<B: Backend> Producer<B> {
                 if sent.is_err() {
                     return Ok(()); // the consumer is gone
                 }
-                position += rows as u64;
+                position += rows as u64 * stride;
                 k += 1;
             }
             epoch += 1;
@@ -869,8 +955,21 @@ impl<B: Backend> Producer<B> {
         rows: usize,
     ) -> Result<usize, LoaderError> {
         let bytes = rows * self.row_bytes;
-        let sampler = match source {
-            EpochRows::Mapped(sampler) => sampler,
+        match source {
+            EpochRows::Mapped(sampler) => {
+                for (k, slot) in self.indices[..rows].iter_mut().enumerate() {
+                    *slot = sampler
+                        .get(position + k as u64)
+                        .expect("positions below len()");
+                }
+            }
+            EpochRows::Ordered {
+                order, rank, world, ..
+            } => {
+                for (k, slot) in self.indices[..rows].iter_mut().enumerate() {
+                    *slot = order.get(position + *rank + k as u64 * *world);
+                }
+            }
             EpochRows::Stream(reader) => {
                 // The stream's fetch threads read ahead; the copy out of
                 // its mapped blocks is one memcpy a row.
@@ -885,17 +984,12 @@ impl<B: Backend> Producer<B> {
                 }
                 return Ok(bytes);
             }
-        };
-        for (k, slot) in self.indices[..rows].iter_mut().enumerate() {
-            *slot = sampler
-                .get(position + k as u64)
-                .expect("positions below len()");
         }
         // The staging reuse rule: whatever the backend tracks itself.
         self.backend.wait(&self.staged[s])?;
         let buffer = self.backend.staging_mut(&mut self.staging[s])?;
-        let Rows::Mapped(ds) = &self.rows else {
-            unreachable!("a sampler's epoch reads a mapped dataset")
+        let (Rows::Mapped(ds) | Rows::Ordered(ds, _)) = &self.rows else {
+            unreachable!("indices are of a mapped dataset")
         };
         // A row: the record at `index`, which must be a row's length.
         let row_bytes = self.row_bytes;

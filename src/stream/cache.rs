@@ -125,13 +125,14 @@ pub struct BlockCache {
 }
 
 impl BlockCache {
-    /// The cache in `dir` (created if missing), holding at most `limit`
-    /// bytes of files.
+    /// The cache in `dir`, holding at most `limit` bytes of files; the
+    /// directory is created when the first block is stored.
     ///
     /// # Errors
-    /// [`CacheError::Io`] when the directory cannot be created.
+    /// None now; kept fallible for the caches that check more at open.
     pub fn open(dir: &Path, limit: u64) -> Result<BlockCache, CacheError> {
-        std::fs::create_dir_all(dir.join(".locks")).map_err(io(dir))?;
+        // The directory is made when the first lock is taken (a block is
+        // stored): a job that reads only local rows leaves no trace there.
         Ok(BlockCache {
             dir: dir.to_path_buf(),
             limit,
@@ -363,6 +364,9 @@ fn map(path: &Path) -> Result<MappedFile, CacheError> {
 }
 
 fn open_lock(path: &Path) -> Result<File, CacheError> {
+    if let Some(locks) = path.parent() {
+        std::fs::create_dir_all(locks).map_err(io(locks))?;
+    }
     OpenOptions::new()
         .read(true)
         .write(true)

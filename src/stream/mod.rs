@@ -237,9 +237,6 @@ impl Stream {
         };
         let manifest_path = files.path_of(crate::format::MANIFEST_FILE);
         let manifest = Manifest::parse(&manifest_path, &bytes)?;
-        // Rows stream as tokens alone: masks would be dropped.
-        let dir = std::path::Path::new(location);
-        manifest.refuse_loss_mask(dir, "streaming from storage")?;
         let identity = crate::format::checksum_hex(xxhash_rust::xxh3::xxh3_64(&bytes));
         let Some(seq_len) = manifest.seq_len.filter(|_| manifest.kind == "packed") else {
             return Err(StreamError::NotPacked {
@@ -311,6 +308,12 @@ impl Stream {
     /// The dataset's address, as given to [`Stream::open`].
     pub fn location(&self) -> &str {
         &self.location
+    }
+
+    /// The dataset's directory, when it is a local one (not in object
+    /// storage): a reader may then read its rows in place, in this order.
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        (!self.source.is_remote()).then(|| std::path::Path::new(&self.location))
     }
 
     /// The manifest.
@@ -420,6 +423,12 @@ impl Stream {
         start: u64,
         share: Share,
     ) -> Result<StreamReader, StreamError> {
+        // Rows stream as tokens alone: masks would be dropped. (The order
+        // alone serves any packed dataset: a mapped one with its masks is
+        // read in it.)
+        let dir = std::path::Path::new(&self.location);
+        self.manifest
+            .refuse_loss_mask(dir, "streaming from storage")?;
         self.check_cache(share.world)?;
         let order = self.order(epoch)?;
         Ok(StreamReader::new(

@@ -230,9 +230,11 @@ fn a_corrupt_shard_is_an_error_naming_it_never_a_row() {
     }
 }
 
-/// The batch loader over a stream: each rank's batches are its share of the
-/// stream's order, row for row, and a loader started at a position (a
-/// resumed run) delivers exactly the rest.
+/// The batch loader over a stream, and over the mapped dataset in the
+/// stream's order: each rank's batches are its share of the stream's order,
+/// row for row, a loader started at a state's global position (a resumed
+/// run, on any world size) delivers exactly the rest, and each batch's
+/// resume position is the next state's.
 #[test]
 fn the_batch_loader_reads_a_stream_in_its_order() {
     use prep::loader::{HostBackend, Loader, LoaderConfig, Order, Position};
@@ -240,51 +242,63 @@ fn the_batch_loader_reads_a_stream_in_its_order() {
 
     let t = TestDir::new();
     let dir = packed(&t);
-    let ds = Dataset::open(&dir).unwrap();
+    let ds = Arc::new(Dataset::open(&dir).unwrap());
     let stream =
         Arc::new(Stream::open(dir.to_str().unwrap(), config(&t, "cache", u64::MAX), None).unwrap());
     let order = stream.order(2).unwrap();
-    for (rank, world, batch_rows, position) in
-        [(0u64, 1u64, 7usize, 0u64), (1, 2, 5, 0), (0, 3, 4, 9)]
-    {
-        let mut loader = Loader::from_stream(
-            Arc::clone(&stream),
-            Arc::new(HostBackend),
-            LoaderConfig {
-                batch_rows,
-                depth: 2,
-                order: Order {
-                    seed: 0,
-                    rank,
-                    world_size: world,
-                },
-                start: Position { epoch: 2, position },
-                end_epoch: Some(3),
-                threads: 1,
+    // 28 is no multiple of 3: a state taken on another world size.
+    for (rank, world, batch_rows, position) in [
+        (0u64, 1u64, 7usize, 0u64),
+        (1, 2, 5, 0),
+        (0, 3, 4, 27),
+        (2, 3, 4, 28),
+    ] {
+        let config = LoaderConfig {
+            batch_rows,
+            depth: 2,
+            order: Order {
+                seed: 0,
+                rank,
+                world_size: world,
             },
-        )
-        .unwrap();
+            start: Position { epoch: 2, position },
+            end_epoch: Some(3),
+            threads: 1,
+        };
         let expected: Vec<u64> = order
-            .positions(position * world, rank, world)
+            .positions(position, rank, world)
             .map(|g| order.get(g))
             .collect();
-        let mut got = Vec::new();
-        let mut at = position;
-        while let Some(batch) = loader.next_batch().unwrap() {
-            assert_eq!((batch.epoch(), batch.position()), (2, at));
-            for row in batch.target()[..batch.rows() * 32].chunks(32) {
-                got.push(row.to_vec());
+        let streamed =
+            Loader::from_stream(Arc::clone(&stream), Arc::new(HostBackend), config).unwrap();
+        let in_place = Loader::with_stream_order(
+            Arc::clone(&ds),
+            Arc::clone(&stream),
+            Arc::new(HostBackend),
+            config,
+        )
+        .unwrap();
+        for (how, mut loader) in [("streamed", streamed), ("in place", in_place)] {
+            let mut got = Vec::new();
+            let mut at = position;
+            while let Some(batch) = loader.next_batch().unwrap() {
+                assert_eq!((batch.epoch(), batch.position()), (2, at), "{how}");
+                for row in batch.target()[..batch.rows() * 32].chunks(32) {
+                    got.push(row.to_vec());
+                }
+                // Every rank consumed as many rows: the state's position.
+                at += batch.rows() as u64 * world;
+                assert_eq!(batch.resume_at().position, at, "{how}");
+                batch.release(None);
             }
-            at += batch.rows() as u64;
-            batch.release(None);
-        }
-        assert_eq!(got.len(), expected.len(), "rank {rank} of {world}");
-        for (row, &index) in got.iter().zip(&expected) {
-            assert_eq!(
-                row.as_slice(),
-                ds.record_bytes(index).unwrap(),
-                "row {index}"
-            );
+            assert_eq!(got.len(), expected.len(), "{how}: rank {rank} of {world}");
+            for (row, &index) in got.iter().zip(&expected) {
+                assert_eq!(
+                    row.as_slice(),
+                    ds.record_bytes(index).unwrap(),
+                    "{how}: row {index}"
+                );
+            }
         }
     }
 }

@@ -746,7 +746,11 @@ def test_packed_labels_follow_each_documents_mask(chat_dataset, tmp_path, mode):
                            "--mode", mode, "--pad", "0", "--no-sep", "--quiet"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    data = reader.PackedDataset(packed, seed=3, labels=True)
+    # The package's (it reads in the order prep's extension module computes),
+    # over this checkout's reader's Dataset.
+    import prep
+
+    data = prep.PackedDataset(packed, seed=3, labels=True)
     ds = data.dataset
     assert ds.has_loss_mask
     seen = 0
@@ -768,7 +772,7 @@ def test_packed_labels_follow_each_documents_mask(chat_dataset, tmp_path, mode):
         assert ex["labels"].dtype == torch.int64
         seen += int((ex["labels"] != -100).sum())
     assert seen > 0
-    # Through the iterator too: the sampler's order, dicts of tensors.
+    # Through the iterator too: the readers' order, dicts of tensors.
     first = next(iter(data))
     assert set(first) == {"input_ids", "labels", "position_ids", "cu_seqlens", "max_seqlen"}
 

@@ -1,7 +1,10 @@
 """prep.DeviceLoader: a packed dataset's batches in GPU memory as torch tensors.
 
-On a machine with a GPU (torch.cuda available), against the mapped reader
-(prep.Dataset in prep.Sampler's order) as the reference:
+Everywhere, with device="cpu" (the same loader into host memory), against
+the mapped reader (prep.Dataset in the readers' order, StreamingDataset's
+indices) as the reference: every batch of two epochs, and a state taken
+mid-epoch resumes at the next batch on another world size.
+On a machine with a GPU (torch.cuda available), against the same reference:
 - every batch of two epochs, for int64, int32 and the stored dtype, rows
   gathered by the host, by a kernel on the GPU or by its copy engines,
   equals the host rows, on the device,
@@ -56,11 +59,62 @@ def packed(tmp_path_factory) -> Path:
 
 
 def expected_batches(ds: prep.Dataset, batch: int, seed: int, epochs: range, rank: int = 0, world: int = 1):
-    """(epoch, rows) of each batch, from the mapped reader in the sampler's order."""
+    """(epoch, rows) of each batch, from the mapped reader in the readers' order."""
     for epoch in epochs:
-        order = list(prep.Sampler(len(ds), seed=seed, epoch=epoch, rank=rank, world_size=world))
+        reader = prep.StreamingDataset(ds.path, seed=seed, epoch=epoch, rank=rank, world_size=world)
+        order = reader.indices().tolist()
         for at in range(0, len(order), batch):
             yield epoch, np.stack([ds[i] for i in order[at:at + batch]])
+
+
+@pytest.mark.parametrize("dtype", ["int64", None])
+def test_host_batches_are_the_readers_rows_for_two_epochs(packed, dtype):
+    ds = prep.Dataset(packed)
+    for rank, world in ((0, 1), (1, 3)):
+        loader = prep.DeviceLoader(packed, batch_size=7, device="cpu", seed=5, epochs=2, dtype=dtype,
+                                   rank=rank, world_size=world, threads=2)
+        want = list(expected_batches(ds, 7, 5, range(2), rank, world))
+        got = list(loader)
+        assert len(got) == len(want)
+        for tensor, (_, rows) in zip(got, want):
+            assert tensor.dtype == (torch.int64 if dtype else torch.uint16) and tensor.shape == rows.shape
+            assert np.array_equal(tensor.numpy().astype(np.int64), rows.astype(np.int64))
+
+
+def test_a_host_loaders_state_resumes_at_the_next_batch_on_another_world_size(packed):
+    """A state of 2 ranks after 9 batches each, loaded by 3 loaders (and by a
+    StreamingDataset): together they read exactly the rest of the epoch."""
+    ds = prep.Dataset(packed)
+    first = [prep.DeviceLoader(packed, batch_size=5, device="cpu", seed=2, epochs=1, rank=r, world_size=2)
+             for r in range(2)]
+    its = [iter(loader) for loader in first]
+    before = [torch.cat([next(it) for _ in range(9)]) for it in its]
+    state = first[0].state_dict()
+    assert state == first[1].state_dict() and state["position"] == 9 * 5 * 2
+    streaming = prep.StreamingDataset(packed, seed=2, world_size=2)
+    streaming.load_state_dict(state)
+    assert streaming.state_dict() == state
+    rest = []
+    for rank in range(3):
+        loader = prep.DeviceLoader(packed, batch_size=5, device="cpu", seed=2, epochs=1, rank=rank,
+                                   world_size=3)
+        loader.load_state_dict(state)
+        rest.append(torch.cat(list(loader)))
+    # The rows are the order's, rank by rank; the order's indices say every
+    # row was read once (rows alone may repeat in a dataset).
+    indices = []
+    for rank, rows in enumerate(before):
+        order = prep.StreamingDataset(packed, seed=2, rank=rank, world_size=2).indices()[:len(rows)]
+        assert np.array_equal(rows.numpy(), np.stack([ds[int(i)] for i in order]).astype(np.int64))
+        indices += order.tolist()
+    for rank, rows in enumerate(rest):
+        reader = prep.StreamingDataset(packed, seed=2, rank=rank, world_size=3)
+        reader.load_state_dict(state)
+        order = reader.indices()
+        assert np.array_equal(rows.numpy(), np.stack([ds[int(i)] for i in order]).astype(np.int64))
+        indices += order.tolist()
+    assert len(indices) == len(set(indices)), "a row read twice"
+    assert len(ds) - len(indices) < 3, "more rows left out than the last world size leaves"
 
 
 @pytest.mark.skipif(GPU, reason="a CUDA device is present")
@@ -95,7 +149,8 @@ def test_batches_equal_the_host_rows_for_two_epochs(packed, dtype, gather):
 
 @needs_gpu
 def test_the_tensor_is_the_loaders_buffer_not_a_copy(packed):
-    loader = native.CudaLoader(str(packed), 0, 8, 2, 1, 0, 1, 0, 0, 1, 2, "i64")
+    stream = prep.StreamingDataset(packed, seed=1)._open()
+    loader = native.CudaLoader(stream, 0, 8, 2, 0, 1, 0, 0, 1, 2, "i64")
     stream = torch.cuda.current_stream()
     batch = loader.next(stream.cuda_stream)
     tensor = torch.as_tensor(batch, device="cuda:0")
@@ -114,15 +169,15 @@ def test_a_kept_tensor_stays_valid_and_holding_every_buffer_is_refused(packed):
         t = next(it)  # the other buffer, reused batch after batch
         assert np.array_equal(t.cpu().numpy(), want[k])
         del t
-    assert loader._native.held == 2
+    assert loader._active.held == 2
     kept.append(next(it))
-    assert loader._native.held == 3
+    assert loader._active.held == 3
     with pytest.raises(RuntimeError, match="still held"):
         next(it)
     for k in range(2):
         assert np.array_equal(kept[k].cpu().numpy(), want[k]), "a kept batch was overwritten"
     del kept
-    assert loader._native.held == 0
+    assert loader._active.held == 0
 
 
 @needs_gpu
@@ -146,5 +201,6 @@ def test_state_dict_resumes_at_the_next_batch(packed):
         next(it)
     state = first.state_dict()
     expected = next(it).cpu()
-    again = prep.DeviceLoader(packed, batch_size=5, seed=2, **state)
+    again = prep.DeviceLoader(packed, batch_size=5, seed=2)
+    again.load_state_dict(state)
     assert torch.equal(next(iter(again)).cpu(), expected)

@@ -517,7 +517,7 @@ def test_the_reader_imports_without_torch(module, tmp_path):
             f"import {module}\n"
             f"assert 'PackedDataset' not in {module}.__all__\n"
             f"try:\n    from {module} import PackedDataset\n"
-            "except ImportError as e:\n    assert 'needs torch' in str(e), e\n"
+            "except ImportError as e:\n    assert 'needs torch' in str(e) or 'needs the prep package' in str(e), e\n"
             "else:\n    raise AssertionError('PackedDataset without torch')\n")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)],
                           capture_output=True, text=True, check=False)
@@ -535,12 +535,17 @@ def loader_rows(torch, data, batch_size, num_workers, take=None, **kw):
 
 
 def expected_rows(ds, seed, epoch, rank, world_size, start=0):
-    return np.stack([ds[i] for i in Sampler(len(ds), seed, epoch, rank, world_size, start)])
+    """The rows every reader of the package reads: the stream's order, as
+    StreamingDataset's indices() gives it for the same arguments."""
+    order = prep_module.StreamingDataset(ds.path, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+    if start:
+        order.load_state_dict({**order.state_dict(), "position": start})
+    return np.stack([ds[int(i)] for i in order.indices()])
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
-def test_dataloader_gives_the_sampler_order(packed, num_workers):
+def test_dataloader_gives_the_readers_order(packed, num_workers):
     torch = need_torch()
     data = prep_module.PackedDataset(packed, seed=7, epoch=1, rank=1, world_size=3, batch_size=4)
     want = expected_rows(data.dataset, 7, 1, 1, 3)
@@ -558,8 +563,8 @@ def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
     data = PackedDataset(packed, seed=3, rank=0, world_size=2, batch_size=4)
     first, k = loader_rows(torch, data, 4, num_workers, take=37)
     state = data.state_dict(batches=k)
-    assert state == {"seed": 3, "epoch": 0, "position": 148, "world_size": 2, "rank": 0,
-                     "n": len(data.dataset)}
+    # A global position: 37 batches of 4 rows on each of 2 ranks.
+    assert (state["format"], state["seed"], state["epoch"], state["position"]) == ("prep-stream", 3, 0, 296)
     if num_workers == 0:
         assert data.state_dict() == state, "the iterator's own count is exact without workers"
     again = PackedDataset(packed, seed=3, rank=0, world_size=2, batch_size=4)
@@ -567,14 +572,14 @@ def test_state_dict_resumes_where_the_run_stopped(packed, num_workers):
     rest, _ = loader_rows(torch, again, 4, num_workers, take=20)
     # ... and once more, from the middle of the resumed run.
     state2 = again.state_dict(batches=20)
-    assert state2["position"] == 148 + 80
+    assert state2["position"] == 296 + 160
     third = PackedDataset(packed, seed=3, rank=0, world_size=2, batch_size=4)
     third.load_state_dict(state2)
     tail, _ = loader_rows(torch, third, 4, num_workers)
     assert np.array_equal(np.concatenate([first, rest, tail]), want)
-    # At the end of the epoch the position is n // world_size, and nothing is left.
+    # At the end of the epoch the position is n // world_size * world_size, and nothing is left.
     done = third.state_dict(batches=10**9)
-    assert done["position"] == len(data.dataset) // 2
+    assert done["position"] == len(data.dataset) // 2 * 2
     third.load_state_dict(done)
     assert len(third) == 0 and list(third) == []
 
@@ -586,21 +591,31 @@ def test_set_epoch_and_other_world_sizes(packed):
     it = iter(data)
     for _ in range(10):
         next(it)
-    assert data.state_dict()["position"] == 10
+    assert data.state_dict()["position"] == 40  # 10 rows on each of 4 ranks
     data.set_epoch(5)
     assert data.state_dict()["position"] == 0
     assert np.array_equal(np.stack([r.numpy() for r in data]), expected_rows(data.dataset, 11, 5, 2, 4))
-    # A state of 4 ranks at position 30, resumed on 3 ranks: position 30 * 4 // 3.
-    state = {"seed": 11, "epoch": 5, "position": 30, "world_size": 4, "rank": 2, "n": len(data.dataset)}
+    # A state of 4 ranks after 30 rows each, resumed on 3 ranks: the rest of
+    # the epoch from global position 120, no row twice, none left out.
+    data.set_epoch(5)
+    it = iter(data)
+    for _ in range(30):
+        next(it)
+    state = data.state_dict()
+    assert state["position"] == 120
     three = PackedDataset(packed, seed=11, rank=1, world_size=3)
     three.load_state_dict(state)
-    assert three.state_dict() == {**state, "position": 40, "world_size": 3, "rank": 1}
+    assert three.state_dict() == state
     assert np.array_equal(np.stack([r.numpy() for r in three]),
-                          expected_rows(data.dataset, 11, 5, 1, 3, start=40))
+                          expected_rows(data.dataset, 11, 5, 1, 3, start=120))
     with pytest.raises(ValueError, match="seed"):
         three.load_state_dict({**state, "seed": 12})
-    with pytest.raises(ValueError, match="records"):
-        three.load_state_dict({**state, "n": 5})
+    with pytest.raises(ValueError, match="dataset"):
+        three.load_state_dict({**state, "dataset": "0" * 16})
+    # The state of the sampler's order (before the readers shared one) is refused, saying why.
+    with pytest.raises(ValueError, match="not a prep reader state"):
+        three.load_state_dict({"seed": 11, "epoch": 5, "position": 30, "world_size": 4, "rank": 2,
+                               "n": len(data.dataset)})
 
 
 def test_targets_are_the_row_shifted_by_one(packed):

@@ -9,6 +9,11 @@ and trusted through SSL_CERT_FILE).
   through the server (its GET log shows the shards' ranges).
 - The same epoch order as from the local directory, and a state taken while
   streaming the local directory resumes the stream from the store, and back.
+- One state through the package's three readers and both places: taken from
+  the store on 2 ranks, resumed in place from the directory
+  (prep.PackedDataset) on 3, and finished from the store by the batch loader
+  (prep.DeviceLoader into host memory) on 1: every row once, each the row
+  the order puts there.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_stream_stores.py
 """
@@ -102,6 +107,54 @@ def test_the_local_directory_and_the_store_read_one_order_and_share_states(store
         after = [int(i) for i, _ in e]
         whole = stream(local, tmp_path / "c3").indices().tolist()
         assert before + after == whole, f"{first} then {then}"
+
+
+def test_one_state_moves_between_the_three_readers_the_two_places_and_world_sizes(store, root, tmp_path):
+    torch = pytest.importorskip("torch", reason="PackedDataset and DeviceLoader need torch")
+    url, _ = store
+    local = root / "bkt" / "packed"
+    ds = prep.Dataset(local)
+    common = dict(cache_limit="4MiB", seed=9)
+
+    def order(world, rank, state=None):
+        reader = prep.StreamingDataset(local, world_size=world, rank=rank, **common)
+        if state is not None:
+            reader.load_state_dict(state)
+        return reader.indices().tolist()
+
+    def rows_of(indices):
+        return np.stack([ds[i] for i in indices]).astype(np.int64)
+
+    read = []
+    # 2 ranks stream 40 rows each from the store.
+    for rank in range(2):
+        d = stream(url, tmp_path / "cache", rank=rank, world_size=2, local_world_size=2, **common)
+        it = iter(d)
+        got = [int(next(it)[0]) for _ in range(40)]
+        assert got == order(2, rank)[:40]
+        read += got
+    state = d.state_dict()
+    # 3 ranks go on in place from the directory, 30 rows each.
+    for rank in range(3):
+        p = prep.PackedDataset(local, world_size=3, rank=rank, **common)
+        p.load_state_dict(state)
+        it = iter(p)
+        rows = torch.stack([next(it) for _ in range(30)]).numpy()
+        want = order(3, rank, state)[:30]
+        assert np.array_equal(rows, rows_of(want)), f"PackedDataset rank {rank}"
+        read += want
+    state = p.state_dict()
+    assert state["position"] == 80 + 90
+    # One batch loader finishes the epoch from the store.
+    loader = prep.DeviceLoader(url, device="cpu", batch_size=16, epochs=1, world_size=1, rank=0,
+                               cache_dir=tmp_path / "cache2", **common)
+    loader.load_state_dict(state)
+    rest = torch.cat(list(loader)).numpy()
+    want = order(1, 0, state)
+    assert np.array_equal(rest, rows_of(want)), "DeviceLoader"
+    read += want
+    assert sorted(read) == list(range(len(ds))), "every row once"
+    assert loader.state_dict()["position"] == len(ds)
 
 
 def test_batches_are_the_rows_in_one_call_each_and_a_dataloader_takes_them(store, root, tmp_path):

@@ -18,19 +18,20 @@
 //! - A consumer holding every batch of the ring would wait forever for the
 //!   next: `next` refuses instead, naming the depth.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyByteArray, PyDict};
 
 use prep::format::Dataset;
 use prep::loader::cuda::{CUstream, CudaBackend};
 use prep::loader::{
-    Backend, Batch, Gather, Loader, LoaderConfig, LoaderError, Order, Position, Widen,
+    Backend, Batch, Gather, HostBackend, Loader, LoaderConfig, LoaderError, Order, Position, Widen,
 };
+
+use crate::stream::Stream;
 
 /// Usage errors are ValueError; a dataset that cannot be read is OSError;
 /// a CUDA failure (no driver, no such device) is RuntimeError.
@@ -45,25 +46,104 @@ fn to_py(e: LoaderError) -> PyErr {
 /// The loader of one rank of a packed dataset into one GPU's memory.
 #[pyclass(module = "prep._native", frozen)]
 pub struct CudaLoader {
-    loader: Mutex<Loader<CudaBackend>>,
+    loader: Held<CudaBackend>,
     /// Batches handed out and not yet given back.
     held: Arc<AtomicUsize>,
     depth: usize,
     device: usize,
 }
 
+/// A loader owned by a Python object. Dropping a loader stops its
+/// producer and waits for it, and the producer may be waiting for a fetch
+/// that needs the GIL (a store served from this process, a client's
+/// callback): the drop releases the GIL first, as the stream's readers do.
+pub(crate) struct Held<B: Backend>(Mutex<Option<Loader<B>>>);
+
+impl<B: Backend> Held<B> {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Loader<B>) -> Result<T, LoaderError>,
+    ) -> Result<T, LoaderError> {
+        let mut guard = self
+            .0
+            .lock()
+            .map_err(|_| LoaderError::Backend("the loader was poisoned by a panic".into()))?;
+        f(guard.as_mut().expect("held until dropped"))
+    }
+}
+
+impl<B: Backend> Drop for Held<B> {
+    fn drop(&mut self) {
+        let loader = self.0.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        Python::attach(|py| py.detach(move || drop(loader)));
+    }
+}
+
+/// The loader of `config`'s rank over `stream`'s dataset, in the stream's
+/// order: a local directory's rows read in place (any gather), a remote
+/// one's through the stream's cache (gathered on the host). `backend`
+/// makes the backend, given the mapped dataset where there is one.
+pub(crate) fn open_loader<B: Backend>(
+    stream: &Arc<prep::stream::Stream>,
+    config: LoaderConfig,
+    backend: impl FnOnce(Option<Arc<Dataset>>) -> Result<B, LoaderError>,
+) -> Result<Loader<B>, LoaderError> {
+    if config.batch_rows == 0 || config.depth == 0 {
+        return Err(LoaderError::Usage(
+            "batch_size and depth must be at least 1".into(),
+        ));
+    }
+    match stream.local_dir() {
+        Some(dir) => {
+            let dataset = Arc::new(Dataset::open(dir).map_err(LoaderError::from)?);
+            let backend = Arc::new(backend(Some(dataset.clone()))?);
+            Loader::with_stream_order(dataset, Arc::clone(stream), backend, config)
+        }
+        None => Loader::from_stream(Arc::clone(stream), Arc::new(backend(None)?), config),
+    }
+}
+
+/// The loader's settings from the Python arguments.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn loader_config(
+    batch_rows: usize,
+    depth: usize,
+    rank: u64,
+    world_size: u64,
+    epoch: u64,
+    position: u64,
+    end_epoch: Option<u64>,
+    threads: usize,
+) -> LoaderConfig {
+    LoaderConfig {
+        batch_rows,
+        depth,
+        // The stream's seed orders the rows; this one is not read.
+        order: Order {
+            seed: 0,
+            rank,
+            world_size,
+        },
+        start: Position { epoch, position },
+        end_epoch,
+        threads,
+    }
+}
+
 #[pymethods]
 impl CudaLoader {
+    /// The loader of rank `rank` of `world_size` over `stream` (a
+    /// `prep._native.Stream`), from global position `position` of `epoch`
+    /// (a stream state's).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, device, batch_rows, depth, seed, rank, world_size, epoch, position, end_epoch, threads, widen, gather="host"))]
+    #[pyo3(signature = (stream, device, batch_rows, depth, rank, world_size, epoch, position, end_epoch, threads, widen, gather="host"))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        stream: PyRef<'_, Stream>,
         device: usize,
         batch_rows: usize,
         depth: usize,
-        seed: u64,
         rank: u64,
         world_size: u64,
         epoch: u64,
@@ -75,34 +155,28 @@ impl CudaLoader {
     ) -> PyResult<CudaLoader> {
         let widen: Widen = widen.parse().map_err(to_py)?;
         let gather: Gather = gather.parse().map_err(to_py)?;
-        if batch_rows == 0 || depth == 0 {
-            return Err(PyValueError::new_err(
-                "batch_size and depth must be at least 1",
-            ));
-        }
+        let stream = Arc::clone(&stream.inner);
+        let config = loader_config(
+            batch_rows, depth, rank, world_size, epoch, position, end_epoch, threads,
+        );
         let loader = py
             .detach(|| {
-                let dataset = Arc::new(Dataset::open(&path).map_err(LoaderError::from)?);
-                let backend = CudaBackend::new(device, dataset.dtype(), widen)?
-                    .gather_with(gather, dataset.clone())?;
-                let backend = Arc::new(backend);
-                let config = LoaderConfig {
-                    batch_rows,
-                    depth,
-                    order: Order {
-                        seed,
-                        rank,
-                        world_size,
-                    },
-                    start: Position { epoch, position },
-                    end_epoch,
-                    threads,
-                };
-                Loader::new(dataset, backend, config)
+                open_loader(&stream, config, |dataset| {
+                    let backend = CudaBackend::new(device, stream.manifest().dtype, widen)?;
+                    match dataset {
+                        Some(dataset) => backend.gather_with(gather, dataset),
+                        None if gather == Gather::Host => Ok(backend),
+                        None => Err(LoaderError::Usage(format!(
+                            "{}: gather={gather:?} reads a local dataset's files in place; \
+                             a dataset in object storage is gathered on the host",
+                            stream.location()
+                        ))),
+                    }
+                })
             })
             .map_err(to_py)?;
         Ok(CudaLoader {
-            loader: Mutex::new(loader),
+            loader: Held(Mutex::new(Some(loader))),
             held: Arc::new(AtomicUsize::new(0)),
             depth,
             device,
@@ -122,12 +196,7 @@ impl CudaLoader {
             )));
         }
         let batch = py
-            .detach(|| {
-                let mut loader = self.loader.lock().map_err(|_| {
-                    LoaderError::Backend("the loader was poisoned by a panic".into())
-                })?;
-                loader.next_batch()
-            })
+            .detach(|| self.loader.with(|loader| loader.next_batch()))
             .map_err(to_py)?;
         let Some(batch) = batch else {
             return Ok(None);
@@ -162,7 +231,7 @@ impl CudaLoader {
     /// Tokens per row.
     #[getter]
     fn row_tokens(&self) -> usize {
-        self.loader.lock().map(|l| l.row_tokens()).unwrap_or(0)
+        self.loader.with(|l| Ok(l.row_tokens())).unwrap_or(0)
     }
 
     /// Batches handed out and not yet given back.
@@ -288,7 +357,76 @@ impl DeviceBatch {
     }
 }
 
+/// The same loader into host memory (`prep.DeviceLoader(device="cpu")`):
+/// the order, positions and resume states of the GPU loader, for training
+/// on the CPU and for checking a job where no GPU is.
+#[pyclass(module = "prep._native", frozen)]
+pub struct HostLoader {
+    loader: Held<HostBackend>,
+    row_bytes: usize,
+}
+
+#[pymethods]
+impl HostLoader {
+    /// As CudaLoader's, without the device's arguments.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (stream, batch_rows, depth, rank, world_size, epoch, position, end_epoch, threads))]
+    fn new(
+        py: Python<'_>,
+        stream: PyRef<'_, Stream>,
+        batch_rows: usize,
+        depth: usize,
+        rank: u64,
+        world_size: u64,
+        epoch: u64,
+        position: u64,
+        end_epoch: Option<u64>,
+        threads: usize,
+    ) -> PyResult<HostLoader> {
+        let stream = Arc::clone(&stream.inner);
+        let config = loader_config(
+            batch_rows, depth, rank, world_size, epoch, position, end_epoch, threads,
+        );
+        let loader = py
+            .detach(|| open_loader(&stream, config, |_| Ok(HostBackend)))
+            .map_err(to_py)?;
+        let manifest = stream.manifest();
+        Ok(HostLoader {
+            row_bytes: manifest.seq_len.unwrap_or(0) as usize * manifest.dtype.size(),
+            loader: Held(Mutex::new(Some(loader))),
+        })
+    }
+
+    /// The next batch as (epoch, position, (resume epoch, resume
+    /// position), the rows one after the other in a `bytearray`); None
+    /// once `end_epoch` is reached.
+    #[allow(clippy::type_complexity)]
+    fn next<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(u64, u64, (u64, u64), Bound<'py, PyByteArray>)>> {
+        let batch = py
+            .detach(|| self.loader.with(|loader| loader.next_batch()))
+            .map_err(to_py)?;
+        let Some(batch) = batch else {
+            return Ok(None);
+        };
+        let rows = PyByteArray::new(py, &batch.target()[..batch.rows() * self.row_bytes]);
+        let resume = batch.resume_at();
+        let out = (
+            batch.epoch(),
+            batch.position(),
+            (resume.epoch, resume.position),
+            rows,
+        );
+        batch.release(None);
+        Ok(Some(out))
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<HostLoader>()?;
     m.add_class::<CudaLoader>()?;
     m.add_class::<DeviceBatch>()?;
     Ok(())

@@ -3,7 +3,7 @@
 //! or the cache is written again in Python.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -26,7 +26,8 @@ fn to_py(e: StreamError) -> PyErr {
 /// A packed dataset opened for streaming (prep::stream::Stream).
 #[pyclass(module = "prep._native", frozen)]
 pub struct Stream {
-    inner: prep::stream::Stream,
+    /// Shared with the batch loaders made over it (device.rs).
+    pub(crate) inner: Arc<prep::stream::Stream>,
 }
 
 #[pymethods]
@@ -65,7 +66,40 @@ impl Stream {
         let inner = py
             .detach(|| prep::stream::Stream::open(&location, config, state.as_ref()))
             .map_err(to_py)?;
-        Ok(Stream { inner })
+        Ok(Stream {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Whether the dataset is a local directory (its rows can be read in
+    /// place, in this order).
+    #[getter]
+    fn local(&self) -> bool {
+        self.inner.local_dir().is_some()
+    }
+
+    /// The dataset indices at global positions `positions` (little-endian
+    /// u64 bytes) of `epoch`, as little-endian u64 bytes: the order alone,
+    /// for a reader of the rows in place.
+    fn at<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: u64,
+        positions: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let order = self.inner.order(epoch).map_err(to_py)?;
+        let n = self.inner.len();
+        let mut out = Vec::with_capacity(positions.len());
+        for g in positions.chunks_exact(8) {
+            let g = u64::from_le_bytes(g.try_into().expect("8 bytes"));
+            if g >= n {
+                return Err(PyValueError::new_err(format!(
+                    "position {g} outside an epoch of {n} rows"
+                )));
+            }
+            out.extend_from_slice(&order.get(g).to_le_bytes());
+        }
+        Ok(PyBytes::new(py, &out))
     }
 
     /// Rows in the dataset.
