@@ -71,8 +71,8 @@ package: $(VENV)/.installed
 	$(VENV)/bin/maturin build --quiet --profile dev --out $(WHEELS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(WHEELS)/*.whl
 
-# The test build: both crates' unit tests (prep's lib and bin, prep-engine's in
-# crates/engine), the `it` integration binary (tests/it/) and
+# The test build: the crates' unit tests (prep's lib and bin, prep-reader's,
+# prep-engine's and prep-chat's under crates/), the `it` integration binary (tests/it/) and
 # $(TARGET_DIR)/debug/prep, which tests/python run. Every Rust test command here
 # names --workspace, or it would leave prep-engine's tests out; never -p
 # prep-engine alone, whose dependencies would be built a second time with the
@@ -282,6 +282,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --features prep/cuda -- -D warnings
+	$(CARGO) clippy -p prep-reader --no-default-features --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" $(CARGO) doc --workspace --no-deps --document-private-items --quiet
 
 # GigaToken (`gigatoken` on PyPI, Rust core), a baseline of bench_engines.py, kept

@@ -13,7 +13,6 @@
 
 pub mod chat;
 pub mod fetch;
-pub mod format;
 pub mod input;
 pub mod inspect;
 pub mod interop;
@@ -23,19 +22,21 @@ pub mod mix;
 pub mod output;
 pub mod pack;
 pub mod partition;
-pub mod permute;
 pub mod progress;
 pub mod run;
-pub mod sampler;
 pub mod shuffle;
 pub mod size;
 pub mod split;
-pub mod store;
 pub mod stream;
 pub mod tokenize;
 pub mod tokenize_then_shuffle;
 pub mod util;
 pub mod validate;
+
+/// The dataset format, its reader and writer, the training orders and object
+/// storage: the crate `prep_reader` (crates/reader), a crate of its own so
+/// that Rust training code reads prep datasets without building the rest.
+pub use prep_reader::{format, permute, sampler, store};
 
 pub use format::{Dataset, Dtype, FormatError, Manifest, Tokens};
 

@@ -42,7 +42,7 @@ def xxh3_file(path: Path) -> str:
 
 
 def write_sums(bin_path: Path, sum_path: Path) -> None:
-    """The .sum of a .bin (src/format/FORMAT.md): header, then each 1 MiB chunk's XXH3-64."""
+    """The .sum of a .bin (crates/reader/src/format/FORMAT.md): header, then each 1 MiB chunk's XXH3-64."""
     data = bin_path.read_bytes()
     sums = [xxhash.xxh3_64_intdigest(data[i:i + CHUNK]) for i in range(0, len(data), CHUNK)]
     header = b"PREPSUM\0" + (1).to_bytes(4, "little") + bytes(4)

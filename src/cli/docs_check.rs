@@ -458,6 +458,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("features", "cargo"),
     ("workspace", "cargo"),
     ("no-deps", "cargo doc, pip"),
+    ("no-default-features", "cargo"),
     ("split-sentences", "Megatron-LM's tools/preprocess_data.py"),
     ("train-samples", "Megatron-LM's training"),
     ("split", "Megatron-LM's training"),

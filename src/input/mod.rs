@@ -23,6 +23,7 @@ use std::sync::Arc;
 pub mod arrow_ipc;
 pub mod jsonl;
 pub mod parquet;
+mod remote_parquet;
 pub mod share;
 
 pub use share::{share, Share, Slice};

@@ -127,7 +127,7 @@ impl ParquetSource {
         };
         match super::remote(path)? {
             Some((object, size)) => {
-                let remote = crate::store::RemoteFile::new(object, size);
+                let remote = crate::input::remote_parquet::RemoteFile::new(object, size);
                 let builder =
                     crate::util::catch_panic(|| ParquetRecordBatchReaderBuilder::try_new(remote))
                         .map_err(damaged)?

@@ -153,7 +153,7 @@ fn group_sizes(path: &Path) -> Result<Vec<u64>, InputError> {
     };
     let metadata = match super::remote(path)? {
         Some((object, size)) => {
-            SerializedFileReader::new(crate::store::RemoteFile::new(object, size))
+            SerializedFileReader::new(crate::input::remote_parquet::RemoteFile::new(object, size))
                 .map_err(parquet_error)?
                 .metadata()
                 .clone()

@@ -19,6 +19,34 @@
 //! after its last complete shard: the plans are recomputed (they are cheap),
 //! the rows already written are skipped.
 //!
+//! A packed row's pieces, as a variable-length attention kernel takes them
+//! ([`crate::format::Dataset::segments`]):
+//!
+//! ```
+//! use prep::pack::{self, PackConfig};
+//! use prep::format::Dataset;
+//!
+//! // Pack the 36 documents of a test fixture into rows of 16 tokens.
+//! let dir = std::env::temp_dir().join(format!("prep-doc-segments-{}", std::process::id()));
+//! let mut config = PackConfig::new("fixtures/validate/good", &dir, 16);
+//! config.writing.overwrite = true;
+//! pack::run(&config, &prep::progress::NoProgress)?;
+//!
+//! let ds = Dataset::open(&dir)?;
+//! for i in 0..ds.len() {
+//!     let row = ds.record(i)?;
+//!     let pieces = ds.segments(i)?;
+//!     // cu_seqlens for a variable-length attention kernel: where each piece
+//!     // starts, then where the last one ends (the rest is padding).
+//!     let mut cu_seqlens: Vec<u32> = pieces.iter().map(|p| p.start).collect();
+//!     cu_seqlens.push(pieces.last().map_or(0, |p| p.start + p.length));
+//!     assert_eq!(cu_seqlens[0], 0);
+//!     assert!(*cu_seqlens.last().unwrap() as usize <= row.len());
+//! }
+//! std::fs::remove_dir_all(&dir)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Partitioned runs
 //!
 //! With [`PackConfig::part`] set to part `I` of `N` (`--part I/N`), a run

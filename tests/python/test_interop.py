@@ -7,7 +7,7 @@ token with the records read by test_reference.py's reader (neither uses
 prep's code). Each export is then imported back with `prep import` and the
 new dataset's records compared with the original ones. Edge cases (no
 records, one record, empty records, the largest ids of uint16 and uint32,
-packed rows) use datasets written here from src/format/FORMAT.md. Where
+packed rows) use datasets written here from crates/reader/src/format/FORMAT.md. Where
 megatron-core or datatrove is installed, their own readers read the exports
 too; otherwise those tests are skipped.
 

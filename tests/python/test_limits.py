@@ -1,4 +1,4 @@
-"""The format's limits (src/format/FORMAT.md, "Limits") are the same in both
+"""The format's limits (crates/reader/src/format/FORMAT.md, "Limits") are the same in both
 readers: a manifest at the cap is read by the Python reader and by prep; one
 byte over it is refused by both, each naming the file.
 

@@ -1,4 +1,4 @@
-"""Packed datasets read with numpy alone, from the layout of src/format/FORMAT.md.
+"""Packed datasets read with numpy alone, from the layout of crates/reader/src/format/FORMAT.md.
 
 Runs `prep tokenize` and `prep pack` on the demo corpus, then reads the rows
 and the `.seg` segment indexes here, without prep's code: every piece holds
@@ -102,7 +102,7 @@ M64 = (1 << 64) - 1
 
 
 def mix(x: int) -> int:
-    """SplitMix64's finaliser, as in src/permute.rs."""
+    """SplitMix64's finaliser, as in crates/reader/src/permute.rs."""
     z = (x + 0x9E3779B97F4A7C15) & M64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
@@ -110,7 +110,7 @@ def mix(x: int) -> int:
 
 
 def permutation(n: int, seed: int, stream: int) -> list[int]:
-    """The keyed Feistel permutation of 0..n with cycle walking (src/permute.rs)."""
+    """The keyed Feistel permutation of 0..n with cycle walking (crates/reader/src/permute.rs)."""
     k = max(((n - 1).bit_length() + 1) // 2, 1) if n > 1 else 1
     base = mix(mix(seed) ^ stream)
     keys = [mix(base ^ mix(i)) for i in range(6)]

@@ -4,7 +4,7 @@ alone), against prep itself.
 
 Datasets come from the real binary (`prep tokenize`, `prep pack`) or, for
 the sampler and the corrupt-file cases, are written here from the byte
-layout of src/format/FORMAT.md. Records are compared with the independent
+layout of crates/reader/src/format/FORMAT.md. Records are compared with the independent
 reader of test_reference.py and the .seg parser of test_packed.py; the
 sampler's order with `prep sample`, for sizes, seeds, epochs, ranks and world
 sizes up to the edges of u64. The torch tests are skipped where torch is not
@@ -462,7 +462,7 @@ def test_one_rank_reads_the_documented_permutation():
     for n in (0, 1, 2, 10, 255, 256, 257, 4097):
         for seed, epoch in ((0, 0), (42, 3), (2**64 - 1, 2**64 - 1)):
             assert list(Sampler(n, seed, epoch)) == permutation(n, seed, epoch), (n, seed, epoch)
-    # prep's known values (src/permute.rs).
+    # prep's known values (crates/reader/src/permute.rs).
     assert list(Sampler(10, 0, 0)) == [6, 1, 8, 5, 3, 7, 9, 2, 0, 4]
     assert list(Sampler(10, 42, 3)) == [3, 4, 6, 7, 1, 0, 5, 8, 9, 2]
 

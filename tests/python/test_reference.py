@@ -3,7 +3,7 @@
 Runs `prep tokenize` on fixtures/corpus/debian-sample.jsonl.zst (several shards)
 and checks every document against the Python `tokenizers` package, the
 reference prep must match (tools/requirements.txt pins its version). The
-dataset is read here from the byte layout of src/format/FORMAT.md, without
+dataset is read here from the byte layout of crates/reader/src/format/FORMAT.md, without
 prep's code, so these tests also check that the format is what it says.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python

@@ -16,26 +16,26 @@ mod sums;
 mod verify;
 mod writer;
 
-pub use files::{
-    record_count, Chunks, Entries, File, Files, ReadError, TokenBlock, TokenBlocks, LOCAL_CHUNK,
-};
+#[cfg(feature = "store")]
+pub use files::record_count;
+pub use files::{Chunks, Entries, File, Files, ReadError, TokenBlock, TokenBlocks, LOCAL_CHUNK};
 pub use index::{
     check_index, offset_violations, IdxHeader, OffsetRules, OffsetViolation, IDX_HEADER_LEN,
     IDX_MAGIC, IDX_VERSION,
 };
-pub(crate) use manifest::is_safe_relative;
+pub use manifest::is_safe_relative;
 pub use manifest::{
     identity, ChatCounts, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition,
     Provenance, ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, MASKED_VERSION, MAX_MANIFEST_BYTES, PLAIN_VERSION,
 };
-pub(crate) use mmap::Mapping as MappedFile;
+pub use mmap::Mapping as MappedFile;
 pub use reader::{Dataset, Mapped, Storage, Tokens};
 pub use segments::{
     check_segments, row_index_end, row_index_start, row_violation, row_window, segment_violations,
     SegHeader, SegWriter, Segment, SEGMENT_BYTES, SEG_HEADER_LEN, SEG_MAGIC, SEG_VERSION,
 };
-pub(crate) use sums::{chunk_bytes_to_write as sum_chunk_bytes_to_write, ChunkHasher};
+pub use sums::{chunk_bytes_to_write as sum_chunk_bytes_to_write, ChunkHasher};
 pub use sums::{
     BadChunk, ChunkProblem, ChunkSums, CHUNK_BYTES, CHUNK_VAR as SUM_CHUNK_VAR, SUM_HEADER_LEN,
     SUM_MAGIC, SUM_VERSION,
@@ -43,15 +43,15 @@ pub use sums::{
 pub use verify::{
     first_id_at_or_above, id_limit, BadInput, InputProblem, ShardPart, ShardReader, Verified,
 };
-pub(crate) use writer::TMP_SUFFIX;
+pub use writer::TMP_SUFFIX;
 
 /// Views mapped bytes as u16 tokens (None if misaligned or of odd length).
-pub(crate) fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {
+pub fn mmap_cast_u16(bytes: &[u8]) -> Option<&[u16]> {
     mmap::cast(bytes)
 }
 
 /// Views mapped bytes as u32 tokens (None if misaligned or of ragged length).
-pub(crate) fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
+pub fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
     mmap::cast(bytes)
 }
 
@@ -317,7 +317,8 @@ pub enum FormatError {
 }
 
 impl FormatError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FormatError {
+    /// [`FormatError::Io`] for `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FormatError {
         FormatError::Io {
             path: path.into(),
             cause: source,
@@ -381,7 +382,7 @@ mod limits {
     #[test]
     fn format_md_rust_and_python_agree() {
         let spec = read("src/format/FORMAT.md");
-        let py = read("python/prep/reader.py");
+        let py = read("../../python/prep/reader.py");
         let rows: [(&str, u64, &str); 4] = [
             (
                 "`manifest.json` size",

@@ -8,10 +8,10 @@
 //! that range and checks it with [`ChunkSums::verify`]:
 //!
 //! ```
-//! # use prep::format::{ChunkSums, CHUNK_BYTES};
+//! # use prep_reader::format::{ChunkSums, CHUNK_BYTES};
 //! # fn get(range: std::ops::Range<u64>) -> Vec<u8> { vec![0; (range.end - range.start) as usize] }
 //! # let dir = tempfile::tempdir().unwrap();
-//! # let mut w = prep::format::ShardWriter::create(dir.path(), "s", prep::format::Dtype::U16).unwrap();
+//! # let mut w = prep_reader::format::ShardWriter::create(dir.path(), "s", prep_reader::format::Dtype::U16).unwrap();
 //! # w.push_raw(&vec![0u8; 3 << 20]).unwrap();
 //! # let info = w.finish().unwrap();
 //! # let sum_bytes = std::fs::read(dir.path().join("s.sum")).unwrap();
@@ -158,7 +158,7 @@ impl ChunkSums {
 
     /// The `.sum` file's bytes for chunks of `chunk_bytes` with these
     /// checksums, as [`crate::format::ShardWriter`] writes them.
-    pub(crate) fn encode(chunk_bytes: u64, sums: &[u64]) -> Vec<u8> {
+    pub fn encode(chunk_bytes: u64, sums: &[u64]) -> Vec<u8> {
         let mut out = Vec::with_capacity(SUM_HEADER_LEN + 8 * sums.len());
         out.extend_from_slice(&SUM_MAGIC);
         out.extend_from_slice(&SUM_VERSION.to_le_bytes());
@@ -272,7 +272,7 @@ impl ChunkSums {
 
     /// Whether `digest` is the checksum of chunk `index` (one the `.sum`
     /// lists), for a caller that hashed the chunk as it streamed by.
-    pub(crate) fn check(&self, index: u64, digest: u64) -> Result<(), BadChunk> {
+    pub fn check(&self, index: u64, digest: u64) -> Result<(), BadChunk> {
         let range = self.chunk(index);
         let expected = usize::try_from(index).ok().and_then(|i| self.sums.get(i));
         match (range, expected) {
@@ -361,7 +361,7 @@ impl fmt::Display for ChunkProblem {
 /// pass that writes the `.bin`, and `validate`'s of checking one in the
 /// pass that reads it.
 #[derive(Clone)]
-pub(crate) struct ChunkHasher {
+pub struct ChunkHasher {
     chunk_bytes: u64,
     hasher: Xxh3,
     /// Bytes of the current chunk hashed so far.
@@ -372,7 +372,7 @@ pub(crate) struct ChunkHasher {
 
 impl ChunkHasher {
     /// A hasher of chunks of `chunk_bytes` (at least 1).
-    pub(crate) fn new(chunk_bytes: u64) -> ChunkHasher {
+    pub fn new(chunk_bytes: u64) -> ChunkHasher {
         assert!(chunk_bytes > 0, "chunks of at least one byte");
         ChunkHasher {
             chunk_bytes,
@@ -383,13 +383,13 @@ impl ChunkHasher {
     }
 
     /// The chunk size it hashes.
-    pub(crate) fn chunk_bytes(&self) -> u64 {
+    pub fn chunk_bytes(&self) -> u64 {
         self.chunk_bytes
     }
 
     /// Hashes the next `bytes` of the stream, calling `done(index, xxh3)`
     /// for each chunk they complete.
-    pub(crate) fn update(&mut self, mut bytes: &[u8], mut done: impl FnMut(u64, u64)) {
+    pub fn update(&mut self, mut bytes: &[u8], mut done: impl FnMut(u64, u64)) {
         while !bytes.is_empty() {
             let room = self.chunk_bytes - self.filled;
             let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
@@ -407,7 +407,7 @@ impl ChunkHasher {
     }
 
     /// Ends the stream: calls `done` for the last chunk, if it is partial.
-    pub(crate) fn finish(self, mut done: impl FnMut(u64, u64)) {
+    pub fn finish(self, mut done: impl FnMut(u64, u64)) {
         if self.filled > 0 {
             done(self.index, self.hasher.digest());
         }

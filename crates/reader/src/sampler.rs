@@ -38,7 +38,7 @@ use crate::permute::Permutation;
 /// The records one rank reads in one epoch.
 ///
 /// ```
-/// use prep::sampler::Sampler;
+/// use prep_reader::sampler::Sampler;
 ///
 /// // 10 records, 3 ranks: each rank reads 3 of them; one is left out.
 /// let ranks: Vec<Vec<u64>> = (0..3)

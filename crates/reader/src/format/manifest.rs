@@ -332,7 +332,7 @@ impl Provenance {
         Provenance {
             prep_version: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
-            created: crate::util::created_time(),
+            created: crate::time::created_time(),
             inputs,
             options,
             documents,
@@ -581,7 +581,7 @@ impl Manifest {
     /// Refuses a manifest that does not say `"format": "prep"`: another
     /// tool's, so the directory is no prep dataset (the error says so, and
     /// what prep reads instead).
-    pub(crate) fn check_format(path: &Path, value: &serde_json::Value) -> Result<(), FormatError> {
+    pub fn check_format(path: &Path, value: &serde_json::Value) -> Result<(), FormatError> {
         if value.get("format").and_then(|f| f.as_str()) == Some(FORMAT_NAME) {
             return Ok(());
         }
@@ -763,7 +763,9 @@ fn not_prep(value: &serde_json::Value) -> String {
     )
 }
 
-pub(crate) fn is_safe_relative(name: &str) -> bool {
+/// Whether `name` is a relative path that stays inside the dataset (no
+/// root, no `..`): what a manifest may name.
+pub fn is_safe_relative(name: &str) -> bool {
     let p = Path::new(name);
     !name.is_empty()
         && !name.contains('\\')

@@ -226,10 +226,10 @@ pub(super) struct Shard<F> {
 /// pieces follow is written once for both.
 ///
 /// ```
-/// use prep::format::{Dataset, Tokens};
+/// use prep_reader::format::{Dataset, Tokens};
 ///
 /// // A small dataset of 36 documents in 4 shards, from prep's test fixtures.
-/// let ds = Dataset::open("fixtures/validate/good")?;
+/// let ds = Dataset::open("../../fixtures/validate/good")?;
 /// assert_eq!(ds.len(), 36);
 /// let mut tokens = 0;
 /// for i in 0..ds.len() {
@@ -241,7 +241,7 @@ pub(super) struct Shard<F> {
 ///     tokens += record.len() as u64;
 /// }
 /// assert_eq!(tokens, ds.n_tokens());
-/// # Ok::<(), prep::format::FormatError>(())
+/// # Ok::<(), prep_reader::format::FormatError>(())
 /// ```
 #[derive(Debug)]
 pub struct Dataset<S: Storage = Mapped> {
@@ -418,30 +418,8 @@ impl<S: Storage> Dataset<S> {
     /// into `cu_seqlens` or masks over the row. Checking costs one pass over
     /// the row's pieces.
     ///
-    /// ```
-    /// use prep::pack::{self, PackConfig};
-    /// use prep::format::Dataset;
-    ///
-    /// // Pack the 36 documents of a test fixture into rows of 16 tokens.
-    /// let dir = std::env::temp_dir().join(format!("prep-doc-segments-{}", std::process::id()));
-    /// let mut config = PackConfig::new("fixtures/validate/good", &dir, 16);
-    /// config.writing.overwrite = true;
-    /// pack::run(&config, &prep::progress::NoProgress)?;
-    ///
-    /// let ds = Dataset::open(&dir)?;
-    /// for i in 0..ds.len() {
-    ///     let row = ds.record(i)?;
-    ///     let pieces = ds.segments(i)?;
-    ///     // cu_seqlens for a variable-length attention kernel: where each piece
-    ///     // starts, then where the last one ends (the rest is padding).
-    ///     let mut cu_seqlens: Vec<u32> = pieces.iter().map(|p| p.start).collect();
-    ///     cu_seqlens.push(pieces.last().map_or(0, |p| p.start + p.length));
-    ///     assert_eq!(cu_seqlens[0], 0);
-    ///     assert!(*cu_seqlens.last().unwrap() as usize <= row.len());
-    /// }
-    /// std::fs::remove_dir_all(&dir)?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
+    /// (`prep::pack`'s documentation has an example: the pieces of every
+    /// row of a freshly packed dataset as `cu_seqlens`.)
     pub fn segments(&self, index: u64) -> Result<S::Segments<'_>, S::Error> {
         let (s, local) = self.locate(index)?;
         let info = &self.manifest.shards[s];
@@ -651,7 +629,7 @@ impl Dataset {
     /// touches, in order, none of them empty. No copy.
     ///
     /// ```
-    /// let ds = prep::format::Dataset::open("fixtures/validate/good")?;
+    /// let ds = prep_reader::format::Dataset::open("../../fixtures/validate/good")?;
     /// // A window across a shard boundary (the first shard holds fewer tokens).
     /// let first = ds.manifest().shards[0].n_tokens;
     /// let spans: Vec<_> = ds.tokens(first - 3..first + 5)?.collect();
@@ -661,7 +639,7 @@ impl Dataset {
     /// let all: Vec<u32> = ds.records().flat_map(|r| r.to_vec()).collect();
     /// let got: Vec<u32> = spans.iter().flat_map(|s| s.to_vec()).collect();
     /// assert_eq!(got, all[first as usize - 3..first as usize + 5]);
-    /// # Ok::<(), prep::format::FormatError>(())
+    /// # Ok::<(), prep_reader::format::FormatError>(())
     /// ```
     pub fn tokens(
         &self,

@@ -13,7 +13,7 @@ use super::{
 };
 
 /// Suffix of every file prep has not finished writing.
-pub(crate) const TMP_SUFFIX: &str = ".tmp";
+pub const TMP_SUFFIX: &str = ".tmp";
 const WRITE_BUFFER: usize = 1 << 20;
 
 fn tmp_path(path: &Path) -> PathBuf {
@@ -476,7 +476,7 @@ impl Drop for TmpGuard {
 }
 
 /// XXH3-64 and length of everything `reader` yields.
-pub(crate) fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, u64)> {
+pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, u64)> {
     let mut hasher = Xxh3::new();
     let mut buf = vec![0u8; WRITE_BUFFER];
     let mut len = 0u64;

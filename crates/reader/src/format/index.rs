@@ -216,11 +216,7 @@ pub fn check_index(path: &Path, bytes: &[u8]) -> Result<IdxHeader, FormatError> 
 
 /// Checks that `offsets` start at 0, never decrease and end at `n_tokens`;
 /// the error names the first offending position.
-pub(crate) fn check_offsets(
-    path: &Path,
-    offsets: &[u64],
-    n_tokens: u64,
-) -> Result<(), FormatError> {
+pub fn check_offsets(path: &Path, offsets: &[u64], n_tokens: u64) -> Result<(), FormatError> {
     match offset_violations(offsets, n_tokens).next() {
         None => Ok(()),
         Some(v) => Err(FormatError::IdxOffsets {

@@ -3,8 +3,9 @@
 //! Inputs and datasets may live at `s3://bucket/key`, `gs://bucket/key`,
 //! `az://container/key` (also `azure://`) or a plain `https://` (or
 //! `http://`) address of a single file. Everything else is a local path.
-//! The readers of [`crate::input`] and [`crate::fetch`] call this module; no
-//! stage builds a client or sends a request itself.
+//! prep's readers of inputs and datasets (`prep::input`, `prep::fetch`,
+//! [`crate::format::Files`]) call this module; no stage builds a client or
+//! sends a request itself.
 //!
 //! Each cloud is configured as its own tools are, from the environment
 //! (Apache `object_store`'s `from_env` builders): `AWS_ACCESS_KEY_ID`,
@@ -19,7 +20,8 @@
 //! is read as a sequence of ranged GETs of [`CHUNK`] bytes, [`IN_FLIGHT`] of
 //! them at once ([`ObjectReader`]), so one stream reads at network speed
 //! while holding at most `IN_FLIGHT + 1` chunks. Parquet reads only the byte
-//! ranges its reader asks for ([`RemoteFile`]): the footer, then each row
+//! ranges its reader asks for (prep's `input::remote_parquet`, over
+//! [`Object::reader`] and [`Object::get_range`]): the footer, then each row
 //! group's projected column chunks.
 //!
 //! A request that fails is retried a few times with backoff (a dropped
@@ -989,42 +991,6 @@ impl std::io::Seek for SeekableObject {
             )
         })?;
         Ok(self.pos)
-    }
-}
-
-/// An object read by Parquet's synchronous reader through ranged GETs:
-/// the footer, then only the column chunks it decodes; never the whole
-/// file unless every column is wanted.
-pub struct RemoteFile {
-    object: Object,
-    size: u64,
-}
-
-impl RemoteFile {
-    /// The object, whose size is known (from its listing).
-    pub fn new(object: Object, size: u64) -> RemoteFile {
-        RemoteFile { object, size }
-    }
-}
-
-impl parquet::file::reader::Length for RemoteFile {
-    fn len(&self) -> u64 {
-        self.size
-    }
-}
-
-impl parquet::file::reader::ChunkReader for RemoteFile {
-    type T = ObjectReader;
-
-    fn get_read(&self, start: u64) -> parquet::errors::Result<ObjectReader> {
-        Ok(self.object.reader(start, self.size))
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        let end = start.saturating_add(length as u64);
-        self.object
-            .get_range(start..end)
-            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
     }
 }
 

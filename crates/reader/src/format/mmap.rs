@@ -16,7 +16,7 @@ pub struct Mapping {
 
 impl Mapping {
     /// Maps `path` read-only.
-    pub(crate) fn open(path: &Path) -> Result<Mapping, FormatError> {
+    pub fn open(path: &Path) -> Result<Mapping, FormatError> {
         let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
         let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
         if len == 0 {
@@ -34,7 +34,7 @@ impl Mapping {
     }
 
     /// The file's bytes.
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
     }
 
@@ -44,7 +44,7 @@ impl Mapping {
     /// the mapping once, as the positioned reads' checks do
     /// ([`super::Verified::reader`]), and must not keep a whole input in
     /// its resident memory. Best effort: a refusal only leaves them mapped.
-    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+    pub fn release(&self, range: std::ops::Range<usize>) {
         let Some(map) = &self.map else {
             return;
         };
@@ -63,7 +63,7 @@ impl Mapping {
 
 /// Integer types that any byte pattern of the right size and alignment is a
 /// valid value of, and that dataset files store little-endian.
-pub(crate) trait Plain: Copy {}
+pub trait Plain: Copy {}
 impl Plain for u16 {}
 impl Plain for u32 {}
 impl Plain for u64 {}
@@ -77,7 +77,7 @@ impl Plain for super::segments::Segment {}
 ///
 /// Values are read in the machine's byte order, so callers check that the
 /// machine is little-endian first ([`little_endian`]).
-pub(crate) fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
+pub fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
     // SAFETY: `T` is a plain integer or a `#[repr(C)]` struct of them with
     // no padding (the `Plain` trait is private and implemented only for u16,
     // u32, u64 and `Segment`), so every bit pattern is a valid value and no
@@ -90,7 +90,7 @@ pub(crate) fn cast<T: Plain>(bytes: &[u8]) -> Option<&[T]> {
 
 /// The bytes of a slice of `T`, as they lie in memory: the inverse of
 /// [`cast`] (for tokens viewed from a little-endian file, the file's bytes).
-pub(crate) fn bytes_of<T: Plain>(values: &[T]) -> &[u8] {
+pub fn bytes_of<T: Plain>(values: &[T]) -> &[u8] {
     // SAFETY: `values` is `size_of_val(values)` initialised bytes at its
     // address (`Plain` types have no padding), u8 has alignment 1 and every
     // byte value is valid; the lifetime is the slice's.
@@ -101,7 +101,7 @@ pub(crate) fn bytes_of<T: Plain>(values: &[T]) -> &[u8] {
 
 /// Datasets are little-endian and viewed in place, so a big-endian machine
 /// cannot read them without copying.
-pub(crate) fn little_endian() -> Result<(), FormatError> {
+pub fn little_endian() -> Result<(), FormatError> {
     if cfg!(target_endian = "little") {
         Ok(())
     } else {

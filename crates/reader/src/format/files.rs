@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "store")]
 use bytes::Bytes;
 
 use super::reader::check_row_index;
@@ -22,6 +23,7 @@ use super::{
     BadChunk, ChunkSums, Dataset, Dtype, FormatError, MappedFile, Segment, ShardInfo, Tokens,
     IDX_HEADER_LEN, MAX_MANIFEST_BYTES, SEGMENT_BYTES, SEG_HEADER_LEN,
 };
+#[cfg(feature = "store")]
 use crate::store::{Object, ObjectReader, StoreError};
 
 /// Bytes of a mapped file handed out as one chunk.
@@ -38,6 +40,7 @@ pub enum ReadError {
     /// A request to object storage failed (a missing bucket, refused
     /// credentials, no connection), after the store's retries.
     #[error(transparent)]
+    #[cfg(feature = "store")]
     Store(#[from] StoreError),
     /// There is no `manifest.json` at the dataset's address (its bucket
     /// exists: a missing bucket is a [`StoreError::NoBucket`]).
@@ -65,6 +68,7 @@ impl ReadError {
         match self {
             ReadError::Format(FormatError::Io { path, .. }) => Some(path.clone()),
             ReadError::Format(e) => format_path(e),
+            #[cfg(feature = "store")]
             ReadError::Store(e) => Some(PathBuf::from(e.url())),
             ReadError::Read { url, .. } | ReadError::NoManifest { url } => Some(PathBuf::from(url)),
         }
@@ -104,6 +108,7 @@ pub enum Files {
     /// A local directory; files are mapped.
     Dir(PathBuf),
     /// The "folder" in object storage that holds `manifest.json`.
+    #[cfg(feature = "store")]
     Store(Object),
 }
 
@@ -113,6 +118,7 @@ impl Files {
     ///
     /// # Errors
     /// [`StoreError::BadUrl`] for an address the store cannot use.
+    #[cfg(feature = "store")]
     pub fn new(location: &Path) -> Result<Files, StoreError> {
         match location.to_str().filter(|s| crate::store::is_url(s)) {
             Some(url) => Ok(Files::Store(Object::at(url.trim_end_matches('/'))?)),
@@ -122,7 +128,10 @@ impl Files {
 
     /// Whether the dataset is read from object storage.
     pub fn is_remote(&self) -> bool {
-        matches!(self, Files::Store(_))
+        #[cfg(feature = "store")]
+        return matches!(self, Files::Store(_));
+        #[cfg(not(feature = "store"))]
+        false
     }
 
     /// How `name` (relative to the dataset) is called in messages: a local
@@ -130,6 +139,7 @@ impl Files {
     pub fn path_of(&self, name: &str) -> PathBuf {
         match self {
             Files::Dir(dir) => dir.join(name),
+            #[cfg(feature = "store")]
             Files::Store(root) => PathBuf::from(format!("{}/{name}", root.url())),
         }
     }
@@ -154,6 +164,7 @@ impl Files {
                     Err(e) => Err(e.into()),
                 }
             }
+            #[cfg(feature = "store")]
             Files::Store(root) => {
                 let object = root.child(name)?;
                 match object.size() {
@@ -173,6 +184,7 @@ impl Files {
     pub fn open_required(&self, name: &str) -> Result<File, ReadError> {
         match self {
             Files::Dir(dir) => Ok(File(Kind::Mapped(MappedFile::open(&dir.join(name))?))),
+            #[cfg(feature = "store")]
             Files::Store(_) => self.open(name)?.ok_or_else(|| {
                 FormatError::Io {
                     path: self.path_of(name),
@@ -264,6 +276,7 @@ impl Files {
     pub fn no_manifest(&self) -> ReadError {
         match self {
             Files::Dir(dir) => FormatError::NoManifest { dir: dir.clone() }.into(),
+            #[cfg(feature = "store")]
             Files::Store(root) => {
                 let url = self
                     .path_of(crate::format::MANIFEST_FILE)
@@ -289,6 +302,7 @@ impl Files {
         let mut found = Vec::new();
         match self {
             Files::Dir(dir) => walk(dir, dir, &mut found),
+            #[cfg(feature = "store")]
             Files::Store(root) => {
                 let prefix = format!("{}/", root.url());
                 for listed in crate::store::list(root.url(), |_| true)? {
@@ -329,6 +343,7 @@ enum Kind {
     /// A local file, mapped.
     Mapped(MappedFile),
     /// An object in storage, and its size from a HEAD request.
+    #[cfg(feature = "store")]
     Object { object: Object, len: u64 },
 }
 
@@ -337,6 +352,7 @@ impl File {
     pub fn len(&self) -> u64 {
         match &self.0 {
             Kind::Mapped(map) => map.bytes().len() as u64,
+            #[cfg(feature = "store")]
             Kind::Object { len, .. } => *len,
         }
     }
@@ -356,7 +372,9 @@ impl File {
         let start = range.start.min(end);
         match &self.0 {
             Kind::Mapped(map) => Ok(Cow::Borrowed(&map.bytes()[start as usize..end as usize])),
+            #[cfg(feature = "store")]
             Kind::Object { .. } if start == end => Ok(Cow::Borrowed(&[])),
+            #[cfg(feature = "store")]
             Kind::Object { object, .. } => {
                 let bytes = object.get_range(start..end)?;
                 if bytes.len() as u64 != end - start {
@@ -381,6 +399,7 @@ impl File {
                 rest: &map.bytes()[start as usize..end as usize],
                 size: LOCAL_CHUNK,
             },
+            #[cfg(feature = "store")]
             Kind::Object { object, .. } => Chunks::Object {
                 reader: object.reader(start, end),
                 url: object.url().to_owned(),
@@ -398,6 +417,7 @@ impl File {
         let start = range.start.min(end);
         match &self.0 {
             Kind::Mapped(map) => Box::new(&map.bytes()[start as usize..end as usize]),
+            #[cfg(feature = "store")]
             Kind::Object { object, .. } => Box::new(object.reader(start, end)),
         }
     }
@@ -426,6 +446,7 @@ pub enum Chunks<'a> {
         size: usize,
     },
     /// An object's range, by ranged GETs.
+    #[cfg(feature = "store")]
     Object {
         /// The GETs in flight.
         reader: ObjectReader,
@@ -454,6 +475,7 @@ impl<'a> Chunks<'a> {
                 *rest = after;
                 Ok(Some(chunk))
             }
+            #[cfg(feature = "store")]
             Chunks::Object {
                 reader,
                 url,
@@ -712,6 +734,7 @@ impl Dataset<Files> {
 /// # Errors
 /// What opening the dataset meets ([`crate::format::Dataset::open`]'s
 /// errors; for a store also its failures, naming the object).
+#[cfg(feature = "store")]
 pub fn record_count(location: &Path) -> Result<u64, ReadError> {
     let ds = Dataset::open_in(Files::new(location)?)?;
     ds.for_each_length(|_| {})?;
