@@ -247,6 +247,11 @@ class _Reader:
         return 0, 1
 
 
+# Rows StreamingDataset takes from its reader per call when it yields them a
+# row at a time.
+_ROWS_A_CALL = 64
+
+
 class StreamingDataset(_Reader, _Base):
     """The rows of a packed dataset, in a local directory or in storage,
     streamed through a bounded cache.
@@ -286,20 +291,35 @@ class StreamingDataset(_Reader, _Base):
         worker, workers = self._worker()
         reader = self._open().reader(self.epoch, self._start, self.rank, self.world_size, worker, workers,
                                      self.batch_size)
-        dtype = self.dtype
+        dtype, seq_len = self.dtype, self.seq_len
         self._yielded = 0
         if self.batched:
-            seq_len = self.seq_len
             while (got := reader.next_batch(self.batch_size)) is not None:
                 indices, rows = got
                 batch = np.frombuffer(rows, dtype=dtype).reshape(-1, seq_len)
                 self._yielded += len(batch)
                 yield (np.frombuffer(indices, dtype="<u8"), batch) if self.with_indices else batch
             return
-        for index, row in reader:
-            self._yielded += 1
-            row = np.frombuffer(row, dtype=dtype)
-            yield (index, row) if self.with_indices else row
+        # Rows a row at a time, taken from the reader in groups of up to
+        # _ROWS_A_CALL: one crossing into the extension per group rather than
+        # per row. The groups start at one row and double, so the first row
+        # waits for its own block only (a group's rows come from as many
+        # streams). Each row is a writable view of its group's buffer (the
+        # one copy out of the cache); the order and what state_dict counts
+        # are the rows yielded, as before.
+        n = 1
+        while (got := reader.next_batch(n)) is not None:
+            n = min(2 * n, _ROWS_A_CALL)
+            indices, rows = got
+            group = np.frombuffer(rows, dtype=dtype).reshape(-1, seq_len)
+            if self.with_indices:
+                for index, row in zip(np.frombuffer(indices, dtype="<u8").tolist(), group):
+                    self._yielded += 1
+                    yield index, row
+            else:
+                for row in group:
+                    self._yielded += 1
+                    yield row
 
 
 if torch is not None:
