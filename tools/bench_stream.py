@@ -25,7 +25,10 @@ cache limited to 160 MiB (a third of the dataset). Then, in one process each:
    directory's peak size (sampled every 10 ms);
 4. the same stream over the local directory: the reader's own ceiling
    (fetch, checks, cache, maps) without a network, a row a call and then
-   batched=True (32 rows a call), each against the local mmap loop of 1.
+   batched=True (32 rows a call), each against the local mmap loop of 1;
+5. prep.PackedDataset over the local directory: the same order, the rows
+   read in place from the mapped shards (int64 tensors), against the same
+   loop.
 
 The ratios stream/copy and stream/local close the report; the results also
 go to target/bench/stream.json.
@@ -173,6 +176,16 @@ def main() -> None:
                                                    "mb_per_s": size / from_dir / 1e6,
                                                    "over_local_mmap": local / from_dir}
         shutil.rmtree(cache, ignore_errors=True)
+        # The local dataset read in place in the same order (PackedDataset:
+        # the mapped shards' rows at the order's indices, widened to int64
+        # tensors), where torch is installed.
+        if "PackedDataset" in prep.streaming.__all__:
+            t = time.perf_counter()
+            d = prep.PackedDataset(packed, cache_limit=args.cache_limit, **params)
+            rows = sum(1 for _ in d)
+            in_place = time.perf_counter() - t
+            report["packed_dataset_in_place"] = {"rows_per_s": rows / in_place, "mb_per_s": size / in_place / 1e6,
+                                                 "over_local_mmap": local / in_place}
     finally:
         server.stop()
     print(json.dumps(report, indent=1))
