@@ -13,7 +13,7 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream fixtures fuzz fuzz-long fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream bench-stream-peers fixtures fuzz fuzz-long fuzz-check clean
 
 all: build
 
@@ -349,6 +349,23 @@ bench-stream: build $(VENV)/.installed
 	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
 	$(VPY) tools/bench_stream.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+
+# prep.StreamingDataset beside Mosaic streaming, LitData and WebDataset on the
+# same rows in the same moto server at the same cache limit
+# (tools/bench_stream_peers.py: rows/s, first batch, peak cache, each row once
+# on 2 ranks, resume from 2 ranks to 3), in a venv of its own (the peers pin
+# numpy<2.2 and transformers<5), with the release wheel of prep installed in it.
+VENV_PEERS := $(TARGET_DIR)/venv-peers
+$(VENV_PEERS)/.installed: $(call req,tools/requirements-peers.txt tools/requirements-torch.txt)
+	$(PYTHON) -m venv $(VENV_PEERS)
+	$(VENV_PEERS)/bin/pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-peers.txt
+	touch $@
+
+bench-stream-peers: build $(VENV)/.installed $(VENV_PEERS)/.installed
+	rm -rf $(BENCH)/wheels
+	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
+	$(VENV_PEERS)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
+	$(VENV_PEERS)/bin/python tools/bench_stream_peers.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 # prep.Tokenizer.encode_batch beside tokenizers' and GigaToken's in one process
 # (tools/bench_tokenizer_py.py): the package built in release and installed,
