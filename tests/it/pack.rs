@@ -542,14 +542,12 @@ fn a_killed_pack_resumes_and_ends_identical() {
     let mut cmd = t.prep();
     cmd.args(args(&resumed));
     kill_after_shards(cmd, &resumed, 20);
-    let kept = std::fs::metadata(resumed.join("shard-00003.seg")).unwrap();
+    let kept = t.held_inode(&resumed.join("shard-00003.seg"));
     ok(t.prep().args(args(&resumed)));
     assert_eq!(snapshot(&whole), snapshot(&resumed));
-    let after = std::fs::metadata(resumed.join("shard-00003.seg")).unwrap();
-    use std::os::unix::fs::MetadataExt;
     assert_eq!(
-        kept.ino(),
-        after.ino(),
+        kept,
+        t.held_inode(&resumed.join("shard-00003.seg")),
         "finished shards are kept, not rewritten"
     );
 }

@@ -135,8 +135,7 @@ fn a_killed_run_resumes_and_equals_an_uninterrupted_one() {
     let mut first = tokenize_cmd(&t, &[&corpus()], &out);
     first.args(args);
     kill_after_shards(first, &out, 3);
-    let inode = |p: PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
-    let kept = inode(out.join("shard-00000.bin"));
+    let kept = t.held_inode(&out.join("shard-00000.bin"));
 
     let run = ok(t
         .prep()
@@ -150,7 +149,7 @@ fn a_killed_run_resumes_and_equals_an_uninterrupted_one() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("resuming: kept"), "{stderr}");
     assert_eq!(
-        inode(out.join("shard-00000.bin")),
+        t.held_inode(&out.join("shard-00000.bin")),
         kept,
         "a complete shard was rewritten instead of kept"
     );
@@ -692,15 +691,18 @@ fn an_edited_journal_line_is_dropped_and_its_shard_made_again() {
     line.insert(at, '1');
     serde_json::from_str::<serde_json::Value>(line).unwrap();
     std::fs::write(&path, lines.join("\n")).unwrap();
-    let inode = |p: PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
     let (first_shard, second_shard) = (
-        inode(out.join("shard-00000.bin")),
-        inode(out.join("shard-00001.bin")),
+        t.held_inode(&out.join("shard-00000.bin")),
+        t.held_inode(&out.join("shard-00001.bin")),
     );
     ok(tokenize_cmd(&t, &[&corpus()], &out).args(args));
-    assert_eq!(inode(out.join("shard-00000.bin")), first_shard, "kept");
+    assert_eq!(
+        t.held_inode(&out.join("shard-00000.bin")),
+        first_shard,
+        "kept"
+    );
     assert_ne!(
-        inode(out.join("shard-00001.bin")),
+        t.held_inode(&out.join("shard-00001.bin")),
         second_shard,
         "made again"
     );

@@ -133,6 +133,19 @@ impl TestDir {
         path
     }
 
+    /// `path`'s inode number, held: a hard link under this directory keeps
+    /// the inode allocated, so a file written again under the same name
+    /// cannot be given the same number (file systems reuse freed ones at
+    /// once). Two held numbers are equal exactly when the file was kept.
+    pub fn held_inode(&self, path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let held = self.path("held");
+        std::fs::create_dir_all(&held).unwrap();
+        let n = std::fs::read_dir(&held).unwrap().count();
+        std::fs::hard_link(path, held.join(n.to_string())).unwrap();
+        std::fs::metadata(path).unwrap().ino()
+    }
+
     /// A `prep` command running in this directory.
     pub fn prep(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_prep"));
