@@ -28,6 +28,7 @@ pub mod shuffle;
 pub mod size;
 pub mod split;
 pub mod stream;
+pub mod task;
 pub mod tokenize;
 pub mod tokenize_then_shuffle;
 pub mod util;

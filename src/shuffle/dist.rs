@@ -77,7 +77,7 @@ use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, InputInfo, Manifest, Partition,
     Provenance, ShardInfo, SpecialTokens, TokenizerInfo,
 };
-use crate::output::{Output, OutputError, Start};
+use crate::output::{Output, Start};
 use crate::partition::Part;
 use crate::progress::Progress;
 use crate::run::Writing;
@@ -107,7 +107,7 @@ const BUCKET_STATE: u64 = 1 << 10;
 
 /// The directory scatter part `part` writes inside the work directory.
 pub fn part_dir(work: &Path, part: u64) -> PathBuf {
-    work.join(format!("scatter-{part:05}"))
+    crate::task::part_dir::<ScatterInfo>(work, part)
 }
 
 /// The bucket of a key among `buckets`: `floor(key * buckets / 2⁶⁴)`.
@@ -338,7 +338,7 @@ pub fn scatter(
 
     let mut output = Output::lock(&dir, config.single_writer)?.owning(&[SCATTER_FILE, DATA_FILE]);
     if !config.overwrite {
-        if let Some(done) = finished_task(&dir, &job, part)? {
+        if let Some(done) = crate::task::finished_task::<ScatterInfo>(&dir, &job, part)? {
             progress.note("this scatter part is already complete; nothing to do");
             output.progressed();
             return Ok(ScatterReport {
@@ -349,7 +349,7 @@ pub fn scatter(
             });
         }
     }
-    start_afresh(&mut output, &task, config.overwrite, &dir)?;
+    crate::task::start_afresh::<ScatterInfo>(&mut output, &task, config.overwrite, &dir)?;
 
     let range = part.range(n_total);
     let layout = lay_out(&datasets, range.clone(), config.seed, buckets)?;
@@ -407,49 +407,6 @@ fn check_buckets(config: &ScatterConfig) -> Result<(), ShuffleError> {
         return Err(ShuffleError::TooManyBuckets { buckets, need });
     }
     Ok(())
-}
-
-/// The part already finished in `dir` when it is this very task's and its
-/// data file is whole; refuses a part of another run.
-fn finished_task(dir: &Path, job: &str, part: Part) -> Result<Option<ScatterInfo>, ShuffleError> {
-    let Some(done) = finished_part(dir)? else {
-        return Ok(None);
-    };
-    if done.job == job && done.part == part.index && data_intact(dir, &done) {
-        return Ok(Some(done));
-    }
-    if done.job != job || done.part != part.index {
-        return Err(ShuffleError::Output(OutputError::Refused {
-            dir: dir.to_path_buf(),
-            why: "holds a scatter part of another run (other inputs, seed, parts or buckets; \
-                  pass --overwrite to replace it)"
-                .into(),
-        }));
-    }
-    // This very task, but its data file is damaged: done again.
-    Ok(None)
-}
-
-/// Starts the task's journal from nothing; refuses a directory that holds a
-/// dataset.
-fn start_afresh(
-    output: &mut Output,
-    task: &str,
-    overwrite: bool,
-    dir: &Path,
-) -> Result<(), ShuffleError> {
-    match output.start::<(), ()>(task, overwrite)? {
-        Start::Complete(_) => Err(ShuffleError::Output(OutputError::Refused {
-            dir: dir.to_path_buf(),
-            why: "holds a dataset, not a scatter part (pass --overwrite to replace it)".into(),
-        })),
-        // A scatter is one task's work: interrupted or damaged, it is done
-        // again in full.
-        Start::Fresh(_) | Start::Resume(_) => {
-            output.restart::<(), ()>(task)?;
-            Ok(())
-        }
-    }
 }
 
 /// Where each bucket's region lies in the data file.
@@ -603,7 +560,7 @@ pub fn gather(
     progress: &dyn Progress,
 ) -> Result<GatherReport, ShuffleError> {
     let started = Instant::now();
-    let parts = read_parts(&config.work)?;
+    let parts = crate::task::read_parts::<ScatterInfo>(&config.work)?;
     let first = &parts[0].1;
     let (buckets, j) = (first.buckets, config.bucket);
     if j >= buckets {
@@ -798,43 +755,54 @@ impl<R: Read> Read for Hashing<R> {
 
 /// The `scatter.json` of a part's directory, or `None` when it has none
 /// (not started, or not finished).
-fn finished_part(dir: &Path) -> Result<Option<ScatterInfo>, ShuffleError> {
-    let source = Files::new(dir)?;
-    let path = source.path_of(SCATTER_FILE);
-    let bad = |why: String| ShuffleError::BadScatter {
-        path: path.clone(),
-        why,
-    };
-    let Some(file) = source.open(SCATTER_FILE)? else {
-        return Ok(None);
-    };
-    if file.len() > MAX_SCATTER_JSON {
-        return Err(bad(format!(
-            "{} bytes, more than any scatter.json needs",
-            file.len()
-        )));
+impl crate::task::Described for ScatterInfo {
+    const PREFIX: &'static str = "scatter";
+    const FILE: &'static str = SCATTER_FILE;
+    const FORMAT: &'static str = SCATTER_FORMAT;
+    const VERSION: u64 = SCATTER_VERSION;
+    const MAX_BYTES: u64 = MAX_SCATTER_JSON;
+    const WHAT: &'static str = "scatter part";
+    const RUN: &'static str = "prep shuffle --scatter";
+    const NEXT: &'static str = "gather";
+
+    fn job(&self) -> &str {
+        &self.job
     }
-    let bytes = file.read(0..file.len())?;
-    let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    if value.get("format").and_then(|f| f.as_str()) != Some(SCATTER_FORMAT) {
-        return Err(bad(format!("`format` is not {SCATTER_FORMAT:?}")));
+
+    fn part(&self) -> u64 {
+        self.part
     }
-    match value.get("version").and_then(|v| v.as_u64()) {
-        Some(v) if v > SCATTER_VERSION => {
-            return Err(bad(format!(
-                "version {v} was written by a newer prep (this one reads up to {SCATTER_VERSION}); \
-                 gather with that prep, or scatter again with this one"
-            )))
+
+    fn parts(&self) -> u64 {
+        self.parts
+    }
+
+    fn inconsistency(&self) -> Option<String> {
+        inconsistency(self)
+    }
+
+    fn intact(&self, dir: &Path) -> bool {
+        data_intact(dir, self)
+    }
+
+    /// The counts that differ, or else its inputs or prep version.
+    fn differs(&self, first: &ScatterInfo) -> String {
+        let what = [
+            ("seed", self.seed, first.seed),
+            ("parts", self.parts, first.parts),
+            ("buckets", self.buckets, first.buckets),
+            ("documents", self.n_total, first.n_total),
+        ]
+        .iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(name, a, b)| format!("{name} {a}, not {b}"))
+        .collect::<Vec<_>>();
+        if what.is_empty() {
+            "its inputs or prep version differ".into()
+        } else {
+            what.join(", ")
         }
-        Some(v) if v >= 1 => {}
-        _ => return Err(bad("`version` is not a positive integer".into())),
     }
-    let info: ScatterInfo = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
-    if let Some(why) = inconsistency(&info) {
-        return Err(bad(why));
-    }
-    Ok(Some(info))
 }
 
 /// What is wrong with a `scatter.json` on its own, if anything: counts out
@@ -892,160 +860,6 @@ fn inconsistency(info: &ScatterInfo) -> Option<String> {
 fn data_intact(dir: &Path, info: &ScatterInfo) -> bool {
     let file = Files::new(dir).map(|s| s.open(&info.data));
     matches!(file, Ok(Ok(Some(f))) if f.len() == info.data_bytes)
-}
-
-/// Every part of the run in `work`, in part order, checked to be complete
-/// and of one job: parts `0..N` and nothing else.
-fn read_parts(work: &Path) -> Result<Vec<(PathBuf, ScatterInfo)>, ShuffleError> {
-    let mut parts: Vec<(PathBuf, ScatterInfo)> = Vec::new();
-    let mut unfinished = Vec::new();
-    for (i, dir) in part_dirs(work)? {
-        match finished_part(&dir)? {
-            Some(info) => {
-                if info.part != i {
-                    return Err(ShuffleError::BadScatter {
-                        path: dir.join(SCATTER_FILE),
-                        why: format!("describes part {}, not part {i}", info.part),
-                    });
-                }
-                parts.push((dir, info));
-            }
-            None => unfinished.push((i, dir)),
-        }
-    }
-    let Some((first_dir, first)) = parts.first() else {
-        return Err(none_finished(work, &unfinished));
-    };
-    let first_file = first_dir.join(SCATTER_FILE);
-    for (dir, info) in &parts[1..] {
-        if info.job != first.job {
-            return Err(ShuffleError::OtherRun {
-                path: dir.join(SCATTER_FILE),
-                first: first_file.clone(),
-                why: what_differs(info, first),
-            });
-        }
-    }
-    check_part_numbers(work, &parts, &unfinished, first_file)?;
-    Ok(parts)
-}
-
-/// The names of the work directory's folders: its entries on disk, or the
-/// first names of the objects under its prefix in object storage.
-fn work_folders(work: &Path) -> Result<Vec<String>, ShuffleError> {
-    let io = |e| ShuffleError::Format(crate::format::FormatError::io(work, e));
-    let source = Files::new(work)?;
-    let mut folders: Vec<String> = Vec::new();
-    if source.is_remote() {
-        for file in source.files()? {
-            if let Some((folder, _)) = file.split_once('/') {
-                folders.push(folder.to_owned());
-            }
-        }
-        folders.dedup();
-    } else {
-        for entry in std::fs::read_dir(work).map_err(io)? {
-            let entry = entry.map_err(io)?;
-            if entry.path().is_dir() {
-                folders.push(entry.file_name().to_string_lossy().into_owned());
-            }
-        }
-    }
-    Ok(folders)
-}
-
-/// The scatter part directories of the work directory with their part
-/// numbers, in part order.
-fn part_dirs(work: &Path) -> Result<Vec<(u64, PathBuf)>, ShuffleError> {
-    let mut found: Vec<(u64, PathBuf)> = Vec::new();
-    for name in work_folders(work)? {
-        // Only what a scatter task names so (scatter-IIIII, a directory);
-        // anything else in the work directory is not ours to judge.
-        let part = name
-            .strip_prefix("scatter-")
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(i) = part {
-            if part_dir(work, i) == work.join(&name) {
-                found.push((i, work.join(&name)));
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
-}
-
-/// The error when no part has finished, naming the unfinished ones.
-fn none_finished(work: &Path, unfinished: &[(u64, PathBuf)]) -> ShuffleError {
-    ShuffleError::BadScatter {
-        path: unfinished
-            .first()
-            .map_or(work.into(), |(_, dir)| dir.join(SCATTER_FILE)),
-        why: format!(
-            "no scatter part has finished{}; run the scatter tasks first",
-            if unfinished.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (unfinished: {})",
-                    super::list(&unfinished.iter().map(|(i, _)| *i).collect::<Vec<_>>())
-                )
-            }
-        ),
-    }
-}
-
-/// How a part of another job differs from the first: the counts that
-/// differ, or else its inputs or prep version.
-fn what_differs(info: &ScatterInfo, first: &ScatterInfo) -> String {
-    let what = [
-        ("seed", info.seed, first.seed),
-        ("parts", info.parts, first.parts),
-        ("buckets", info.buckets, first.buckets),
-        ("documents", info.n_total, first.n_total),
-    ]
-    .iter()
-    .filter(|(_, a, b)| a != b)
-    .map(|(name, a, b)| format!("{name} {a}, not {b}"))
-    .collect::<Vec<_>>();
-    if what.is_empty() {
-        "its inputs or prep version differ".into()
-    } else {
-        what.join(", ")
-    }
-}
-
-/// Refuses a part numbered past the run's parts, finished or not, and a run
-/// whose parts `0..N` have not all finished.
-fn check_part_numbers(
-    work: &Path,
-    parts: &[(PathBuf, ScatterInfo)],
-    unfinished: &[(u64, PathBuf)],
-    first_file: PathBuf,
-) -> Result<(), ShuffleError> {
-    let n = parts[0].1.parts;
-    if let Some((i, dir)) = parts
-        .iter()
-        .map(|(d, info)| (info.part, d))
-        .chain(unfinished.iter().map(|(i, d)| (*i, d)))
-        .find(|&(i, _)| i >= n)
-    {
-        return Err(ShuffleError::OtherRun {
-            path: dir.clone(),
-            first: first_file,
-            why: format!("part {i}, but the run has {n} parts (0 to {})", n - 1),
-        });
-    }
-    let have: std::collections::HashSet<u64> = parts.iter().map(|(_, i)| i.part).collect();
-    let missing: Vec<u64> = (0..n).filter(|i| !have.contains(i)).collect();
-    if let Some(&i) = missing.first() {
-        return Err(ShuffleError::MissingParts {
-            path: part_dir(work, i).join(SCATTER_FILE),
-            missing,
-            parts: n,
-        });
-    }
-    Ok(())
 }
 
 /// Checks a part's data file against its `scatter.json`: size, magic and

@@ -145,28 +145,9 @@ pub enum ShuffleError {
         /// What is wrong.
         why: String,
     },
-    /// Scatter tasks of the run have not finished: their `scatter.json` is
-    /// missing.
-    #[error("{}: {} of the {parts} scatter parts have not finished (parts {}); run them (prep shuffle --scatter --part I/{parts}) before gathering", path.display(), missing.len(), list(missing))]
-    MissingParts {
-        /// The first missing part's `scatter.json`.
-        path: PathBuf,
-        /// The numbers of the missing parts.
-        missing: Vec<u64>,
-        /// Parts in the run.
-        parts: u64,
-    },
-    /// A scatter directory of another run than the others (other inputs,
-    /// seed, bucket or part counts) in the same work directory.
-    #[error("{} is of another run than {}: {why}; remove it, or gather from a directory that holds one run", path.display(), first.display())]
-    OtherRun {
-        /// Its `scatter.json` (or the directory, unfinished).
-        path: PathBuf,
-        /// The first part's `scatter.json`.
-        first: PathBuf,
-        /// What differs.
-        why: String,
-    },
+    /// The scatter parts of a gather cannot be read together.
+    #[error(transparent)]
+    Task(#[from] crate::task::TaskError),
     /// More buckets than the memory budget can buffer while scattering.
     #[error("{buckets} buckets need at least {} of --memory to scatter (a write buffer each); give more memory or use fewer buckets", crate::size::format_bytes(*need))]
     TooManyBuckets {
@@ -195,15 +176,6 @@ pub enum ShuffleError {
         /// Buckets of the run.
         buckets: u64,
     },
-}
-
-/// `1, 2, 5`, shortened after 10 numbers.
-fn list(numbers: &[u64]) -> String {
-    let mut s: Vec<String> = numbers.iter().take(10).map(u64::to_string).collect();
-    if numbers.len() > 10 {
-        s.push(format!("and {} more", numbers.len() - 10));
-    }
-    s.join(", ")
 }
 
 /// What a run did.
