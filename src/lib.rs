@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod chat;
+pub mod dedup;
 pub mod fetch;
 pub mod input;
 pub mod inspect;

@@ -534,6 +534,7 @@ fn merged_manifest(
             single_writer: parts
                 .iter()
                 .any(|p| p.ds.manifest().provenance.single_writer),
+            report: None,
             ..base.provenance.clone()
         },
     );

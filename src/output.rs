@@ -76,8 +76,9 @@ pub const HASHES_FILE: &str = "hashes.bin";
 /// The extensions of the files of a shard prep writes.
 pub const SHARD_EXTENSIONS: [&str; 5] = [".bin", ".idx", ".seg", ".sum", ".mask"];
 /// prep's private working folders inside an output directory: the
-/// shuffle's bucket files and the tokenize-then-shuffle pipeline's stage.
-pub const WORK_FOLDERS: [&str; 2] = [".shuffle-tmp", ".tokenized"];
+/// shuffle's bucket files, the tokenize-then-shuffle pipeline's stage and
+/// the dedup's sorted runs.
+pub const WORK_FOLDERS: [&str; 3] = [".shuffle-tmp", ".tokenized", ".dedup-tmp"];
 
 /// The names prep gives the files of a run in an output directory: a
 /// shard's files as prep numbers them (`shard-` and five or more digits,
@@ -887,9 +888,9 @@ fn remove_created(dir: &Path, created: Option<&Path>) {
 }
 
 /// The files of a dataset that its manifest lists by a name in its
-/// directory: the manifest, each shard's files, the tokenizer copy and a
-/// part's record hashes (a merged dataset's files inside its parts'
-/// folders are the parts').
+/// directory: the manifest, each shard's files, the tokenizer copy, a
+/// part's record hashes and a report (a merged dataset's files inside its
+/// parts' folders are the parts').
 fn listed_files(manifest: &Manifest) -> HashSet<String> {
     let shards = manifest
         .shards
@@ -901,9 +902,11 @@ fn listed_files(manifest: &Manifest) -> HashSet<String> {
         .as_ref()
         .and_then(|p| p.hashes.as_ref())
         .map(|h| h.file.clone());
+    let report = manifest.provenance.report.as_ref().map(|r| r.file.clone());
     shards
         .chain(tokenizer)
         .chain(hashes)
+        .chain(report)
         .chain([MANIFEST_FILE.to_owned()])
         .collect()
 }

@@ -455,7 +455,7 @@ pub fn validate(config: &ValidateConfig) -> Result<Report, ValidateError> {
             }
         }
     }
-    checked.bytes += check_tokenizer(&source, &manifest, config.quick, &mut problems)?;
+    checked.bytes += check_listed_files(&source, &manifest, config.quick, &mut problems)?;
     checked.seconds = started.elapsed().as_secs_f64();
     Ok(problems.into_report(dir.display().to_string(), checked))
 }
@@ -666,42 +666,86 @@ fn unlisted_files(
     Ok(())
 }
 
-/// The tokenizer copy, when the manifest names one: present, and its
-/// checksum. Returns the bytes read.
-fn check_tokenizer(
+/// The files a manifest lists besides the shards, when it names them: the
+/// tokenizer copy, and a report (`prep dedup`'s): each present, of its
+/// listed size, with its checksum. Returns the bytes read.
+fn check_listed_files(
     source: &Files,
     manifest: &Manifest,
     quick: bool,
     problems: &mut Problems,
 ) -> Result<u64, ReadError> {
-    let Some(file) = &manifest.tokenizer.file else {
-        return Ok(0);
-    };
+    let mut bytes = 0;
+    if let Some(file) = &manifest.tokenizer.file {
+        let xxh3 = &manifest.tokenizer.xxh3;
+        bytes += check_file(
+            source,
+            "the tokenizer copy",
+            file,
+            xxh3,
+            None,
+            quick,
+            problems,
+        )?;
+    }
+    if let Some(r) = &manifest.provenance.report {
+        let size = Some(r.bytes);
+        bytes += check_file(
+            source,
+            "the report",
+            &r.file,
+            &r.xxh3,
+            size,
+            quick,
+            problems,
+        )?;
+    }
+    Ok(bytes)
+}
+
+/// One file `what` of the dataset besides the shards, at `file`: a plain
+/// relative path, present, `bytes` long when the manifest says, and (unless
+/// `quick`) of XXH3 `xxh3`. Returns the bytes read.
+fn check_file(
+    source: &Files,
+    what: &str,
+    file: &str,
+    xxh3: &str,
+    bytes: Option<u64>,
+    quick: bool,
+    problems: &mut Problems,
+) -> Result<u64, ReadError> {
     if !crate::format::is_safe_relative(file) {
         problems.push(problem(
             ProblemKind::ManifestCounts,
             Some(MANIFEST_FILE),
             None,
-            format!("tokenizer path {file:?} is not a plain relative path"),
+            format!("{what}'s path {file:?} is not a plain relative path"),
         ));
         return Ok(0);
     }
-    let Some(copy) = open(source, file, None, problems)? else {
+    let Some(copy) = open(source, file, Err(what), problems)? else {
         return Ok(0);
     };
+    if let Some(listed) = bytes.filter(|&b| b != copy.len()) {
+        problems.push(problem(
+            ProblemKind::FileSize,
+            Some(file),
+            None,
+            format!("{} bytes, the manifest says {listed}", copy.len()),
+        ));
+        return Ok(0);
+    }
     if quick {
         return Ok(0);
     }
     let found = checksum_hex(copy.xxh3()?);
-    if found != manifest.tokenizer.xxh3 {
+    if found != xxh3 {
         problems.push(problem(
             ProblemKind::Checksum,
             Some(file),
             None,
-            format!(
-                "XXH3 is {found}, the manifest says {}",
-                manifest.tokenizer.xxh3
-            ),
+            format!("XXH3 is {found}, the manifest says {xxh3}"),
         ));
     }
     Ok(copy.len())
@@ -833,8 +877,8 @@ fn open_shard_files(
     problems: &mut Problems,
 ) -> Result<Option<ShardFiles>, ReadError> {
     let info = c.info;
-    let bin = open(source, &info.bin, Some(c.s), problems)?;
-    let idx = open(source, &info.idx, Some(c.s), problems)?;
+    let bin = open(source, &info.bin, Ok(c.s), problems)?;
+    let idx = open(source, &info.idx, Ok(c.s), problems)?;
     let (Some(bin), Some(idx)) = (bin, idx) else {
         return Ok(None);
     };
@@ -871,7 +915,7 @@ fn check_sum_file(
     else {
         return Ok(None); // none, or an unsafe path reported with the manifest
     };
-    let Some(file) = open(source, name, Some(c.s), problems)? else {
+    let Some(file) = open(source, name, Ok(c.s), problems)? else {
         return Ok(None);
     };
     checked.bytes += file.len();
@@ -919,7 +963,7 @@ fn check_mask_file(
     else {
         return Ok(()); // none, or an unsafe path reported with the manifest
     };
-    let Some(file) = open(source, name, Some(c.s), problems)? else {
+    let Some(file) = open(source, name, Ok(c.s), problems)? else {
         return Ok(());
     };
     checked.bytes += file.len();
@@ -1285,7 +1329,7 @@ fn check_segment_index(
     else {
         return Ok(None); // reported with the manifest
     };
-    let Some(file) = open(source, name, Some(s), problems)? else {
+    let Some(file) = open(source, name, Ok(s), problems)? else {
         return Ok(None);
     };
     if Some(file.len()) != info.seg_bytes {
@@ -1764,27 +1808,24 @@ impl<'a> RowProbes<'a> {
     }
 }
 
-/// The file `name` of the dataset; a missing (or, locally, unreadable) one
+/// The file `name` of the dataset, a file of shard `Ok(s)` or the file
+/// `Err(what)` besides the shards; a missing (or, locally, unreadable) one
 /// is a problem and `None`. A store's failure is the caller's error.
 fn open(
     source: &Files,
     name: &str,
-    s: Option<usize>,
+    of: Result<usize, &str>,
     problems: &mut Problems,
 ) -> Result<Option<File>, ReadError> {
+    let s = of.ok();
     match source.open(name) {
         Ok(Some(file)) => Ok(Some(file)),
         Ok(None) => {
-            let message = match s {
-                Some(_) => "listed in the manifest but missing",
-                None => "the tokenizer copy is missing",
+            let message = match of {
+                Ok(_) => "listed in the manifest but missing".into(),
+                Err(what) => format!("{what} is missing"),
             };
-            problems.push(problem(
-                ProblemKind::MissingFile,
-                Some(name),
-                s,
-                message.into(),
-            ));
+            problems.push(problem(ProblemKind::MissingFile, Some(name), s, message));
             Ok(None)
         }
         Err(ReadError::Format(e)) => {

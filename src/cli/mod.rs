@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 pub mod allocator;
 mod bench_read;
+mod dedup;
 #[cfg(test)]
 mod docs_check;
 mod export;
@@ -51,6 +52,8 @@ enum Command {
     Mix(mix::Args),
     /// Split a dataset's documents into train, val (and test) by a hash of their ids.
     Split(split::Args),
+    /// Remove near-duplicate documents (MinHash over token shingles), with a report.
+    Dedup(dedup::Args),
     /// Join the partial datasets of a --part run (or shuffle buckets) into one dataset, without copying tokens.
     Merge(merge::Args),
     /// Write a dataset as Megatron-LM, nanoGPT, llm.c, datatrove or OLMo-core token files.
@@ -80,6 +83,7 @@ impl Command {
             | Command::Pack(_)
             | Command::Mix(_)
             | Command::Split(_)
+            | Command::Dedup(_)
             | Command::Merge(_)
             | Command::Fetch(_) => "re-run the same command to resume",
             Command::Import(_) => "re-run the same command to start the import again",
@@ -172,6 +176,7 @@ where
         Command::Pack(args) => pack::run(args),
         Command::Mix(args) => mix::run(args),
         Command::Split(args) => split::run(args),
+        Command::Dedup(args) => dedup::run(args),
         Command::Merge(args) => merge::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Export(args) => export::run(args),

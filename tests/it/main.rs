@@ -18,6 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod common;
 
 mod chat;
+mod dedup;
 mod engine;
 mod engine_sentencepiece;
 mod engine_unigram;

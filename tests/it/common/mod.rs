@@ -300,6 +300,7 @@ pub fn manifest(dtype: Dtype, shards: Vec<ShardInfo>) -> Manifest {
             merged: Vec::new(),
             chat: None,
             single_writer: false,
+            report: None,
         },
     }
 }

@@ -292,6 +292,11 @@ pub struct Provenance {
     /// run was the output's only writer (`--single-writer`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub single_writer: bool,
+    /// A file the command wrote beside the shards for its user to read:
+    /// `prep dedup`'s `duplicates.jsonl`, every removed document and the
+    /// one it duplicates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<FileInfo>,
 }
 
 /// The conversations of a chat-mode run, counted.
@@ -340,6 +345,7 @@ impl Provenance {
             merged: Vec::new(),
             chat: None,
             single_writer: false,
+            report: None,
         }
     }
 }
