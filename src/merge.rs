@@ -37,8 +37,8 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use crate::fetch::Local;
 use crate::format::{
-    checksum_hex, ChatCounts, Dataset, DatasetWriter, DocumentCounts, FormatError, InputInfo,
-    Manifest, Packing, Partition, ShardInfo, ShardWriter, Verified, MANIFEST_FILE,
+    checksum_hex, ChatCounts, Dataset, DatasetWriter, DocumentCounts, FileInfo, FormatError,
+    InputInfo, Manifest, Packing, Partition, ShardInfo, ShardWriter, Verified, MANIFEST_FILE,
 };
 use crate::output::{Output, OutputError, Start};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -100,6 +100,15 @@ pub enum MergeError {
     /// Parts missing or given twice.
     #[error("{0}")]
     Parts(String),
+    /// A part's report does not match its manifest, or some parts have
+    /// one and others not.
+    #[error("{}: {why}", path.display())]
+    Report {
+        /// The part's report, or the part.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// A part's `hashes.bin` does not match its manifest.
     #[error("{}: {why}", path.display())]
     Hashes {
@@ -226,6 +235,7 @@ pub fn run(config: &MergeConfig, progress: &dyn Progress) -> Result<MergeReport,
     if let Some(chat) = manifest.provenance.chat.as_mut() {
         chat.trainable_tokens -= dropped_trainable;
     }
+    manifest.provenance.report = merged_report(&parts, &output)?;
     output.commit(&manifest)?;
     progress.finish();
     report.manifest = manifest;
@@ -540,6 +550,47 @@ fn merged_manifest(
     );
     manifest.packing = packing;
     manifest
+}
+
+/// The parts' reports (`prep dedup`'s), each checked against its part's
+/// manifest, joined in part order into the merged dataset's: a report
+/// is JSON Lines about its part's records in record order, so the parts'
+/// in order are the whole run's. `None` when the parts have none.
+fn merged_report(parts: &[Part], output: &Output) -> Result<Option<FileInfo>, MergeError> {
+    let listed = |p: &Part| p.ds.manifest().provenance.report.clone();
+    let Some(first) = listed(&parts[0]) else {
+        if let Some(p) = parts.iter().find(|p| listed(p).is_some()) {
+            return Err(MergeError::Report {
+                path: p.dir.clone(),
+                why: "has a report and the first part has none".into(),
+            });
+        }
+        return Ok(None);
+    };
+    let mut joined = Vec::new();
+    for p in parts {
+        let Some(r) = listed(p) else {
+            return Err(MergeError::Report {
+                path: p.dir.clone(),
+                why: "has no report and the first part has one".into(),
+            });
+        };
+        let path = p.ds.dir().join(&r.file);
+        let bytes = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        if bytes.len() as u64 != r.bytes || checksum_hex(xxh3_64(&bytes)) != r.xxh3 {
+            return Err(MergeError::Report {
+                path,
+                why: "its size or XXH3 is not the one its manifest lists".into(),
+            });
+        }
+        joined.extend_from_slice(&bytes);
+    }
+    output.put(&first.file, &joined)?;
+    Ok(Some(FileInfo {
+        file: first.file,
+        bytes: joined.len() as u64,
+        xxh3: checksum_hex(xxh3_64(&joined)),
+    }))
 }
 
 /// Every part of one run, each once, all readable the same way.

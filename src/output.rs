@@ -73,6 +73,9 @@ pub const LOCK_FILE: &str = ".prep-lock";
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// A partitioned tokenize part's record hashes, for `prep merge --dedup`.
 pub const HASHES_FILE: &str = "hashes.bin";
+/// A report a stage writes beside the shards (`prep dedup`'s removed
+/// documents), listed in the manifest's `provenance.report`.
+pub const REPORT_FILE: &str = "duplicates.jsonl";
 /// The extensions of the files of a shard prep writes.
 pub const SHARD_EXTENSIONS: [&str; 5] = [".bin", ".idx", ".seg", ".sum", ".mask"];
 /// prep's private working folders inside an output directory: the
@@ -84,7 +87,7 @@ pub const WORK_FOLDERS: [&str; 3] = [".shuffle-tmp", ".tokenized", ".dedup-tmp"]
 /// shard's files as prep numbers them (`shard-` and five or more digits,
 /// then one of [`SHARD_EXTENSIONS`]), the manifest, the journal (and in
 /// object storage the objects its lines are appended in), the lock, the
-/// tokenizer copy and a part's `hashes.bin`, and each of these names with
+/// tokenizer copy, a part's `hashes.bin` and a report, and each of these names with
 /// [`TMP_SUFFIX`] (the file being written under it).
 ///
 /// A name alone never makes a file prep's: only the journal, the lock and
@@ -102,6 +105,7 @@ pub fn is_prep_file(name: &str) -> bool {
                 LOCK_FILE,
                 TOKENIZER_FILE,
                 HASHES_FILE,
+                REPORT_FILE,
             ]
             .contains(&n)
     };

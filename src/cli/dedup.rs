@@ -7,7 +7,9 @@ use clap::Parser;
 
 use super::write_flags::WriteFlags;
 
+use prep::dedup::parts::{self, TaskConfig};
 use prep::dedup::{self, DedupConfig, Params};
+use prep::partition::Part;
 use prep::size::parse_size;
 
 /// Remove near-duplicate documents (MinHash over token shingles).
@@ -25,19 +27,42 @@ use prep::size::parse_size;
 /// {"doc": 7, "kept": 2}, record indices of IN. The output is the same
 /// for any --threads and --memory. Run tokenize --dedup first to drop
 /// exact duplicates cheaply.
+///
+/// On many machines, with a shared --work directory: N signature tasks
+/// (IN --signatures --part I/N), then B bucket tasks (--buckets --part
+/// J/B), then the dataset (IN OUT, whole, or --part K/M for prep merge);
+/// the same documents are removed as on one machine.
 #[derive(Debug, Parser)]
 #[command(
     after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
 Exit codes: 0 success, 2 usage, input or I/O error."
 )]
 pub(crate) struct Args {
-    /// The documents dataset to deduplicate.
+    /// The documents dataset to deduplicate (not for --buckets).
     #[arg(value_name = "IN")]
-    input: PathBuf,
+    input: Option<PathBuf>,
 
-    /// The dataset of kept documents.
+    /// The dataset of kept documents (not for --signatures or --buckets).
     #[arg(value_name = "OUT")]
-    output: PathBuf,
+    output: Option<PathBuf>,
+
+    /// The work directory the tasks of a run on many machines share.
+    #[arg(long, value_name = "WORK")]
+    work: Option<PathBuf>,
+
+    /// Many machines, first stage: sign part I of N of IN's records into WORK.
+    #[arg(long, requires_all = ["work", "part"], conflicts_with = "buckets")]
+    signatures: bool,
+
+    /// Many machines, second stage: find the candidates of share J of B of
+    /// the signature parts in WORK.
+    #[arg(long, requires_all = ["work", "part"])]
+    buckets: bool,
+
+    /// This task's part, 0 <= I < N: of the records (--signatures, or the
+    /// dataset written from WORK, for prep merge) or of the buckets.
+    #[arg(long, value_name = "I/N")]
+    part: Option<Part>,
 
     /// Tokens per shingle.
     #[arg(long, value_name = "N", default_value_t = Params::default().ngram)]
@@ -70,22 +95,65 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut config = DedupConfig::new(args.input, args.output);
-    config.params = Params {
+    let params = Params {
         ngram: args.ngram,
         bands: args.bands,
         rows: args.rows,
         seed: args.seed,
     };
+    let bar = super::progress::Bar::new(args.write.quiet);
+    if let (true, Some(work), Some(part)) = (args.signatures || args.buckets, &args.work, args.part)
+    {
+        let config = TaskConfig {
+            work: work.clone(),
+            part,
+            params,
+            memory: args.memory,
+            threads: args.threads,
+            overwrite: args.write.overwrite,
+            single_writer: args.write.single_writer,
+        };
+        let (r, what) = if args.signatures {
+            let (Some(input), None) = (&args.input, &args.output) else {
+                anyhow::bail!("--signatures takes IN and no OUT: prep dedup IN --work WORK --signatures --part I/N");
+            };
+            (parts::signatures(input, &config, &bar)?, "documents signed")
+        } else {
+            if args.input.is_some() {
+                anyhow::bail!(
+                    "--buckets takes no IN or OUT: prep dedup --work WORK --buckets --part J/B"
+                );
+            }
+            (parts::buckets(&config, &bar)?, "candidate pairs found")
+        };
+        if !args.write.quiet && !r.already_complete {
+            eprintln!(
+                "{}: {} {what} in {:.1}s.",
+                r.dir.display(),
+                r.count,
+                r.elapsed.as_secs_f64()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (Some(input), Some(output)) = (args.input, args.output) else {
+        anyhow::bail!("give IN and OUT (or --signatures or --buckets with --work and --part)");
+    };
+    if args.part.is_some() && args.work.is_none() {
+        anyhow::bail!("--part writes a share of the dataset from the tasks' --work directory: give --work WORK");
+    }
+    let mut config = DedupConfig::new(input, output);
+    config.params = params;
     config.memory = args.memory;
     config.threads = args.threads;
     config.writing = args.write.writing();
-    let bar = super::progress::Bar::new(args.write.quiet);
+    config.work = args.work;
+    config.part = args.part;
     let r = dedup::run(&config, &bar)?;
     if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         eprintln!(
-            "Removed {} of {} documents ({:.2}%) as near-duplicates in {} clusters, in {:.1}s{}.",
+            "Removed {} of {} documents ({:.2}%) as near-duplicates ({} clusters in the input), in {:.1}s{}.",
             r.removed,
             r.documents,
             100.0 * r.removed as f64 / r.documents.max(1) as f64,

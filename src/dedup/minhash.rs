@@ -24,7 +24,7 @@ const PRIME: u64 = (1 << 61) - 1;
 
 /// The shape of the signatures: shingle length, bands, rows per band and
 /// the seed of the hash functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
     /// Tokens per shingle.
     pub ngram: usize,

@@ -48,44 +48,42 @@
 //! them are held, the rest spilled in sorted runs. The clusters hold 16
 //! bytes or so per document that has a candidate (not per document).
 
+pub mod entries;
 pub mod minhash;
+pub mod parts;
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, FileInfo, FormatError, InputInfo,
-    Manifest, Tokens, Verified,
+    Manifest,
 };
 use crate::output::{Done, Output, OutputError, Start};
-use crate::progress::{Progress, ProgressSnapshot};
+use crate::partition::Part;
+use crate::progress::Progress;
 use crate::run::Writing;
 pub use minhash::{candidate_probability, MinHasher, Params};
 
 /// The report of removed documents inside the output dataset.
-pub const REPORT_FILE: &str = "duplicates.jsonl";
-/// The working folder inside the output: spilled runs, the removed list.
+pub const REPORT_FILE: &str = crate::output::REPORT_FILE;
+/// The working folder inside the output (and a signature task's folder):
+/// spilled runs, the removed list.
 pub const WORK_FOLDER: &str = crate::output::WORK_FOLDERS[2];
 /// The removed documents inside [`WORK_FOLDER`], once the clusters are made.
 const REMOVED_FILE: &str = "removed.bin";
-/// Bytes of one entry: band, key, document.
-const ENTRY_BYTES: u64 = 24;
-/// Documents signed per parallel batch.
-const BATCH: u64 = 4096;
-/// The fewest entries held before a run is spilled, whatever `--memory`.
-const MIN_ENTRIES: u64 = 1 << 12;
 /// Signature values at most: `bands * rows`.
 const MAX_HASHES: usize = 4096;
 
-/// What `prep dedup` is asked to do.
+/// What `prep dedup` is asked to do: the whole run on one machine, or
+/// the dataset written from a work directory's bucket parts
+/// ([`parts`]), whole or a part of it.
 #[derive(Debug, Clone)]
 pub struct DedupConfig {
     /// The documents dataset to deduplicate.
@@ -100,11 +98,17 @@ pub struct DedupConfig {
     pub threads: usize,
     /// Shard size and whether to replace what the output holds.
     pub writing: Writing,
+    /// Take the candidates from this work directory's bucket parts
+    /// instead of signing the documents here.
+    pub work: Option<PathBuf>,
+    /// Write only this share of the input's records, as a partial dataset
+    /// for `prep merge` (with [`DedupConfig::work`]).
+    pub part: Option<Part>,
 }
 
 impl DedupConfig {
     /// A config with the CLI's defaults: datatrove's parameters, 1 GiB of
-    /// entries, a thread per core, 1 GiB shards.
+    /// entries, a thread per core, 1 GiB shards, the whole run here.
     pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> DedupConfig {
         DedupConfig {
             input: input.into(),
@@ -113,6 +117,8 @@ impl DedupConfig {
             memory: 1 << 30,
             threads: 0,
             writing: Writing::default(),
+            work: None,
+            part: None,
         }
     }
 }
@@ -129,12 +135,21 @@ pub enum DedupError {
     /// An input dataset in object storage could not be fetched.
     #[error(transparent)]
     Fetch(#[from] crate::fetch::FetchError),
+    /// A file in object storage could not be read.
+    #[error(transparent)]
+    Read(#[from] crate::format::ReadError),
+    /// The work directory's object store could not be reached.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
     /// The input is not a documents dataset.
     #[error(transparent)]
     NotDocuments(#[from] Box<crate::run::NotDocuments>),
     /// The output overlaps the input.
     #[error(transparent)]
     Overlap(#[from] crate::run::Overlap),
+    /// The work directory's parts cannot be read together.
+    #[error(transparent)]
+    Task(#[from] crate::task::TaskError),
     /// Parameters that make no signature.
     #[error("--ngram {ngram}, --bands {bands}, --rows {rows}: each must be at least 1, and bands x rows at most {MAX_HASHES}")]
     BadParams {
@@ -145,9 +160,29 @@ pub enum DedupError {
         /// Rows per band.
         rows: usize,
     },
+    /// A work directory made from another input or with other parameters.
+    #[error("{}: made {why} than this run; give the input and parameters its tasks were run with, or run them again", path.display())]
+    OtherWork {
+        /// The part's description.
+        path: PathBuf,
+        /// What differs.
+        why: String,
+    },
     /// The thread pool could not be started.
     #[error("cannot start the threads: {0}")]
     Threads(std::io::Error),
+}
+
+/// Refuses parameters that make no signature.
+pub fn check_params(p: &Params) -> Result<(), DedupError> {
+    if p.ngram == 0 || p.bands == 0 || p.rows == 0 || p.bands.saturating_mul(p.rows) > MAX_HASHES {
+        return Err(DedupError::BadParams {
+            ngram: p.ngram,
+            bands: p.bands,
+            rows: p.rows,
+        });
+    }
+    Ok(())
 }
 
 /// What a run did.
@@ -155,11 +190,11 @@ pub enum DedupError {
 pub struct DedupReport {
     /// The output's manifest.
     pub manifest: Manifest,
-    /// Documents in the input.
+    /// Documents read (the part's share for a part).
     pub documents: u64,
-    /// Documents removed as near-duplicates.
+    /// Documents removed as near-duplicates (of those read).
     pub removed: u64,
-    /// Clusters of two or more documents.
+    /// Clusters of two or more documents, in the whole input.
     pub clusters: u64,
     /// Sorted runs spilled to disk (0 when the entries fit in memory).
     pub runs: u64,
@@ -169,10 +204,11 @@ pub struct DedupReport {
     pub elapsed: Duration,
 }
 
-/// The journal's state: the removed list, once made.
+/// The journal's state: the removed list the shards were written with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct State {
-    /// XXH3-64 of [`REMOVED_FILE`] and its clusters count.
+    /// XXH3-64 of the removed list (as [`REMOVED_FILE`] holds it) and the
+    /// clusters count.
     removed: Option<(String, u64)>,
 }
 
@@ -180,19 +216,18 @@ struct State {
 pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport, DedupError> {
     let started = Instant::now();
     let p = config.params;
-    if p.ngram == 0 || p.bands == 0 || p.rows == 0 || p.bands * p.rows > MAX_HASHES {
-        return Err(DedupError::BadParams {
-            ngram: p.ngram,
-            bands: p.bands,
-            rows: p.rows,
-        });
-    }
+    check_params(&p)?;
     crate::run::refuse_overlap(&config.output, &[&config.input], "the input")?;
     let local = crate::fetch::Local::of(&config.input)?;
     let input = Dataset::open(local.dir())?;
     let base = input.manifest().clone();
     crate::run::documents_only("dedup", &config.input, &base, "dedup before pack")?;
-    let inputs = vec![InputInfo::of_dataset(&config.input, local.dir(), &base)?];
+    let info = InputInfo::of_dataset(&config.input, local.dir(), &base)?;
+    let job = parts::Job {
+        params: p,
+        input: info.clone(),
+        n_records: input.len(),
+    };
     let options = json!({
         "ngram": p.ngram,
         "bands": p.bands,
@@ -200,54 +235,66 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
         "seed": p.seed,
         "shard_size": config.writing.shard_size,
     });
-    let identity = crate::run::Identity::new("dedup", &options, inputs, None);
-    let mut output =
-        Output::lock(&config.output, config.writing.single_writer)?.owning(&[REPORT_FILE]);
-    let mut journal =
-        match output.start::<State, u64>(&identity.fingerprint, config.writing.overwrite)? {
-            Start::Complete(m) => {
-                let d = m.provenance.documents;
-                return Ok(DedupReport {
-                    documents: d.read,
-                    removed: d.deduplicated,
-                    clusters: 0,
-                    runs: 0,
-                    already_complete: true,
-                    elapsed: started.elapsed(),
-                    manifest: *m,
-                });
-            }
-            Start::Resume(j) | Start::Fresh(j) => j,
-        };
-    let work = output.dir().join(WORK_FOLDER);
+    let identity = crate::run::Identity::new("dedup", &options, vec![info], config.part);
+    let mut output = Output::lock(&config.output, config.writing.single_writer)?;
+    let start = output.start::<State, u64>(&identity.fingerprint, config.writing.overwrite)?;
+    let mut journal = match start {
+        Start::Complete(m) => {
+            let d = m.provenance.documents;
+            return Ok(DedupReport {
+                documents: d.read,
+                removed: d.deduplicated,
+                clusters: 0,
+                runs: 0,
+                already_complete: true,
+                elapsed: started.elapsed(),
+                manifest: *m,
+            });
+        }
+        Start::Resume(j) | Start::Fresh(j) => j,
+    };
+    let folder = output.dir().join(WORK_FOLDER);
     let verified = input.verified()?;
-    let pool = crate::run::thread_pool(config.threads, "dedup").map_err(DedupError::Threads)?;
 
+    // The removed list: saved by an earlier run of this one, or made now
+    // (from the work directory's pairs, or by signing here).
     let saved = journal
         .state
         .removed
         .clone()
-        .and_then(|(sum, clusters)| Some((read_removed(&work, &sum)?, clusters)));
+        .and_then(|(sum, clusters)| Some((read_removed(&folder, &sum)?, clusters)));
     let (removed, clusters, runs) = match saved {
         Some((removed, clusters)) => {
             progress.note("resuming: the clusters are already made");
             (removed, clusters, 0)
         }
         None => {
-            // Whatever was written came from a run that had no clusters yet.
-            if !journal.shards.is_empty() || work.exists() {
-                journal = output.restart(&identity.fingerprint)?;
-            }
-            std::fs::create_dir_all(&work).map_err(|e| FormatError::io(&work, e))?;
-            let hasher = MinHasher::new(p);
-            let entries = Entries::new(&work, config.memory);
-            let entries = pool.install(|| sign_all(&verified, &hasher, entries, progress))?;
-            let runs = entries.runs.len() as u64;
             let mut found = Clusters::default();
-            entries.for_each_group(|docs| found.join(docs))?;
+            let runs = match &config.work {
+                Some(work) => {
+                    parts::read_pairs(work, &job, |doc, first| found.join(&[first, doc]))?;
+                    0
+                }
+                None => {
+                    let pool = crate::run::thread_pool(config.threads, "dedup")
+                        .map_err(DedupError::Threads)?;
+                    let hasher = MinHasher::new(p);
+                    let mut held = entries::Entries::new(&folder, config.memory);
+                    let all = 0..input.len();
+                    pool.install(|| entries::sign(&verified, &hasher, all, &mut held, progress))?;
+                    let runs = held.runs();
+                    entries::for_each_group(held.sorted()?, |docs| found.join(docs))?;
+                    runs
+                }
+            };
             let clusters = found.roots();
             let removed = found.removed();
-            let sum = write_removed(&work, &removed)?;
+            // Shards already written were written with another list, or
+            // with none known: they go.
+            if !journal.shards.is_empty() {
+                journal = output.restart(&identity.fingerprint)?;
+            }
+            let sum = write_removed(&folder, &removed)?;
             journal.state.removed = Some((sum, clusters));
             output.save(&journal)?;
             output.progressed();
@@ -255,10 +302,12 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
         }
     };
 
-    let from = journal.shards.last().map_or(0, |d| d.at);
-    if from > 0 {
+    let range = config.part.unwrap_or(Part::WHOLE).range(input.len());
+    let from = journal.shards.last().map_or(range.start, |d| d.at);
+    if from > range.start {
         progress.note(&format!(
-            "resuming: {from} input records are already in complete shards"
+            "resuming: {} input records are already in complete shards",
+            from - range.start
         ));
     }
     let mut writer = DatasetWriter::new(
@@ -269,7 +318,7 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
     )
     .masked(base.has_loss_mask());
     let mut next = removed.partition_point(|r| r.0 < from);
-    for g in from..input.len() {
+    for g in from..range.end {
         if removed.get(next).is_some_and(|r| r.0 == g) {
             next += 1;
             continue;
@@ -284,14 +333,16 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
     }
     let shards = writer.finish()?;
 
-    let report = report_lines(&removed);
+    let ours = &removed[removed.partition_point(|r| r.0 < range.start)
+        ..removed.partition_point(|r| r.0 < range.end)];
+    let report = report_lines(ours);
     output.put(REPORT_FILE, &report)?;
     output.copy_tokenizer(base.tokenizer.file.as_deref(), input.dir())?;
-    let n = input.len();
+    let read = range.end - range.start;
     let documents = DocumentCounts {
-        read: n,
-        written: n - removed.len() as u64,
-        deduplicated: removed.len() as u64,
+        read,
+        written: read - ours.len() as u64,
+        deduplicated: ours.len() as u64,
         ..DocumentCounts::default()
     };
     let mut manifest = identity.derive(&base, shards, options, documents);
@@ -305,8 +356,8 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
     progress.finish();
     Ok(DedupReport {
         manifest,
-        documents: n,
-        removed: removed.len() as u64,
+        documents: read,
+        removed: ours.len() as u64,
         clusters,
         runs,
         already_complete: false,
@@ -314,191 +365,13 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
     })
 }
 
-/// The report's lines: `{"doc": g, "kept": k}` per removed document.
+/// The report's lines: `{"doc":g,"kept":k}` per removed document.
 fn report_lines(removed: &[(u64, u64)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(removed.len() * 28);
     for (doc, kept) in removed {
         writeln!(out, "{{\"doc\":{doc},\"kept\":{kept}}}").expect("writes to a Vec");
     }
     out
-}
-
-/// The ids of a record as u32s, widened into `buf` for a `uint16` dataset.
-fn ids<'a>(tokens: Tokens<'a>, buf: &'a mut Vec<u32>) -> &'a [u32] {
-    match tokens {
-        Tokens::U32(t) => t,
-        Tokens::U16(t) => {
-            buf.clear();
-            buf.extend(t.iter().map(|&x| u32::from(x)));
-            buf
-        }
-    }
-}
-
-/// Signs every document of `input` into `entries`, a batch of documents
-/// at a time over the current thread pool.
-fn sign_all(
-    input: &Verified<'_>,
-    hasher: &MinHasher,
-    mut entries: Entries,
-    progress: &dyn Progress,
-) -> Result<Entries, DedupError> {
-    let n = input.dataset().len();
-    let size = input.dataset().dtype().size() as u64;
-    let total = input.dataset().n_tokens() * size;
-    let bands = hasher.params().bands;
-    let mut bytes = 0u64;
-    let mut start = 0u64;
-    while start < n {
-        let end = (start + BATCH).min(n);
-        let signed: Vec<Vec<[u64; 3]>> = (start..end)
-            .into_par_iter()
-            .map_init(
-                || (Vec::new(), Vec::new(), Vec::new()),
-                |(buf, scratch, sig), g| -> Result<Vec<[u64; 3]>, FormatError> {
-                    let record = ids(input.record(g)?, buf);
-                    if !hasher.sign(record, scratch, sig) {
-                        return Ok(Vec::new());
-                    }
-                    Ok((0..bands)
-                        .map(|j| [j as u64, hasher.band_key(sig, j), g])
-                        .collect())
-                },
-            )
-            .collect::<Result<_, _>>()?;
-        for doc in signed {
-            entries.push(&doc)?;
-        }
-        for g in start..end {
-            bytes += input.dataset().record_len(g)? * size;
-        }
-        progress.update(&ProgressSnapshot {
-            input_bytes: bytes,
-            input_total: total,
-            documents: end,
-            text_bytes: 0,
-            tokens: bytes / size,
-        });
-        start = end;
-    }
-    Ok(entries)
-}
-
-/// The candidates' entries: held sorted in memory up to a budget, the rest
-/// in sorted runs on disk.
-struct Entries {
-    dir: PathBuf,
-    held: Vec<[u64; 3]>,
-    limit: usize,
-    runs: Vec<PathBuf>,
-}
-
-impl Entries {
-    fn new(dir: &Path, memory: u64) -> Entries {
-        Entries {
-            dir: dir.into(),
-            held: Vec::new(),
-            limit: (memory / ENTRY_BYTES).max(MIN_ENTRIES) as usize,
-            runs: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, doc: &[[u64; 3]]) -> Result<(), FormatError> {
-        self.held.extend_from_slice(doc);
-        if self.held.len() >= self.limit {
-            self.spill()?;
-        }
-        Ok(())
-    }
-
-    /// Sorts what is held and writes it as the next run.
-    fn spill(&mut self) -> Result<(), FormatError> {
-        self.held.par_sort_unstable();
-        let path = self.dir.join(format!("run-{:05}.bin", self.runs.len()));
-        let io = |e| FormatError::io(&path, e);
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
-        for e in &self.held {
-            for v in e {
-                w.write_all(&v.to_le_bytes()).map_err(io)?;
-            }
-        }
-        w.into_inner()
-            .map_err(|e| io(e.into_error()))?
-            .sync_all()
-            .map_err(io)?;
-        self.held.clear();
-        self.runs.push(path);
-        Ok(())
-    }
-
-    /// Calls `f` with the documents of every `(band, key)` that two or
-    /// more documents share, in increasing record index, group after group
-    /// in `(band, key)` order.
-    fn for_each_group(mut self, mut f: impl FnMut(&[u64])) -> Result<(), FormatError> {
-        self.held.par_sort_unstable();
-        let mut sources: Vec<Box<dyn Iterator<Item = Result<[u64; 3], FormatError>>>> = Vec::new();
-        for path in &self.runs {
-            sources.push(Box::new(RunReader::open(path)?));
-        }
-        let held = std::mem::take(&mut self.held);
-        sources.push(Box::new(held.into_iter().map(Ok)));
-        let mut heap = std::collections::BinaryHeap::new();
-        for (i, s) in sources.iter_mut().enumerate() {
-            if let Some(e) = s.next() {
-                heap.push(std::cmp::Reverse((e?, i)));
-            }
-        }
-        let mut group: Vec<u64> = Vec::new();
-        let mut at = [u64::MAX; 2];
-        while let Some(std::cmp::Reverse((e, i))) = heap.pop() {
-            if [e[0], e[1]] != at {
-                if group.len() > 1 {
-                    f(&group);
-                }
-                group.clear();
-                at = [e[0], e[1]];
-            }
-            group.push(e[2]);
-            if let Some(next) = sources[i].next() {
-                heap.push(std::cmp::Reverse((next?, i)));
-            }
-        }
-        if group.len() > 1 {
-            f(&group);
-        }
-        Ok(())
-    }
-}
-
-/// A spilled run, read back entry by entry.
-struct RunReader {
-    path: PathBuf,
-    r: BufReader<File>,
-}
-
-impl RunReader {
-    fn open(path: &Path) -> Result<RunReader, FormatError> {
-        let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
-        Ok(RunReader {
-            path: path.into(),
-            r: BufReader::with_capacity(1 << 20, file),
-        })
-    }
-}
-
-impl Iterator for RunReader {
-    type Item = Result<[u64; 3], FormatError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut b = [0u8; ENTRY_BYTES as usize];
-        match self.r.read_exact(&mut b) {
-            Ok(()) => Some(Ok([0, 1, 2].map(|i| {
-                u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-            }))),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => None,
-            Err(e) => Some(Err(FormatError::io(&self.path, e))),
-        }
-    }
 }
 
 /// Union-find over the documents that have a candidate, each component's
@@ -565,6 +438,7 @@ impl Clusters {
 
 /// Writes the removed list; returns its XXH3-64, hex.
 fn write_removed(work: &Path, removed: &[(u64, u64)]) -> Result<String, FormatError> {
+    std::fs::create_dir_all(work).map_err(|e| FormatError::io(work, e))?;
     let bytes: Vec<u8> = removed
         .iter()
         .flat_map(|(d, k)| d.to_le_bytes().into_iter().chain(k.to_le_bytes()))
@@ -614,38 +488,5 @@ mod tests {
             expected.unwrap(),
             [(5, 2), (9, 2), (12, 2), (31, 30), (40, 2), (44, 30)]
         );
-    }
-
-    #[test]
-    fn spilled_runs_merge_into_the_groups_held_entries_give() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut s = 7u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let all: Vec<[u64; 3]> = (0..20_000u64)
-            .map(|g| [next() % 3, next() % 500, g])
-            .collect();
-        let groups = |memory: u64| {
-            let mut e = Entries::new(tmp.path(), memory);
-            for x in &all {
-                e.push(&[*x]).unwrap();
-            }
-            let runs = e.runs.len();
-            let mut out = Vec::new();
-            e.for_each_group(|g| out.push(g.to_vec())).unwrap();
-            (runs, out)
-        };
-        let (none, held) = groups(u64::MAX / 2);
-        let (runs, spilled) = groups(MIN_ENTRIES * ENTRY_BYTES);
-        assert_eq!(none, 0);
-        assert!(runs >= 4, "{runs}");
-        assert_eq!(held, spilled);
-        assert!(held
-            .iter()
-            .all(|g| g.len() > 1 && g.windows(2).all(|w| w[0] < w[1])));
     }
 }

@@ -90,6 +90,14 @@ fn dataset(t: &TestDir, dtype: Dtype, docs: &[Vec<u32>]) -> PathBuf {
     dir
 }
 
+/// `docs` written as the uint32 dataset `name` of `t`.
+fn dataset_named(t: &TestDir, name: &str, docs: &[Vec<u32>]) -> PathBuf {
+    let dir = t.path(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    write_dataset(&dir, Dtype::U32, 1 << 20, docs);
+    dir
+}
+
 fn dedup(t: &TestDir, input: &Path, out: &Path) -> std::process::Command {
     let mut cmd = t.prep();
     cmd.arg("dedup").arg(input).arg(out).arg("-q");
@@ -367,4 +375,142 @@ fn refused_inputs_and_options_exit_2_and_write_nothing() {
     );
     ok(dedup(&t, &input, &t.path("busy")).arg("--overwrite"));
     assert_eq!(std::fs::read_to_string(foreign).unwrap(), "mine");
+}
+
+/// `prep dedup IN --work WORK --signatures --part I/N` and the like.
+fn task(t: &TestDir, args: &[&str]) -> std::process::Command {
+    let mut cmd = t.prep();
+    cmd.arg("dedup").args(args).arg("-q");
+    cmd
+}
+
+#[test]
+fn signature_and_bucket_tasks_remove_what_one_machine_removes() {
+    let t = TestDir::new();
+    let (docs, _) = planted(4, 700, 450);
+    let input = dataset(&t, Dtype::U32, &docs);
+    let one = t.path("one");
+    ok(dedup(&t, &input, &one).args(["--shard-size", "16KiB"]));
+    assert!(!report(&one).is_empty());
+    let inp = input.to_str().unwrap();
+    for (n, b, m) in [(3u64, 2u64, 1u64), (7, 5, 3)] {
+        let work = t.path(&format!("work-{n}-{b}"));
+        let w = work.to_str().unwrap();
+        for i in 0..n {
+            let part = format!("{i}/{n}");
+            ok(&mut task(
+                &t,
+                &[inp, "--work", w, "--signatures", "--part", &part],
+            ));
+        }
+        // Bucket tasks in another order than their numbers.
+        for j in (0..b).rev() {
+            let part = format!("{j}/{b}");
+            ok(&mut task(&t, &["--work", w, "--buckets", "--part", &part]));
+        }
+        let out = t.path(&format!("out-{n}-{b}-{m}"));
+        let o = out.to_str().unwrap();
+        if m == 1 {
+            ok(&mut task(
+                &t,
+                &[inp, o, "--work", w, "--shard-size", "16KiB"],
+            ));
+            // The same dataset as one machine's, byte for byte.
+            assert_eq!(snapshot(&one), snapshot(&out));
+            continue;
+        }
+        let mut merge = t.prep();
+        merge.arg("merge").arg("-q");
+        for k in 0..m {
+            let dir = out.join(format!("part-{k}"));
+            let d = dir.to_str().unwrap();
+            let part = format!("{k}/{m}");
+            ok(&mut task(&t, &[inp, d, "--work", w, "--part", &part]));
+            merge.arg(&dir);
+        }
+        ok(merge.arg(&out));
+        assert_eq!(records(&out), records(&one));
+        assert_eq!(
+            std::fs::read(out.join("duplicates.jsonl")).unwrap(),
+            std::fs::read(one.join("duplicates.jsonl")).unwrap()
+        );
+        ok(t.prep().arg("validate").arg(&out));
+        let counts = |dir: &Path| {
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+            m["provenance"]["documents"].clone()
+        };
+        assert_eq!(counts(&out), counts(&one));
+    }
+}
+
+#[test]
+fn tasks_are_skipped_when_done_and_refuse_damaged_or_foreign_work() {
+    let t = TestDir::new();
+    let (docs, _) = planted(6, 300, 200);
+    let input = dataset(&t, Dtype::U32, &docs);
+    let (inp, work) = (input.to_str().unwrap(), t.path("work"));
+    let w = work.to_str().unwrap();
+    let sign = |i: u64| {
+        let part = format!("{i}/2");
+        task(&t, &[inp, "--work", w, "--signatures", "--part", &part])
+    };
+    ok(&mut sign(0));
+    // A bucket task before every signature part has finished.
+    let err = fails(
+        &mut task(&t, &["--work", w, "--buckets", "--part", "0/1"]),
+        2,
+    );
+    assert!(
+        err.contains("1 of the 2 signature parts have not finished"),
+        "{err}"
+    );
+    ok(&mut sign(1));
+    // Run again: nothing to do, nothing rewritten.
+    let data = work.join("signatures-00001/entries.bin");
+    let kept = t.held_inode(&data);
+    let mut again = t.prep();
+    again.args(["dedup", inp, "--work", w, "--signatures", "--part", "1/2"]);
+    let said = String::from_utf8_lossy(&ok(&mut again).stderr).into_owned();
+    assert!(said.contains("already complete"), "{said}");
+    assert_eq!(t.held_inode(&data), kept);
+    // A damaged chunk is refused by the bucket task that reads it.
+    let mut bytes = std::fs::read(&data).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 1;
+    std::fs::write(&data, &bytes).unwrap();
+    let err = fails(
+        &mut task(&t, &["--work", w, "--buckets", "--part", "0/1"]),
+        2,
+    );
+    assert!(
+        err.contains("entries.bin") && err.contains("run signature part 1/2 again"),
+        "{err}"
+    );
+    bytes[at] ^= 1;
+    std::fs::write(&data, &bytes).unwrap();
+    ok(&mut task(&t, &["--work", w, "--buckets", "--part", "0/1"]));
+    // The dataset written from work made with other parameters is refused.
+    let out = t.path("out");
+    let o = out.to_str().unwrap();
+    let err = fails(&mut task(&t, &[inp, o, "--work", w, "--seed", "2"]), 2);
+    assert!(
+        err.contains("buckets.json") && err.contains("parameters"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // A signature part of another run in the same work directory.
+    let other = dataset_named(&t, "other", &docs[..100]);
+    let o_in = other.to_str().unwrap();
+    let err = fails(
+        &mut task(&t, &[o_in, "--work", w, "--signatures", "--part", "1/2"]),
+        2,
+    );
+    assert!(err.contains("another run"), "{err}");
+    ok(&mut task(&t, &[inp, o, "--work", w]));
+    assert_eq!(report(&out).len(), {
+        let one = t.path("one");
+        ok(&mut dedup(&t, &input, &one));
+        report(&one).len()
+    });
 }
