@@ -129,23 +129,11 @@ impl MinHasher {
             return false;
         }
         let n = self.params.ngram.min(ids.len());
-        let mut bytes = [0u8; 4 * 64];
-        let wide = n > 64;
-        for w in ids.windows(n) {
-            let x = if wide {
-                let v: Vec<u8> = w.iter().flat_map(|t| t.to_le_bytes()).collect();
-                xxh3_64(&v)
-            } else {
-                for (i, t) in w.iter().enumerate() {
-                    bytes[4 * i..4 * i + 4].copy_from_slice(&t.to_le_bytes());
-                }
-                xxh3_64(&bytes[..4 * n])
-            };
-            scratch.push(x);
-        }
-        // Shingle sets: a repeated shingle changes no minimum.
-        scratch.sort_unstable();
-        scratch.dedup();
+        // The ids as little-endian bytes, each window a slice of them.
+        let bytes = le_bytes(ids);
+        scratch.extend((0..=ids.len() - n).map(|i| xxh3_64(&bytes[4 * i..4 * (i + n)])));
+        // A repeated shingle changes no minimum: the shingles are a set
+        // without being made one.
         minima(&self.a, &self.b, scratch, out);
         true
     }
@@ -158,6 +146,23 @@ impl MinHasher {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
         xxh3_64_with_seed(&bytes, j as u64)
+    }
+}
+
+/// `ids` as little-endian bytes: the ids' own memory on a little-endian
+/// machine, a copy elsewhere.
+fn le_bytes(ids: &[u32]) -> std::borrow::Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: a u32 slice is `4 * len` initialised bytes, and u8 has no
+        // alignment; on a little-endian machine they are the ids' LE bytes.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(ids.as_ptr().cast::<u8>(), std::mem::size_of_val(ids))
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        std::borrow::Cow::Owned(ids.iter().flat_map(|t| t.to_le_bytes()).collect())
     }
 }
 
