@@ -87,6 +87,8 @@ pub fn sign(
         for doc in signed {
             entries.push(&doc)?;
         }
+        // Read once: the batch's pages leave this process's memory.
+        input.release_records(start..end);
         for g in start..end {
             bytes += ds.record_len(g)? * size;
         }

@@ -323,6 +323,9 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
             next += 1;
             continue;
         }
+        if g % 4096 == 0 {
+            verified.release_records(g.saturating_sub(4096)..g);
+        }
         if let Some(sealed) = writer.push_record(&verified, g)? {
             journal.shards.push(Done {
                 shard: sealed.clone(),

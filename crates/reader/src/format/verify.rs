@@ -425,6 +425,34 @@ impl<'a> Verified<'a> {
         }
     }
 
+    /// Drops the pages of records `range` (their tokens, and their masks)
+    /// from the process's memory once they have been read through the
+    /// mapping: they stay in the page cache, and a later read maps them
+    /// again. For a stage that reads each record once, in order, borrowed
+    /// from the mapping (no copy), and must not keep a whole input in its
+    /// resident memory. Records out of range are ignored.
+    pub fn release_records(&self, range: Range<u64>) {
+        let end = range.end.min(self.ds.len());
+        if range.start >= end {
+            return;
+        }
+        let size = self.ds.dtype().size();
+        let (Ok((first, _)), Ok((last, _))) =
+            (self.ds.locate(range.start), self.ds.locate(end - 1))
+        else {
+            return;
+        };
+        for s in first..=last {
+            let base = self.ds.shard_first_record(s);
+            let offsets = self.ds.shard_offsets(s);
+            let n = (offsets.len() - 1) as u64;
+            let (lo, hi) = (range.start.max(base) - base, end.min(base + n) - base);
+            let (a, b) = (offsets[lo as usize] as usize, offsets[hi as usize] as usize);
+            self.release(s, ShardPart::Bin, a * size..b * size);
+            self.release(s, ShardPart::Mask, a..b);
+        }
+    }
+
     /// Drops bytes `range` of shard `s`'s `part` from the process's memory
     /// (see [`super::mmap::Mapping::release`]).
     fn release(&self, s: usize, part: ShardPart, range: Range<usize>) {
@@ -977,6 +1005,24 @@ mod tests {
                 let want = ds.record_bytes(i as u64).unwrap();
                 assert_eq!((&a[..], &b[..], &c[..]), (want, want, want), "record {i}");
             }
+        }
+    }
+
+    #[test]
+    fn released_records_read_the_same_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let recs = records(3000);
+        write(dir.path(), &recs, true);
+        let ds = Dataset::open(dir.path()).unwrap();
+        let v = ds.verified().unwrap();
+        for (batch, range) in [(0u64, 0..1000u64), (1, 1000..3000), (2, 2990..5000), (3, 7..7)] {
+            for g in range.start..range.end.min(3000) {
+                assert_eq!(v.record(g).unwrap().to_vec(), recs[g as usize], "batch {batch}");
+            }
+            v.release_records(range);
+        }
+        for (g, want) in recs.iter().enumerate() {
+            assert_eq!(&v.record(g as u64).unwrap().to_vec(), want);
         }
     }
 
