@@ -2,7 +2,7 @@
 //! directory, for training code that maps its shards.
 //!
 //! The manifest is read first and is the contract: every file it lists (each
-//! shard's `.bin`, `.idx`, `.seg` and `.sum`, the tokenizer copy, a part's hashes)
+//! shard's `.bin`, `.idx`, `.seg` and `.sum`, the tokenizer copy, a part's hashes, a report)
 //! is streamed to `NAME.tmp` while its size and XXH3-64 are computed, checked
 //! against the manifest, and only then renamed into place. The directory goes
 //! through the output lifecycle ([`crate::output::Output`]): it is locked,
@@ -161,21 +161,15 @@ pub fn fetch(config: &FetchConfig) -> Result<FetchSummary, FetchError> {
         output.save(&journal)?;
     }
     // The small files besides the shards, each verified the same way.
-    let mut extras = Vec::new();
-    if let Some(file) = &manifest.tokenizer.file {
-        extras.push(Wanted {
-            name: file,
-            bytes: None,
-            xxh3: &manifest.tokenizer.xxh3,
-        });
-    }
-    if let Some(hashes) = manifest.partition.as_ref().and_then(|p| p.hashes.as_ref()) {
-        extras.push(Wanted {
-            name: &hashes.file,
-            bytes: Some(hashes.bytes),
-            xxh3: &hashes.xxh3,
-        });
-    }
+    let extras: Vec<Wanted> = manifest
+        .other_files()
+        .into_iter()
+        .map(|f| Wanted {
+            name: f.name,
+            bytes: f.bytes,
+            xxh3: f.xxh3,
+        })
+        .collect();
     for wanted in &extras {
         fetch_file(&root, &dir, wanted, &mut summary)?;
     }

@@ -900,17 +900,12 @@ fn listed_files(manifest: &Manifest) -> HashSet<String> {
         .shards
         .iter()
         .flat_map(|s| s.files().map(|f| f.name.to_owned()));
-    let tokenizer = manifest.tokenizer.file.clone();
-    let hashes = manifest
-        .partition
-        .as_ref()
-        .and_then(|p| p.hashes.as_ref())
-        .map(|h| h.file.clone());
-    let report = manifest.provenance.report.as_ref().map(|r| r.file.clone());
+    let others = manifest
+        .other_files()
+        .into_iter()
+        .map(|f| f.name.to_owned());
     shards
-        .chain(tokenizer)
-        .chain(hashes)
-        .chain(report)
+        .chain(others)
         .chain([MANIFEST_FILE.to_owned()])
         .collect()
 }

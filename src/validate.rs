@@ -604,7 +604,8 @@ fn read_manifest(
 /// like shards (`.bin`, `.idx`, `.seg`, `.sum`, `.mask`, or their `.tmp`
 /// forms) but are not listed: a problem when prep's numbering names them
 /// ([`crate::output::is_shard_name`]: a shard the manifest lost), a note
-/// otherwise (a file of someone else's beside the dataset). A partial dataset's record hashes count as listed; so do the
+/// otherwise (a file of someone else's beside the dataset). The files a
+/// manifest lists besides its shards count as listed; so do the
 /// files of the parts a merged dataset names (a shard that `--dedup`
 /// rewrote without some records leaves the part's own in place).
 fn unlisted_files(
@@ -612,10 +613,11 @@ fn unlisted_files(
     manifest: &Manifest,
     problems: &mut Problems,
 ) -> Result<(), ReadError> {
-    let mut hashes = Vec::new();
-    if let Some(h) = manifest.partition.as_ref().and_then(|p| p.hashes.as_ref()) {
-        hashes.push(h.file.clone());
-    }
+    let mut besides: Vec<String> = manifest
+        .other_files()
+        .into_iter()
+        .map(|f| f.name.to_owned())
+        .collect();
     for part in &manifest.provenance.merged {
         // A part whose manifest cannot be read lists nothing more.
         let Ok(Some(bytes)) = source.manifest_bytes(&part.path) else {
@@ -625,20 +627,16 @@ fn unlisted_files(
             continue;
         };
         let files = m.shards.iter().flat_map(|s| s.files().map(|f| f.name));
-        let own_hashes = m
-            .partition
-            .as_ref()
-            .and_then(|p| p.hashes.as_ref())
-            .map(|h| h.file.as_str());
-        for file in files.chain(own_hashes) {
-            hashes.push(format!("{}/{file}", part.path));
+        let others = m.other_files();
+        for file in files.chain(others.iter().map(|f| f.name)) {
+            besides.push(format!("{}/{file}", part.path));
         }
     }
     let listed: BTreeSet<&str> = manifest
         .shards
         .iter()
         .flat_map(|s| s.files().map(|f| f.name))
-        .chain(hashes.iter().map(String::as_str))
+        .chain(besides.iter().map(String::as_str))
         .collect();
     for rel in source.files()? {
         let name = rel.strip_suffix(crate::format::TMP_SUFFIX).unwrap_or(&rel);
@@ -666,9 +664,9 @@ fn unlisted_files(
     Ok(())
 }
 
-/// The files a manifest lists besides the shards, when it names them: the
-/// tokenizer copy, and a report (`prep dedup`'s): each present, of its
-/// listed size, with its checksum. Returns the bytes read.
+/// The files a manifest lists besides the shards ([`Manifest::other_files`]:
+/// the tokenizer copy, a part's record hashes, a report): each present, of
+/// its listed size, with its checksum. Returns the bytes read.
 fn check_listed_files(
     source: &Files,
     manifest: &Manifest,
@@ -676,29 +674,8 @@ fn check_listed_files(
     problems: &mut Problems,
 ) -> Result<u64, ReadError> {
     let mut bytes = 0;
-    if let Some(file) = &manifest.tokenizer.file {
-        let xxh3 = &manifest.tokenizer.xxh3;
-        bytes += check_file(
-            source,
-            "the tokenizer copy",
-            file,
-            xxh3,
-            None,
-            quick,
-            problems,
-        )?;
-    }
-    if let Some(r) = &manifest.provenance.report {
-        let size = Some(r.bytes);
-        bytes += check_file(
-            source,
-            "the report",
-            &r.file,
-            &r.xxh3,
-            size,
-            quick,
-            problems,
-        )?;
+    for f in manifest.other_files() {
+        bytes += check_file(source, f.what, f.name, f.xxh3, f.bytes, quick, problems)?;
     }
     Ok(bytes)
 }

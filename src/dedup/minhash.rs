@@ -48,6 +48,17 @@ impl Default for Params {
     }
 }
 
+impl std::fmt::Display for Params {
+    /// As the command line gives them: `--ngram 5 --bands 14 --rows 8 --seed 1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--ngram {} --bands {} --rows {} --seed {}",
+            self.ngram, self.bands, self.rows, self.seed
+        )
+    }
+}
+
 impl Params {
     /// The similarity where a pair is a candidate with probability about
     /// one half: `(1 / bands)^(1 / rows)`.

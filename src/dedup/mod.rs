@@ -161,7 +161,7 @@ pub enum DedupError {
         rows: usize,
     },
     /// A work directory made from another input or with other parameters.
-    #[error("{}: made {why} than this run; give the input and parameters its tasks were run with, or run them again", path.display())]
+    #[error("{}: the work directory's tasks were not run as this run asks: {why}; give the input and parameters they were run with, or run them again", path.display())]
     OtherWork {
         /// The part's description.
         path: PathBuf,

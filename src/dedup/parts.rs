@@ -186,10 +186,10 @@ fn basic_inconsistency(
 fn job_differs(a: &Job, b: &Job, parts: (u64, u64)) -> String {
     let mut what = Vec::new();
     if a.params != b.params {
-        what.push(format!("parameters {:?}, not {:?}", a.params, b.params));
+        what.push(format!("parameters {}, not {}", a.params, b.params));
     }
     if a.input.xxh3 != b.input.xxh3 || a.n_records != b.n_records {
-        what.push("another input".to_owned());
+        what.push("another input dataset".to_owned());
     }
     if parts.0 != parts.1 {
         what.push(format!("parts {}, not {}", parts.0, parts.1));

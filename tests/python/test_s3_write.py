@@ -169,6 +169,40 @@ def test_scatter_and_gather_through_the_bucket_equal_them_on_disk(s3, bucket, tm
     assert {"scatter-00000/scatter.json", "scatter-00001/buckets.bin"} <= set(keys(s3, "dist/work"))
 
 
+def test_dedup_tasks_through_the_bucket_equal_the_local_run_and_fetch_keeps_the_report(s3, bucket, tmp_path):
+    """prep dedup's signature, bucket and dataset tasks share only the
+    bucket (their work directory and parts there); merged in the bucket,
+    the dataset and its report are the one-machine run's, and a fetch of it
+    brings the report down with the shards, verified."""
+    import prep as prep_py
+
+    env = env_for(s3, tmp_path)
+    local = tmp_path / "local"
+    ok(prep("tokenize", "--tokenizer", GPT2, "--input", bucket, "--output", local / "tok", "--shard-size", "256KiB"))
+    ok(prep("dedup", local / "tok", local / "one", "-q"))
+    report = (local / "one" / "duplicates.jsonl").read_bytes()
+    assert report, "the corpus has near-duplicates for the test to find"
+    upload_dir(s3.client(), "data", local / "tok", "dd/tok")
+    root = "s3://data/dd"
+    for i in range(2):
+        ok(prep("dedup", f"{root}/tok", "--work", f"{root}/work", "--signatures", "--part", f"{i}/2", "-q", env=env))
+    for j in range(3):
+        ok(prep("dedup", "--work", f"{root}/work", "--buckets", "--part", f"{j}/3", "-q", env=env))
+    for k in range(2):
+        ok(prep("dedup", f"{root}/tok", f"{root}/out/part-{k}", "--work", f"{root}/work", "--part", f"{k}/2", "-q",
+                env=env))
+    ok(prep("merge", *(f"{root}/out/part-{k}" for k in range(2)), f"{root}/out", "-q", env=env))
+    assert get(s3, "dd/out/duplicates.jsonl") == report
+    assert {"signatures-00001/signatures.json", "buckets-00002/pairs.bin"} <= set(keys(s3, "dd/work"))
+
+    ok(prep("fetch", f"{root}/out", local / "fetched", env=env))
+    assert (local / "fetched" / "duplicates.jsonl").read_bytes() == report
+    ok(prep("validate", local / "fetched"))
+    one, fetched = prep_py.Dataset(local / "one"), prep_py.Dataset(local / "fetched")
+    assert len(one) == len(fetched)
+    assert all((one[i] == fetched[i]).all() for i in range(len(one)))
+
+
 def test_a_held_lock_refuses_the_run_and_a_run_out_lease_is_taken_over(s3, bucket, tmp_path):
     env = env_for(s3, tmp_path)
     client = s3.client()

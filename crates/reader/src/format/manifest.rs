@@ -432,7 +432,53 @@ impl DocumentCounts {
     }
 }
 
+/// A file of a dataset besides its shards, as its manifest lists it (see
+/// [`Manifest::other_files`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtherFile<'a> {
+    /// What it is, for messages: `the tokenizer copy`, `the record
+    /// hashes`, `the report`.
+    pub what: &'static str,
+    /// Relative to the dataset directory.
+    pub name: &'a str,
+    /// Its size in bytes, when listed (the tokenizer copy's is not).
+    pub bytes: Option<u64>,
+    /// Its XXH3-64, 16 hex digits.
+    pub xxh3: &'a str,
+}
+
 impl Manifest {
+    /// Every file the manifest lists besides the shards and itself: the
+    /// tokenizer copy, a part's record hashes, a report. The one list of
+    /// them: whatever copies, keeps or checks a dataset's files takes them
+    /// from here (and a shard's from [`ShardInfo::files`]).
+    pub fn other_files(&self) -> Vec<OtherFile<'_>> {
+        let mut files = Vec::new();
+        if let Some(name) = &self.tokenizer.file {
+            files.push(OtherFile {
+                what: "the tokenizer copy",
+                name,
+                bytes: None,
+                xxh3: &self.tokenizer.xxh3,
+            });
+        }
+        let hashes = self.partition.as_ref().and_then(|p| p.hashes.as_ref());
+        for (what, f) in [
+            ("the record hashes", hashes),
+            ("the report", self.provenance.report.as_ref()),
+        ] {
+            if let Some(f) = f {
+                files.push(OtherFile {
+                    what,
+                    name: &f.file,
+                    bytes: Some(f.bytes),
+                    xxh3: &f.xxh3,
+                });
+            }
+        }
+        files
+    }
+
     /// A documents dataset of `shards` (its counts are theirs) with ids of
     /// `dtype` below `vocab_size` from `tokenizer`, no special tokens (see
     /// [`Manifest::with_specials`]), whole (not a partition).

@@ -25,9 +25,9 @@ pub use index::{
 };
 pub use manifest::is_safe_relative;
 pub use manifest::{
-    identity, ChatCounts, DocumentCounts, FileInfo, InputInfo, Manifest, Packing, Partition,
-    Provenance, ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME, FORMAT_VERSION,
-    MANIFEST_FILE, MASKED_VERSION, MAX_MANIFEST_BYTES, PLAIN_VERSION,
+    identity, ChatCounts, DocumentCounts, FileInfo, InputInfo, Manifest, OtherFile, Packing,
+    Partition, Provenance, ShardFile, ShardInfo, SpecialTokens, TokenizerInfo, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_FILE, MASKED_VERSION, MAX_MANIFEST_BYTES, PLAIN_VERSION,
 };
 pub use mmap::Mapping as MappedFile;
 pub use reader::{Dataset, Mapped, Storage, Tokens};
