@@ -5,7 +5,7 @@
     python tools/prep_ray.py --prep /shared/bin/prep --tokenizer tok.json \\
         --input 'data/*.jsonl.zst' --run /shared/runs/r1 \\
         --parts 64 --buckets 64 --seed 1 --seq-len 2049 [--mode bestfit] [--window W] [--dedup] \\
-        [--address auto] [--task-cpus 1] [--max-retries 3]
+        [--near-dedup] [--address auto] [--task-cpus 1] [--max-retries 3]
 
 The pipeline is prep's partitioned run (`--part I/N`, `shuffle --scatter` and
 `--gather`, `prep merge`), in the run directory RUN:
@@ -15,10 +15,19 @@ The pipeline is prep's partitioned run (`--part I/N`, `shuffle --scatter` and
     shuffle --gather J    -> RUN/shuffled/bucket-JJJJJ    then prep merge -> RUN/shuffled
     pack      --part I/N  -> RUN/packed/part-IIIII        then prep merge -> RUN/packed
 
-RUN/packed equals `prep tokenize; prep shuffle --seed S; prep pack` on one
-machine, record for record. Each task is a Ray task that runs the prep binary;
-a stage starts when the previous stage's merge is done, and gather tasks when
-every scatter task is done. A task that fails (prep exits nonzero, or its
+With --near-dedup, near-duplicate documents are removed (prep dedup, MinHash)
+between tokenize and shuffle, in three stages over the work directory
+RUN/dedup-work, and scatter reads RUN/deduped instead of RUN/tokenized:
+
+    dedup --signatures --part I/N -> RUN/dedup-work/signatures-IIIII
+    dedup --buckets --part J/B    -> RUN/dedup-work/buckets-JJJJJ   (every signature task, then)
+    dedup     --part I/N  -> RUN/deduped/part-IIIII       then prep merge -> RUN/deduped
+
+RUN/packed equals `prep tokenize; [prep dedup;] prep shuffle --seed S; prep
+pack` on one machine, record for record, and RUN/deduped/duplicates.jsonl
+lists the documents removed, as one machine's `prep dedup` does. Each task is
+a Ray task that runs the prep binary; a stage starts when the previous stage
+(and its merge) is done. A task that fails (prep exits nonzero, or its
 worker dies) is retried up to --max-retries times: a prep task that already
 finished does nothing when run again, and an interrupted one resumes (a
 scatter part starts over), so a retry is always safe. A task that still fails stops the
@@ -41,9 +50,11 @@ one machine.
 
 As tasks finish, a line per task says how far its stage is
 (`tokenize: 3/8 tasks done, 12.3M tokens written, 41.2s`, the tokens from
-each finished part's manifest.json). At the end RUN/run-summary.json holds,
-per stage, the tasks, attempts and retries, wall time, tokens and records,
-each merge's time and the total wall time; a table of the same is printed.
+each finished part's manifest.json; a scatter or signature part counts its
+documents instead, and a bucket part nothing). At the end
+RUN/run-summary.json holds, per stage, the tasks, attempts and retries, wall
+time, tokens and records, each merge's time and the total wall time; a table
+of the same is printed.
 Every attempt of every task is also logged, one JSON line at its start and
 one at its end, in RUN/.tasks/ray-STAGE-IIIII.jsonl.
 
@@ -105,6 +116,7 @@ class Config:
     window: int | None = None
     text_key: str | None = None
     dedup: bool = False
+    near_dedup: bool = False
     threads: int | None = None
     # Where the driver keeps its attempt logs and run summary: RUN itself, or
     # a local folder when RUN is in object storage.
@@ -127,7 +139,7 @@ class Task:
 
 @dataclass
 class Stage:
-    """The tasks of one stage and the merge that follows them (None for scatter)."""
+    """The tasks of one stage and the merge that follows them (None for scatter, signatures, buckets)."""
 
     name: str
     tasks: list[Task]
@@ -150,6 +162,7 @@ def plan(cfg: Config) -> list[Stage]:
 
     tok_dir, scatter_dir, shuf_dir, pack_dir = (run / "tokenized", run / "scatter",
                                                 run / "shuffled", run / "packed")
+    work_dir, dedup_dir = run / "dedup-work", run / "deduped"
     tokenize = []
     for i in range(n):
         args = ["tokenize", "--tokenizer", str(cfg.tokenizer)]
@@ -161,8 +174,29 @@ def plan(cfg: Config) -> list[Stage]:
         if cfg.dedup:
             args.append("--dedup")
         tokenize.append(Task("tokenize", i, (*args, *_threads(cfg), "--quiet"), part(tok_dir, "part", i)))
+    # prep dedup's three stages: every signature part, then every bucket
+    # part (each reads all the signature parts), then the dataset in parts.
+    signatures = [
+        Task("signatures", i, ("dedup", str(tok_dir), "--work", str(work_dir), "--signatures",
+                               "--part", f"{i}/{n}", *_threads(cfg), "--quiet"),
+             part(work_dir, "signatures", i))
+        for i in range(n)
+    ]
+    buckets = [
+        Task("buckets", j, ("dedup", "--work", str(work_dir), "--buckets", "--part", f"{j}/{b}",
+                            *_threads(cfg), "--quiet"),
+             part(work_dir, "buckets", j))
+        for j in range(b)
+    ]
+    dedup = [
+        Task("dedup", i, ("dedup", str(tok_dir), str(part(dedup_dir, "part", i)), "--work", str(work_dir),
+                          "--part", f"{i}/{n}", *_threads(cfg), "--quiet"),
+             part(dedup_dir, "part", i))
+        for i in range(n)
+    ]
+    documents = dedup_dir if cfg.near_dedup else tok_dir
     scatter = [
-        Task("scatter", i, ("shuffle", str(tok_dir), str(scatter_dir), "--seed", str(cfg.seed),
+        Task("scatter", i, ("shuffle", str(documents), str(scatter_dir), "--seed", str(cfg.seed),
                             "--scatter", "--part", f"{i}/{n}", "--buckets", str(b),
                             *_threads(cfg), "--quiet"),
              part(scatter_dir, "scatter", i))
@@ -188,8 +222,14 @@ def plan(cfg: Config) -> list[Stage]:
         # Parts named one by one, not by a glob: nothing else in the folder is taken.
         return Task(f"merge-{out.name}", 0, ("merge", *(str(t.out) for t in tasks), str(out), "--quiet"), out)
 
+    near_dedup = [
+        Stage("signatures", signatures, None),
+        Stage("buckets", buckets, None),
+        Stage("dedup", dedup, merge(dedup, dedup_dir)),
+    ]
     return [
         Stage("tokenize", tokenize, merge(tokenize, tok_dir)),
+        *(near_dedup if cfg.near_dedup else []),
         Stage("scatter", scatter, None),
         Stage("gather", gather, merge(gather, shuf_dir)),
         Stage("pack", pack, merge(pack, pack_dir)),
@@ -203,10 +243,12 @@ class PrepTaskFailed(RuntimeError):
 def read_counts(dataset: Path | Url, prep: str | None = None) -> tuple[int | None, int | None]:
     """(n_tokens, n_records) of a dataset's manifest.json, or Nones where there is none.
 
-    A scatter part has no manifest but a scatter.json, which counts its
-    documents (`end - start`) and not its tokens: (None, records). A dataset
-    in object storage is read by `prep inspect --json` (the manifest and
-    the indexes); a scatter part there counts as (None, None).
+    A scatter part has no manifest but a scatter.json, and a signature part
+    of prep dedup a signatures.json; each counts its documents (`end -
+    start`) and not their tokens: (None, records). A bucket part counts
+    neither. A dataset in object storage is read by `prep inspect --json`
+    (the manifest and the indexes); a scatter or signature part there counts
+    as (None, None).
     """
     if isinstance(dataset, Url):
         if prep is None:
@@ -223,11 +265,13 @@ def read_counts(dataset: Path | Url, prep: str | None = None) -> tuple[int | Non
         return manifest.get("n_tokens"), manifest.get("n_records")
     except (OSError, ValueError):
         pass
-    try:
-        scatter = json.loads((dataset / "scatter.json").read_text())
-        return None, scatter["end"] - scatter["start"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, None
+    for description in ("scatter.json", "signatures.json"):
+        try:
+            part = json.loads((dataset / description).read_text())
+            return None, part["end"] - part["start"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return None, None
 
 
 def _log(path: Path, record: dict) -> None:
@@ -306,8 +350,9 @@ class StageReport:
     attempts: int = 0
     retries: int = 0
     tokens: int = 0
-    tokens_known: bool = True  # False for scatter parts, which count documents only
+    tokens_known: bool = True  # False for scatter and signature parts, which count documents only
     records: int = 0
+    records_known: bool = True  # False for bucket parts, which count neither
     task_seconds: float = 0.0
     wall_seconds: float = 0.0
     merge: dict | None = None
@@ -318,7 +363,8 @@ class StageReport:
                 "retries": self.retries, "wall_seconds": round(self.wall_seconds, 3),
                 "task_seconds": round(self.task_seconds, 3),
                 "tokens": self.tokens if self.tokens_known else None,
-                "records": self.records, "hosts": len(self.hosts), "merge": self.merge}
+                "records": self.records if self.records_known else None, "hosts": len(self.hosts),
+                "merge": self.merge}
 
 
 class RunFailed(RuntimeError):
@@ -377,14 +423,21 @@ class Driver:
                     report.done += 1
                     if r["tokens"] is None:
                         report.tokens_known = False
+                    if r["records"] is None:
+                        report.records_known = False
                     report.tokens += r["tokens"] or 0
                     report.records += r["records"] or 0
                     report.task_seconds += r["seconds"]
                     report.hosts.add(r["host"])
                     retried = f" (task {r['index']} took {r['attempt']} attempts)" if r["attempt"] > 1 else ""
-                    written = (f"{human(report.tokens)} tokens" if report.tokens_known
-                               else f"{human(report.records)} documents")
-                    self.out(f"{stage.name}: {report.done}/{report.tasks} tasks done, {written} written, "
+                    if report.tokens_known:
+                        written = f" {human(report.tokens)} tokens written,"
+                    elif report.records_known:  # a signature part signs its documents, writes none
+                        verb = "signed" if stage.name == "signatures" else "written"
+                        written = f" {human(report.records)} documents {verb},"
+                    else:
+                        written = ""
+                    self.out(f"{stage.name}: {report.done}/{report.tasks} tasks done,{written} "
                              f"{time.monotonic() - t0:.1f}s{retried}")
         finally:
             for ref in pending:  # only when a task failed for good: the stage stops
@@ -429,7 +482,8 @@ class Driver:
             "config": {"prep": str(cfg.prep), "tokenizer": str(cfg.tokenizer), "inputs": list(cfg.inputs),
                        "parts": cfg.parts, "buckets": cfg.buckets, "seed": cfg.seed,
                        "seq_len": cfg.seq_len, "mode": cfg.mode, "window": cfg.window, "text_key": cfg.text_key,
-                       "dedup": cfg.dedup, "threads": cfg.threads, "max_retries": self.max_retries},
+                       "dedup": cfg.dedup, "near_dedup": cfg.near_dedup, "threads": cfg.threads,
+                       "max_retries": self.max_retries},
             "stages": {name: r.to_json() for name, r in self.reports.items()},
             "output": {"dir": str(cfg.run / "packed"), "tokens": tokens, "records": records},
             "wall_seconds": round(wall, 3),
@@ -447,8 +501,9 @@ def format_summary(s: dict) -> str:
     lines = [f"{'stage':<10} {'tasks':>7} {'retries':>7} {'wall s':>8} {'tokens':>8} {'records':>9} {'merge s':>8}"]
     for name, r in s["stages"].items():
         merge = f"{r['merge']['seconds']:.1f}" if r["merge"] else "-"
+        records = "-" if r["records"] is None else r["records"]
         lines.append(f"{name:<10} {r['done']:>3}/{r['tasks']:<3} {r['retries']:>7} {r['wall_seconds']:>8.1f} "
-                     f"{human(r['tokens']):>8} {r['records']:>9} {merge:>8}")
+                     f"{human(r['tokens']):>8} {records:>9} {merge:>8}")
     out = s["output"]
     lines.append(f"{s['status']} in {s['wall_seconds']:.1f}s: {out['dir']} holds "
                  f"{out['records'] if out['records'] is not None else '?'} records, {human(out['tokens'])} tokens")
@@ -469,8 +524,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-dir", type=Path,
                    help="with --run in object storage: the local folder of the attempt logs and "
                         "run-summary.json (default ./prep-ray-NAME)")
-    p.add_argument("--parts", required=True, type=int, help="tasks of tokenize, scatter and pack")
-    p.add_argument("--buckets", required=True, type=int, help="shuffle buckets: tasks of gather")
+    p.add_argument("--parts", required=True, type=int,
+                   help="tasks of tokenize, scatter and pack (and of dedup's signatures and output)")
+    p.add_argument("--buckets", required=True, type=int,
+                   help="shuffle buckets: tasks of gather (and of dedup --buckets)")
     p.add_argument("--seed", required=True, type=int, help="the shuffle seed")
     p.add_argument("--seq-len", required=True, type=int)
     p.add_argument("--mode", choices=("bestfit", "concat"))
@@ -478,7 +535,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="bestfit documents per window: pack tasks split by windows, so a corpus needs at "
                         "least --parts windows for every pack task to have work (prep's default is 1,000,000)")
     p.add_argument("--text-key")
-    p.add_argument("--dedup", action="store_true")
+    p.add_argument("--dedup", action="store_true", help="tokenize --dedup: drop exact duplicates")
+    p.add_argument("--near-dedup", action="store_true",
+                   help="remove near-duplicate documents (prep dedup, MinHash) between tokenize and shuffle")
     p.add_argument("--address", default="local",
                    help="'local' starts a Ray instance on this machine (default); 'auto' joins the "
                         "running cluster; or a ray:// or host:port address")
@@ -509,7 +568,7 @@ def config(args: argparse.Namespace) -> Config:
                   inputs=tuple(x if is_url(x) else os.path.abspath(x) for x in args.inputs), run=run,
                   parts=args.parts, buckets=args.buckets, seed=args.seed, seq_len=args.seq_len,
                   mode=args.mode, window=args.window, text_key=args.text_key, dedup=args.dedup,
-                  threads=args.task_cpus, logs=logs)
+                  near_dedup=args.near_dedup, threads=args.task_cpus, logs=logs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -473,6 +473,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("run", "tools/prep_ray.py"),
     ("log-dir", "tools/prep_ray.py"),
     ("parts", "tools/prep_ray.py, tools/slurm"),
+    ("near-dedup", "tools/prep_ray.py, tools/slurm"),
     ("bucket", "tools/slurm/prep_slurm.sh"),
     ("data", "tools/slurm/prep_slurm.sh"),
     ("repeat", "tools/bench_*.py"),

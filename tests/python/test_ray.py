@@ -3,16 +3,18 @@
 A local Ray cluster of two worker CPUs is started here, once for the module,
 and the driver joins it (its `main`, in this process). RUN/packed is compared
 record for record (and segment for segment) with `prep tokenize; prep
-shuffle --seed S; prep pack` on one machine; tasks that fail once are retried
-and the run still matches; a task that fails every time stops the run with
-prep's message. Skipped where `ray` is not installed (`make test-ray` makes a
-virtual environment with it).
+shuffle --seed S; prep pack` on one machine (with --near-dedup, `prep dedup`
+before the shuffle); tasks that fail once are retried and the run still
+matches; a task that fails every time stops the run with prep's message.
+Skipped where `ray` is not installed (`make test-ray` makes a virtual
+environment with it).
 
     PREP_BIN=target/debug/prep target/venv-ray/bin/python -m pytest tests/python/test_ray.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,8 +22,9 @@ import sys
 
 import pytest
 
-from test_slurm import (BUCKETS, GPT2, PARTS, PREP_BIN, REPO, SEED, SEQ_LEN, assert_same_dataset,
-                        failing_once, manifest, one_machine, split_corpus)
+from test_slurm import (BUCKETS, GPT2, NEAR_COPIES, PARTS, PREP_BIN, REPO, SEED, SEQ_LEN,
+                        assert_near_copies_removed, assert_same_dataset, failing_once, manifest, one_machine,
+                        split_corpus)
 
 ray = pytest.importorskip("ray", reason="ray is not installed: `make test-ray` runs these tests in a venv with it")
 
@@ -44,6 +47,16 @@ def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("corpus")
     inputs = split_corpus(root / "inputs")
     return inputs, one_machine(inputs, root / "one-machine", mode="concat")
+
+
+@pytest.fixture(scope="module")
+def near_corpus(tmp_path_factory):
+    """The split corpus with near copies of some documents, and the one-machine run with prep dedup."""
+    root = tmp_path_factory.mktemp("near-corpus")
+    inputs = split_corpus(root / "inputs", near_copies=NEAR_COPIES)
+    single = one_machine(inputs, root / "one-machine", mode="concat", near_dedup=True)
+    assert_near_copies_removed(single)
+    return inputs, single
 
 
 def drive(capsys, run, inputs, prep_bin=PREP_BIN, *extra: str) -> tuple[int, list[str]]:
@@ -108,6 +121,46 @@ def test_ray_run_equals_one_machine_and_retries_failed_tasks(tmp_path, corpus, c
     code, _ = drive(capsys, run, inputs)
     assert code == 0
     assert_same_dataset(run / "packed", single / "packed")
+
+
+def test_ray_run_with_near_dedup_equals_one_machine(tmp_path, near_corpus, capsys):
+    inputs, single = near_corpus
+    run = tmp_path / "run"
+    # Signature task 1 fails on its first attempt; Ray runs it again.
+    flaky = failing_once(tmp_path / "flaky-prep", tmp_path, "--signatures --part 1/")
+    code, lines = drive(capsys, run, inputs, flaky, "--near-dedup", "--max-retries", "1")
+    assert code == 0, "\n".join(lines)
+
+    for name in ("tokenized", "deduped", "shuffled", "packed"):
+        assert_same_dataset(run / name, single / name)
+    report = "deduped/duplicates.jsonl"
+    assert (run / report).read_bytes() == (single / report).read_bytes()
+
+    summary = json.loads((run / "run-summary.json").read_text())
+    assert summary["status"] == "done" and summary["config"]["near_dedup"] is True
+    st = summary["stages"]
+    assert list(st) == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
+    for name, tasks in (("signatures", PARTS), ("buckets", BUCKETS), ("dedup", PARTS)):
+        assert (st[name]["tasks"], st[name]["done"]) == (tasks, tasks), name
+    tokenized, deduped = manifest(single / "tokenized"), manifest(single / "deduped")
+    # A signature part counts the documents it signed (end - start), a bucket part nothing.
+    assert (st["signatures"]["tokens"], st["signatures"]["records"]) == (None, tokenized["n_records"])
+    assert (st["signatures"]["attempts"], st["signatures"]["retries"]) == (PARTS + 1, 1)
+    assert (st["buckets"]["tokens"], st["buckets"]["records"]) == (None, None)
+    assert st["signatures"]["merge"] is None and st["buckets"]["merge"] is None
+    assert (st["dedup"]["tokens"], st["dedup"]["records"]) == (deduped["n_tokens"], deduped["n_records"])
+    merge = st["dedup"]["merge"]
+    assert merge["out"] == str(run / "deduped") and merge["records"] == deduped["n_records"]
+    assert st["scatter"]["records"] == deduped["n_records"]
+    assert summary["output"]["records"] == manifest(single / "packed")["n_records"]
+
+    signed = [line for line in lines if line.startswith("signatures: ")]
+    assert len(signed) == PARTS
+    assert signed[-1].startswith(f"signatures: {PARTS}/{PARTS} tasks done, {tokenized['n_records']} documents signed, ")
+    found = [line for line in lines if line.startswith("buckets: ")]
+    assert len(found) == BUCKETS and "written" not in found[-1]
+    merged = f"merge deduped: {prep_ray.human(deduped['n_tokens'])} tokens, {deduped['n_records']} records, "
+    assert any(line.startswith(merged) for line in lines)
 
 
 def test_a_task_failing_every_time_stops_the_run_with_prep_message(tmp_path, corpus, capsys):
@@ -188,3 +241,30 @@ def test_plan_names_every_part_and_bucket():
     assert pack.tasks[1].args[:8] == ("pack", str(REPO / "run/shuffled"), str(REPO / "run/packed/part-00001"),
                                       "--part", "1/2", "--seq-len", "64", "--mode")
     assert pack.merge.out == REPO / "run/packed"
+
+
+def test_plan_with_near_dedup_puts_its_three_stages_before_the_shuffle():
+    cfg = prep_ray.Config(prep=REPO / "prep", tokenizer=GPT2, inputs=("/data/a.jsonl",), run=REPO / "run",
+                          parts=2, buckets=3, seed=5, seq_len=64, near_dedup=True, threads=1)
+    stages = prep_ray.plan(cfg)
+    assert [s.name for s in stages] == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
+    _, signatures, buckets, dedup, scatter, _, _ = stages
+    run, work = REPO / "run", str(REPO / "run/dedup-work")
+    assert [t.args for t in signatures.tasks] == [
+        ("dedup", str(run / "tokenized"), "--work", work, "--signatures", "--part", f"{i}/2", "--threads", "1",
+         "--quiet") for i in range(2)]
+    assert [t.out.name for t in signatures.tasks] == ["signatures-00000", "signatures-00001"]
+    assert [t.args for t in buckets.tasks] == [
+        ("dedup", "--work", work, "--buckets", "--part", f"{j}/3", "--threads", "1", "--quiet") for j in range(3)]
+    assert buckets.tasks[2].out == run / "dedup-work/buckets-00002"
+    assert signatures.merge is None and buckets.merge is None
+    assert dedup.tasks[1].args == ("dedup", str(run / "tokenized"), str(run / "deduped/part-00001"), "--work", work,
+                                   "--part", "1/2", "--threads", "1", "--quiet")
+    assert dedup.merge.args == ("merge", str(run / "deduped/part-00000"), str(run / "deduped/part-00001"),
+                                str(run / "deduped"), "--quiet")
+    assert dedup.merge.stage == "merge-deduped"
+    # The shuffle reads what prep dedup kept; without --near-dedup, what tokenize wrote.
+    assert scatter.tasks[0].args[:3] == ("shuffle", str(run / "deduped"), str(run / "scatter"))
+    plain = prep_ray.plan(dataclasses.replace(cfg, near_dedup=False))
+    assert [s.name for s in plain] == ["tokenize", "scatter", "gather", "pack"]
+    assert plain[1].tasks[0].args[:3] == ("shuffle", str(run / "tokenized"), str(run / "scatter"))

@@ -6,7 +6,8 @@ dependency order by calling tools/slurm/prep-task.sh with the arguments each
 sbatch call was given, once per array index with SLURM_ARRAY_TASK_ID set, as
 Slurm would. RUN/packed is compared record for record (and segment for
 segment) with `prep tokenize; prep shuffle --seed S; prep pack` on one
-machine, read with the Python reader (python/prep/reader.py). The helpers here are shared with
+machine (with `--near-dedup`, `prep dedup` before the shuffle), read with the
+Python reader (python/prep/reader.py). The helpers here are shared with
 test_ray.py.
 
     PREP_BIN=target/debug/prep target/venv/bin/python -m pytest tests/python/test_slurm.py
@@ -46,6 +47,10 @@ Dataset = prep_reader.Dataset
 # buckets of a corpus split into several files, so that parts cut across files.
 PARTS, BUCKETS, SEED, SEQ_LEN = 3, 4, 7, 512
 STAGE_ORDER = ["tokenize", "merge-tokenized", "scatter", "gather", "merge-shuffled", "pack", "merge-packed"]
+# With --near-dedup: prep dedup's three stages and a merge between tokenize and the shuffle.
+NEAR_DEDUP_STAGE_ORDER = [*STAGE_ORDER[:2], "signatures", "buckets", "dedup", "merge-deduped", *STAGE_ORDER[2:]]
+# Documents copied with a few words changed, for prep dedup to remove.
+NEAR_COPIES = 4
 
 
 def prep(*args: object) -> None:
@@ -55,9 +60,11 @@ def prep(*args: object) -> None:
     assert proc.returncode == 0, f"prep {' '.join(map(str, args))}: {proc.stderr}"
 
 
-def split_corpus(dest: Path, files: int = 4, duplicate: bool = False) -> list[Path]:
+def split_corpus(dest: Path, files: int = 4, duplicate: bool = False, near_copies: int = 0) -> list[Path]:
     """The fixture corpus as `files` plain JSONL files of consecutive documents, in name order, and
-    with `duplicate` one more file that repeats the second (documents for --dedup to drop)."""
+    with `duplicate` one more file that repeats the second (documents for --dedup to drop), and
+    with `near_copies` a last file of that many documents copied from all over the corpus with a
+    few words changed (for prep dedup to drop: they are the last records tokenized)."""
     with CORPUS.open("rb") as f:
         lines = [x for x in zstandard.ZstdDecompressor().stream_reader(f).read().split(b"\n") if x.strip()]
     dest.mkdir(parents=True)
@@ -67,17 +74,37 @@ def split_corpus(dest: Path, files: int = 4, duplicate: bool = False) -> list[Pa
         path.write_bytes(b"".join(x + b"\n" for x in lines[k * len(lines) // files:(k + 1) * len(lines) // files]))
         paths.append(path)
     if duplicate:
-        paths.append(dest / f"docs-{files:02d}.jsonl")
+        paths.append(dest / f"docs-{len(paths):02d}.jsonl")
         paths[-1].write_bytes(paths[1].read_bytes())
+    if near_copies:
+        # Long documents, evenly spread, so that copy and original fall in different parts.
+        long = [doc for doc in map(json.loads, lines) if len(doc["text"].split(" ")) >= 300]
+        copies = [near_copy(long[k * len(long) // near_copies]) for k in range(near_copies)]
+        paths.append(dest / f"docs-{len(paths):02d}.jsonl")
+        paths[-1].write_text("".join(json.dumps(doc) + "\n" for doc in copies))
     return paths
 
 
-def one_machine(inputs: list[Path], out: Path, mode: str | None = None, dedup: bool = False) -> Path:
-    """`prep tokenize; prep shuffle; prep pack` with the run's settings: the dataset to match."""
+def near_copy(doc: dict) -> dict:
+    """`doc` with one word in 150 changed (at least two): a Jaccard similarity of its token 5-grams
+    near 0.95, which prep dedup's defaults find with a probability within 1e-5 of 1."""
+    words = doc["text"].split(" ")
+    words = ["CHANGED" if k % 150 == 75 else w for k, w in enumerate(words)]
+    return {**doc, "id": f"{doc['id']}-near-copy", "text": " ".join(words)}
+
+
+def one_machine(inputs: list[Path], out: Path, mode: str | None = None, dedup: bool = False,
+                near_dedup: bool = False) -> Path:
+    """`prep tokenize; [prep dedup;] prep shuffle; prep pack` with the run's settings: the dataset
+    to match."""
     inputs_args = [a for p in inputs for a in ("--input", p)]
     dedup_args = ["--dedup"] if dedup else []
     prep("tokenize", "--tokenizer", GPT2, *inputs_args, *dedup_args, "--output", out / "tokenized", "--quiet")
-    prep("shuffle", out / "tokenized", out / "shuffled", "--seed", SEED, "--quiet")
+    documents = out / "tokenized"
+    if near_dedup:
+        prep("dedup", documents, out / "deduped", "--quiet")
+        documents = out / "deduped"
+    prep("shuffle", documents, out / "shuffled", "--seed", SEED, "--quiet")
     mode_args = ["--mode", mode] if mode else []
     prep("pack", out / "shuffled", out / "packed", "--seq-len", SEQ_LEN, *mode_args, "--quiet")
     return out
@@ -85,6 +112,22 @@ def one_machine(inputs: list[Path], out: Path, mode: str | None = None, dedup: b
 
 def manifest(dataset: Path) -> dict:
     return json.loads((dataset / "manifest.json").read_text())
+
+
+def removed(deduped: Path) -> dict[int, int]:
+    """prep dedup's report: each removed record of its input, and the record it was removed for."""
+    lines = (deduped / "duplicates.jsonl").read_text().splitlines()
+    return {r["doc"]: r["kept"] for r in map(json.loads, lines)}
+
+
+def assert_near_copies_removed(single: Path) -> None:
+    """The one-machine dedup removed the planted copies (the last records tokenized) for documents
+    before them: the run has near-duplicates to find, and across parts."""
+    n = manifest(single / "tokenized")["n_records"]
+    report = removed(single / "deduped")
+    for doc in range(n - NEAR_COPIES, n):
+        assert report.get(doc, n) < n - NEAR_COPIES, f"near copy {doc} kept: {report}"
+    assert manifest(single / "deduped")["n_records"] == n - len(report)
 
 
 def assert_same_dataset(got: Path, want: Path) -> None:
@@ -128,6 +171,17 @@ def corpus(tmp_path_factory) -> tuple[list[Path], Path]:
     root = tmp_path_factory.mktemp("corpus")
     inputs = split_corpus(root / "inputs", duplicate=True)
     return inputs, one_machine(inputs, root / "one-machine", dedup=True)
+
+
+@pytest.fixture(scope="module")
+def near_corpus(tmp_path_factory) -> tuple[list[Path], Path]:
+    """The corpus of `corpus` with near copies too, and the one-machine run on it with --dedup and
+    prep dedup."""
+    root = tmp_path_factory.mktemp("near-corpus")
+    inputs = split_corpus(root / "inputs", duplicate=True, near_copies=NEAR_COPIES)
+    single = one_machine(inputs, root / "one-machine", dedup=True, near_dedup=True)
+    assert_near_copies_removed(single)
+    return inputs, single
 
 
 # --- the fake Slurm -------------------------------------------------------
@@ -231,6 +285,22 @@ def test_submit_chains_the_arrays_by_afterok(tmp_path):
     assert (run / "slurm-jobs").read_text().split() == stdout.split()
     env = (run / "slurm.env").read_text()
     assert f"PREP_PARTS={PARTS}" in env and f"PREP_BUCKETS={BUCKETS}" in env and "PREP_THREADS=2" in env
+    assert "PREP_NEAR_DEDUP=0" in env
+
+
+def test_submit_with_near_dedup_puts_dedup_between_tokenize_and_the_shuffle(tmp_path):
+    run = tmp_path / "run"
+    calls, stdout = submit(tmp_path, run, PREP_BIN, [tmp_path / "a.jsonl"], "--near-dedup")
+    assert [script_args(c)[0] for c in calls] == NEAR_DEDUP_STAGE_ORDER
+    arrays = dict(zip(NEAR_DEDUP_STAGE_ORDER, (option(c, "--array") for c in calls)))
+    assert (arrays["signatures"], arrays["buckets"], arrays["dedup"], arrays["merge-deduped"]) == (
+        f"0-{PARTS - 1}", f"0-{BUCKETS - 1}", f"0-{PARTS - 1}", None)
+    # Each job after the one before: signatures after merge-tokenized, scatter after merge-deduped.
+    assert [option(c, "--dependency") for c in calls] == [None] + [f"afterok:{1000 + k}" for k in range(10)]
+    ids = [line.split("=") for line in stdout.split()]
+    assert ids == [[s, str(1000 + k)] for k, s in enumerate(NEAR_DEDUP_STAGE_ORDER)]
+    assert (run / "slurm-jobs").read_text().split() == stdout.split()
+    assert "PREP_NEAR_DEDUP=1" in (run / "slurm.env").read_text()
 
 
 def test_submit_takes_several_inputs_after_one_flag(tmp_path):
@@ -315,6 +385,56 @@ def test_slurm_run_equals_one_machine(tmp_path, corpus):
     assert lines["tokenize"][1:3] == [f"{PARTS}/{PARTS}", "1"]
     assert lines["gather"][1] == f"{BUCKETS}/{BUCKETS}"
     assert lines["merge-packed"][1] == "1/1"
+    assert status.stdout.splitlines()[-1].startswith("done")
+
+
+def test_slurm_run_with_near_dedup_equals_one_machine(tmp_path, near_corpus):
+    """--near-dedup: prep dedup's signature, bucket and dataset tasks and their merge between
+    tokenize and the shuffle give one machine's `prep dedup` (its report byte for byte), and the
+    datasets after it equal one machine's."""
+    inputs, single = near_corpus
+    run = tmp_path / "run"
+    # Bucket task 1 fails once, and is resubmitted.
+    flaky = failing_once(tmp_path / "flaky-prep", tmp_path, "--buckets --part 1/")
+    calls, _ = submit(tmp_path, run, flaky, inputs, "--dedup", "--near-dedup")
+    for job, call in enumerate(calls, start=1000):
+        for index in array_indices(option(call, "--array")):
+            if run_task(script_args(call), index, job, check=False).returncode != 0:
+                run_task(script_args(call), index, job)
+
+    for name in ("tokenized", "deduped", "shuffled", "packed"):
+        assert_same_dataset(run / name, single / name)
+    report = "deduped/duplicates.jsonl"
+    assert (run / report).read_bytes() == (single / report).read_bytes()
+    # The tasks wrote their parts where the scripts say: in DATA/dedup-work and DATA/deduped.
+    assert sorted(p.name for p in (run / "dedup-work").iterdir()) == (
+        [f"buckets-{j:05d}" for j in range(BUCKETS)] + [f"signatures-{i:05d}" for i in range(PARTS)])
+
+    summary = json.loads((run / "run-summary.json").read_text())
+    assert summary["status"] == "done" and summary["config"]["near_dedup"] is True
+    st = summary["stages"]
+    assert list(st) == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
+    for name, tasks in (("signatures", PARTS), ("buckets", BUCKETS), ("dedup", PARTS)):
+        assert (st[name]["tasks"], st[name]["done"]) == (tasks, tasks), name
+    tokenized, deduped = manifest(single / "tokenized"), manifest(single / "deduped")
+    # A signature part counts the documents it signed (end - start), a bucket part nothing.
+    assert (st["signatures"]["tokens"], st["signatures"]["records"]) == (None, tokenized["n_records"])
+    assert (st["buckets"]["tokens"], st["buckets"]["records"]) == (None, None)
+    assert (st["buckets"]["attempts"], st["buckets"]["retries"]) == (BUCKETS + 1, 1)
+    assert (st["dedup"]["tokens"], st["dedup"]["records"]) == (deduped["n_tokens"], deduped["n_records"])
+    assert st["signatures"]["merge"] is None and st["buckets"]["merge"] is None
+    merge = st["dedup"]["merge"]
+    assert merge["done"] and merge["out"] == str(run / "deduped") and merge["records"] == deduped["n_records"]
+    assert st["scatter"]["records"] == deduped["n_records"]
+    assert summary["output"]["records"] == manifest(single / "packed")["n_records"]
+
+    status = subprocess.run([str(SLURM / "status.sh"), str(run)], capture_output=True, text=True, check=True)
+    table = [line.split() for line in status.stdout.splitlines()[1:len(NEAR_DEDUP_STAGE_ORDER) + 1]]
+    assert [row[0] for row in table] == NEAR_DEDUP_STAGE_ORDER
+    rows = {row[0]: row for row in table}
+    assert rows["signatures"][1:5] == [f"{PARTS}/{PARTS}", "0", "-", str(tokenized["n_records"])]
+    assert rows["buckets"][1:5] == [f"{BUCKETS}/{BUCKETS}", "1", "-", "-"]
+    assert rows["merge-deduped"][1:2] == ["1/1"]
     assert status.stdout.splitlines()[-1].startswith("done")
 
 

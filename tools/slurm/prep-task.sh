@@ -4,16 +4,20 @@
 #
 #   prep-task.sh [STAGE [RUN]]        (else the environment's STAGE and RUN)
 #
-# STAGE is tokenize, scatter, gather or pack (array jobs: the task is
-# $SLURM_ARRAY_TASK_ID, given to prep as --part I/PARTS, or --bucket J for
-# gather), or merge-tokenized, merge-shuffled or merge-packed (single jobs).
+# STAGE is tokenize, signatures, buckets, dedup, scatter, gather or pack
+# (array jobs: the task is $SLURM_ARRAY_TASK_ID, given to prep as --part
+# I/PARTS, --part J/BUCKETS for buckets or --bucket J for gather), or
+# merge-tokenized, merge-deduped, merge-shuffled or merge-packed (single
+# jobs). signatures, buckets, dedup and merge-deduped are prep dedup's stages
+# (with --near-dedup), in the work directory DATA/dedup-work.
 # The run's configuration comes from RUN/slurm.env, which submit.sh writes,
 # or where there is no such file from the environment (the file wins: Slurm
 # hands jobs the submitting shell's environment, which may hold anything):
 #
 #   PREP_BIN PREP_TOKENIZER PREP_INPUTS (newline-separated) PREP_PARTS
 #   PREP_BUCKETS PREP_SEED PREP_SEQ_LEN PREP_MODE PREP_WINDOW PREP_TEXT_KEY
-#   PREP_DEDUP (1 or 0) PREP_THREADS (else $SLURM_CPUS_PER_TASK)
+#   PREP_DEDUP (1 or 0) PREP_NEAR_DEDUP (1 or 0: scatter reads DATA/deduped)
+#   PREP_THREADS (else $SLURM_CPUS_PER_TASK)
 #   PREP_DATA (where the datasets go: an object-storage address; else RUN)
 #
 # Every attempt appends one line of JSON to RUN/.tasks/STAGE-IIIII.json
@@ -44,6 +48,7 @@ for var in PREP_BIN PREP_TOKENIZER PREP_INPUTS PREP_PARTS PREP_BUCKETS PREP_SEED
 done
 PREP=$PREP_BIN TOKENIZER=$PREP_TOKENIZER PARTS=$PREP_PARTS BUCKETS=$PREP_BUCKETS SEED=$PREP_SEED
 SEQ_LEN=$PREP_SEQ_LEN MODE=${PREP_MODE:-} WINDOW=${PREP_WINDOW:-} TEXT_KEY=${PREP_TEXT_KEY:-} DEDUP=${PREP_DEDUP:-0}
+NEAR_DEDUP=${PREP_NEAR_DEDUP:-0}
 THREADS=${PREP_THREADS:-${SLURM_CPUS_PER_TASK:-}}
 mapfile -t inputs <<<"$PREP_INPUTS"
 # The datasets' home: RUN, or an object-storage address (RUN then holds only
@@ -51,6 +56,11 @@ mapfile -t inputs <<<"$PREP_INPUTS"
 DATA=${PREP_DATA:-$RUN}
 remote=0
 [[ ! $DATA =~ ^[a-z0-9]+:// ]] || remote=1
+# prep dedup's work directory, and what the shuffle reads: the documents
+# left by prep dedup with --near-dedup, else all those tokenized.
+WORK=$DATA/dedup-work
+documents=$DATA/tokenized
+[[ $NEAR_DEDUP != 1 ]] || documents=$DATA/deduped
 
 index=${SLURM_ARRAY_TASK_ID:-0}
 [[ $index =~ ^[0-9]+$ ]] || die "SLURM_ARRAY_TASK_ID is not a number: $index"
@@ -65,11 +75,11 @@ parts_of() {
 }
 
 case $STAGE in
-tokenize | scatter | pack)
+tokenize | signatures | dedup | scatter | pack)
     ((index < PARTS)) || die "$STAGE task $index is past --parts $PARTS"
     ;;
-gather)
-    ((index < BUCKETS)) || die "gather task $index is past --buckets $BUCKETS"
+buckets | gather)
+    ((index < BUCKETS)) || die "$STAGE task $index is past --buckets $BUCKETS"
     ;;
 esac
 
@@ -83,9 +93,21 @@ tokenize)
     [[ $DEDUP != 1 ]] || args+=(--dedup)
     args+=("${threads[@]}")
     ;;
+signatures)
+    out=$(part "$WORK" signatures "$index")
+    args=(dedup "$DATA/tokenized" --work "$WORK" --signatures --part "$index/$PARTS" "${threads[@]}")
+    ;;
+buckets)
+    out=$(part "$WORK" buckets "$index")
+    args=(dedup --work "$WORK" --buckets --part "$index/$BUCKETS" "${threads[@]}")
+    ;;
+dedup)
+    out=$(part "$DATA/deduped" part "$index")
+    args=(dedup "$DATA/tokenized" "$out" --work "$WORK" --part "$index/$PARTS" "${threads[@]}")
+    ;;
 scatter)
     out=$(part "$DATA/scatter" scatter "$index")
-    args=(shuffle "$DATA/tokenized" "$DATA/scatter" --seed "$SEED" --scatter --part "$index/$PARTS"
+    args=(shuffle "$documents" "$DATA/scatter" --seed "$SEED" --scatter --part "$index/$PARTS"
         --buckets "$BUCKETS" "${threads[@]}")
     ;;
 gather)
@@ -99,17 +121,18 @@ pack)
     [[ -z $WINDOW ]] || args+=(--window "$WINDOW")
     args+=("${threads[@]}")
     ;;
-merge-tokenized | merge-shuffled | merge-packed)
+merge-tokenized | merge-deduped | merge-shuffled | merge-packed)
     index=0
     case $STAGE in
     merge-tokenized) out=$DATA/tokenized; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
+    merge-deduped) out=$DATA/deduped; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
     merge-shuffled) out=$DATA/shuffled; mapfile -t parts < <(parts_of "$out" bucket "$BUCKETS") ;;
     merge-packed) out=$DATA/packed; mapfile -t parts < <(parts_of "$out" part "$PARTS") ;;
     esac
     args=(merge "${parts[@]}" "$out")
     ;;
 *)
-    die "unknown stage '$STAGE': tokenize, merge-tokenized, scatter, gather, merge-shuffled, pack or merge-packed"
+    die "unknown stage '$STAGE': tokenize, merge-tokenized, signatures, buckets, dedup, merge-deduped, scatter, gather, merge-shuffled, pack or merge-packed"
     ;;
 esac
 args+=(--quiet)
@@ -118,8 +141,9 @@ now() { echo "${EPOCHREALTIME:-$(date +%s.%N)}"; }
 # The first number after "KEY": in a JSON file: the top-level counts of a
 # manifest come before the shards' own (serde writes fields in declaration order).
 number() { grep -o "\"$1\": *[0-9]*" "$2" 2>/dev/null | head -n 1 | grep -o '[0-9]*$' || true; }
-# n_tokens or n_records of the dataset written, or null. A scatter part has
-# no manifest; its scatter.json counts documents (start..end), not tokens.
+# n_tokens or n_records of the dataset written, or null. A scatter part and a
+# signature part have no manifest; their scatter.json or signatures.json
+# counts documents (start..end), not tokens. A bucket part counts neither.
 count() {
     local v=''
     if ((remote)); then
@@ -127,8 +151,11 @@ count() {
         v=$("$PREP" inspect --json "$out" 2>/dev/null | grep -o "\"$1\": *[0-9]*" | head -n 1 | grep -o '[0-9]*$') || true
     elif [[ -f $out/manifest.json ]]; then
         v=$(number "$1" "$out/manifest.json")
-    elif [[ $1 == n_records && -f $out/scatter.json ]]; then
-        v=$(($(number end "$out/scatter.json") - $(number start "$out/scatter.json")))
+    elif [[ $1 == n_records ]]; then
+        local d
+        for d in "$out/scatter.json" "$out/signatures.json"; do
+            [[ ! -f $d ]] || v=$(($(number end "$d") - $(number start "$d")))
+        done
     fi
     echo "${v:-null}"
 }

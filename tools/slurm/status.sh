@@ -11,7 +11,9 @@
 # Reads the attempt records RUN/.tasks/STAGE-IIIII.json of prep-task.sh and
 # the task counts of RUN/slurm.env (else of the environment, as prep-task.sh).
 # A task is done when one of its attempts succeeded; its tokens and records
-# are those of its last successful attempt (from the manifest.json it wrote);
+# are those of its last successful attempt (from the manifest.json it wrote,
+# or the documents of a scatter or signature part; a bucket part of prep
+# dedup counts neither, and its stage shows none);
 # it has failed when its last attempt failed, and the record of that attempt
 # says why (prep's last line on stderr, or the signal that ended it). A
 # stage's wall time runs from its first attempt's start to its last attempt's
@@ -87,7 +89,7 @@ slurm_jobs
 { cat "${records[@]}" /dev/null; [[ -z $slurm_lines ]] || echo "$slurm_lines"; } |
     awk -v json="$json" -v run="$RUN" -v data="$DATA" -v parts="$PREP_PARTS" -v slurm_source="$slurm_source" \
     -v buckets="$PREP_BUCKETS" -v seed="$PREP_SEED" -v seq_len="$PREP_SEQ_LEN" -v mode="${PREP_MODE:-}" \
-    -v dedup="${PREP_DEDUP:-0}" \
+    -v dedup="${PREP_DEDUP:-0}" -v near_dedup="${PREP_NEAR_DEDUP:-0}" \
     -v out_tokens="$(output_count n_tokens)" -v out_records="$(output_count n_records)" '
 # A field of a record: a number, true, false, null, or a string without its
 # quotes and escapes (prep-task.sh writes no control characters).
@@ -152,7 +154,7 @@ function human(n) {
     if (field($0, "ok") == "true") {
         if (!(k in ok)) done[s]++
         ok[k] = 1
-        tokens[k] = field($0, "tokens"); recs[k] = num(field($0, "records"))
+        tokens[k] = field($0, "tokens"); recs[k] = field($0, "records")
         secs[k] = num(field($0, "seconds"))
         last_failed[k] = 0
     } else {
@@ -171,17 +173,24 @@ function human(n) {
     seen[k] = 1
 }
 END {
-    n = split("tokenize merge-tokenized scatter gather merge-shuffled pack merge-packed", order, " ")
+    # The stages of prep dedup (--near-dedup) come between tokenize and the shuffle.
+    near = near_dedup == 1 ? "signatures buckets dedup merge-deduped " : ""
+    n = split("tokenize merge-tokenized " near "scatter gather merge-shuffled pack merge-packed", order, " ")
     total["tokenize"] = parts; total["scatter"] = parts; total["pack"] = parts; total["gather"] = buckets
-    total["merge-tokenized"] = 1; total["merge-shuffled"] = 1; total["merge-packed"] = 1
-    merge_of["tokenize"] = "merge-tokenized"; merge_of["gather"] = "merge-shuffled"; merge_of["pack"] = "merge-packed"
-    merge_dir["merge-tokenized"] = "tokenized"; merge_dir["merge-shuffled"] = "shuffled"; merge_dir["merge-packed"] = "packed"
+    total["signatures"] = parts; total["buckets"] = buckets; total["dedup"] = parts
+    total["merge-tokenized"] = 1; total["merge-deduped"] = 1; total["merge-shuffled"] = 1; total["merge-packed"] = 1
+    merge_of["tokenize"] = "merge-tokenized"; merge_of["dedup"] = "merge-deduped"
+    merge_of["gather"] = "merge-shuffled"; merge_of["pack"] = "merge-packed"
+    merge_dir["merge-tokenized"] = "tokenized"; merge_dir["merge-deduped"] = "deduped"
+    merge_dir["merge-shuffled"] = "shuffled"; merge_dir["merge-packed"] = "packed"
     for (k in seen) {
         split(k, ks, SUBSEP)
         if (k in ok) {
-            # Scatter parts count documents, not tokens: their stage has no token count.
+            # Scatter and signature parts count documents, not tokens, and
+            # bucket parts neither: such a stage has no count of them.
             if (tokens[k] == "null" || tokens[k] == "") no_tokens[ks[1]] = 1
-            sum_tokens[ks[1]] += num(tokens[k]); sum_recs[ks[1]] += recs[k]; sum_secs[ks[1]] += secs[k]
+            if (recs[k] == "null" || recs[k] == "") no_records[ks[1]] = 1
+            sum_tokens[ks[1]] += num(tokens[k]); sum_recs[ks[1]] += num(recs[k]); sum_secs[ks[1]] += secs[k]
         }
         if (last_failed[k]) failing[ks[1]]++
         if (att[k] > 1) retries[ks[1]] += att[k] - 1
@@ -203,9 +212,10 @@ END {
         printf "%-16s %9s %8s %9s %10s %9s\n", "stage", "done", "failed", "tokens", "records", "wall s"
         for (j = 1; j <= n; j++) {
             s = order[j]
-            printf "%-16s %9s %8d %9s %10.0f %9s\n", s, (done[s] + 0) "/" total[s], failed[s], \
+            printf "%-16s %9s %8d %9s %10s %9s\n", s, (done[s] + 0) "/" total[s], failed[s], \
                 (s in no_tokens ? "-" : human(sum_tokens[s])), \
-                sum_recs[s], (s in start ? sprintf("%.1f", end[s] - start[s]) : "-")
+                (s in no_records ? "-" : sprintf("%.0f", sum_recs[s])), \
+                (s in start ? sprintf("%.1f", end[s] - start[s]) : "-")
         }
         for (q = 1; q <= n_fail; q++) {
             k = fail_key[q]
@@ -230,17 +240,19 @@ END {
         exit
     }
     printf "{\n  \"engine\": \"slurm\",\n  \"status\": \"%s\",\n  \"run\": %s,\n", status, jstr(run)
-    printf "  \"config\": {\"parts\": %d, \"buckets\": %d, \"seed\": %s, \"seq_len\": %d, \"mode\": %s, \"dedup\": %s},\n", \
-        parts, buckets, seed, seq_len, (mode == "" ? "null" : jstr(mode)), (dedup == 1 ? "true" : "false")
+    printf "  \"config\": {\"parts\": %d, \"buckets\": %d, \"seed\": %s, \"seq_len\": %d, \"mode\": %s, \"dedup\": %s, \"near_dedup\": %s},\n", \
+        parts, buckets, seed, seq_len, (mode == "" ? "null" : jstr(mode)), (dedup == 1 ? "true" : "false"), \
+        (near_dedup == 1 ? "true" : "false")
     printf "  \"stages\": {"
-    m = split("tokenize scatter gather pack", stages, " ")
+    m = split("tokenize " (near_dedup == 1 ? "signatures buckets dedup " : "") "scatter gather pack", stages, " ")
     for (j = 1; j <= m; j++) {
         s = stages[j]
         printf "%s\n    \"%s\": {\"tasks\": %d, \"done\": %d, \"attempts\": %d, \"retries\": %d, ", \
             (j > 1 ? "," : ""), s, total[s], done[s], attempts[s], retries[s]
-        printf "\"failed_attempts\": %d, \"wall_seconds\": %.3f, \"task_seconds\": %.3f, \"tokens\": %s, \"records\": %.0f, ", \
+        printf "\"failed_attempts\": %d, \"wall_seconds\": %.3f, \"task_seconds\": %.3f, \"tokens\": %s, \"records\": %s, ", \
             failed[s], (s in start ? end[s] - start[s] : 0), sum_secs[s], \
-            (s in no_tokens ? "null" : sprintf("%.0f", sum_tokens[s])), sum_recs[s]
+            (s in no_tokens ? "null" : sprintf("%.0f", sum_tokens[s])), \
+            (s in no_records ? "null" : sprintf("%.0f", sum_recs[s]))
         g = merge_of[s]
         if (g == "") printf "\"merge\": null}"
         else if (!done[g]) printf "\"merge\": {\"out\": %s, \"done\": false}}", jstr(data "/" merge_dir[g])

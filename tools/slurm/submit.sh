@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Submit a partitioned prep run to Slurm: seven jobs chained by afterok.
+# Submit a partitioned prep run to Slurm: seven jobs (eleven with --near-dedup)
+# chained by afterok.
 #
 #   tools/slurm/submit.sh --prep PATH --tokenizer TOK --input IN [IN2 ...] [--input IN3 ...] --run RUN \
 #       --parts N --buckets B --seed S --seq-len L [--mode bestfit|concat] [--window W] [--text-key K] \
-#       [--dedup] [--threads T] [--data URL] [--sbatch-arg ARG ...]
+#       [--dedup] [--near-dedup] [--threads T] [--data URL] [--sbatch-arg ARG ...]
 #
 #   tokenize        array 0..N-1   prep tokenize --part I/N   -> RUN/tokenized/part-IIIII
 #   merge-tokenized after tokenize                            -> RUN/tokenized
+#   signatures      array 0..N-1   prep dedup --signatures --part I/N -> RUN/dedup-work/signatures-IIIII
+#   buckets         array 0..B-1   prep dedup --buckets --part J/B    -> RUN/dedup-work/buckets-JJJJJ
+#   dedup           array 0..N-1   prep dedup --part I/N      -> RUN/deduped/part-IIIII
+#   merge-deduped   after dedup                               -> RUN/deduped
 #   scatter         array 0..N-1   prep shuffle --scatter --part I/N --buckets B
 #   gather          array 0..B-1   prep shuffle --gather --bucket J (after every scatter task)
 #   merge-shuffled  after gather                              -> RUN/shuffled
@@ -20,8 +25,12 @@
 # shell's environment, as Slurm hands it on. Below, DATA is that address, or
 # RUN without --data.
 #
-# RUN/packed equals prep tokenize, shuffle --seed S and pack on one machine,
-# record for record. Every job runs tools/slurm/prep-task.sh with the
+# The four dedup jobs run only with --near-dedup, which removes near-duplicate
+# documents (prep dedup, MinHash; its work directory is RUN/dedup-work) before
+# the shuffle: scatter then reads RUN/deduped instead of RUN/tokenized.
+#
+# RUN/packed equals prep tokenize, [dedup,] shuffle --seed S and pack on one
+# machine, record for record. Every job runs tools/slurm/prep-task.sh with the
 # configuration this script writes to RUN/slurm.env; logs go to RUN/logs/.
 # Each job waits for the previous one with --dependency=afterok and is
 # cancelled if that one fails (--kill-on-invalid-dep=yes). After a failure,
@@ -39,7 +48,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SBATCH=${SBATCH:-sbatch}
 
 usage() {
-    sed -n '3,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 die() { echo "submit.sh: $*" >&2; exit 2; }
@@ -48,7 +57,7 @@ abspath() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac;
 # An input: an object-storage address as it is, else a path made absolute.
 location() { if [[ $1 =~ ^[a-z0-9]+:// ]]; then printf '%s' "$1"; else abspath "$1"; fi; }
 
-prep='' tokenizer='' run='' data='' parts='' buckets='' seed='' seq_len='' mode='' window='' text_key='' dedup=0 threads=''
+prep='' tokenizer='' run='' data='' parts='' buckets='' seed='' seq_len='' mode='' window='' text_key='' dedup=0 near_dedup=0 threads=''
 inputs=() sbatch_args=()
 while (($#)); do
     case $1 in
@@ -59,6 +68,7 @@ while (($#)); do
         ;;
     --*=*) opt=${1%%=*} val=${1#*=}; shift ;;
     --dedup) dedup=1; shift; continue ;;
+    --near-dedup) near_dedup=1; shift; continue ;;
     -h | --help) usage ;;
     *) die "unknown argument: $1" ;;
     esac
@@ -106,7 +116,7 @@ mkdir -p "$run/logs"
     echo "# A partitioned prep run, written by tools/slurm/submit.sh."
     printf 'PREP_%s=%q\n' BIN "$prep" TOKENIZER "$tokenizer" INPUTS "$(printf '%s\n' "${inputs[@]}")" \
         PARTS "$parts" BUCKETS "$buckets" SEED "$seed" SEQ_LEN "$seq_len" MODE "$mode" WINDOW "$window" TEXT_KEY "$text_key" \
-        DEDUP "$dedup" THREADS "$threads" SLURM_DIR "$here" DATA "$data"
+        DEDUP "$dedup" NEAR_DEDUP "$near_dedup" THREADS "$threads" SLURM_DIR "$here" DATA "$data"
 } >"$run/.slurm.env.tmp"
 mv "$run/.slurm.env.tmp" "$run/slurm.env"
 
@@ -130,21 +140,26 @@ submit() {
     echo "$id"
 }
 
-tok=$(submit tokenize "0-$((parts - 1))" "")
-merge_tok=$(submit merge-tokenized "" "$tok")
-scatter=$(submit scatter "0-$((parts - 1))" "$merge_tok")
-gather=$(submit gather "0-$((buckets - 1))" "$scatter")
-merge_shuf=$(submit merge-shuffled "" "$gather")
-pack=$(submit pack "0-$((parts - 1))" "$merge_shuf")
-merge_pack=$(submit merge-packed "" "$pack")
+# Each job after the one before it: "STAGE=ID" lines in $jobs, the last id in $last.
+jobs='' last=''
+chain() {
+    last=$(submit "$1" "$2" "$last")
+    jobs+="${jobs:+$'\n'}$1=$last"
+}
+chain tokenize "0-$((parts - 1))"
+chain merge-tokenized ""
+if ((near_dedup)); then
+    chain signatures "0-$((parts - 1))"
+    chain buckets "0-$((buckets - 1))"
+    chain dedup "0-$((parts - 1))"
+    chain merge-deduped ""
+fi
+chain scatter "0-$((parts - 1))"
+chain gather "0-$((buckets - 1))"
+chain merge-shuffled ""
+chain pack "0-$((parts - 1))"
+chain merge-packed ""
 
-jobs="tokenize=$tok
-merge-tokenized=$merge_tok
-scatter=$scatter
-gather=$gather
-merge-shuffled=$merge_shuf
-pack=$pack
-merge-packed=$merge_pack"
 echo "$jobs" >"$run/slurm-jobs"
 echo "$jobs"
 echo "progress: $here/status.sh $run" >&2
