@@ -1015,9 +1015,18 @@ mod tests {
         write(dir.path(), &recs, true);
         let ds = Dataset::open(dir.path()).unwrap();
         let v = ds.verified().unwrap();
-        for (batch, range) in [(0u64, 0..1000u64), (1, 1000..3000), (2, 2990..5000), (3, 7..7)] {
+        for (batch, range) in [
+            (0u64, 0..1000u64),
+            (1, 1000..3000),
+            (2, 2990..5000),
+            (3, 7..7),
+        ] {
             for g in range.start..range.end.min(3000) {
-                assert_eq!(v.record(g).unwrap().to_vec(), recs[g as usize], "batch {batch}");
+                assert_eq!(
+                    v.record(g).unwrap().to_vec(),
+                    recs[g as usize],
+                    "batch {batch}"
+                );
             }
             v.release_records(range);
         }
