@@ -13,7 +13,7 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream bench-stream-peers fixtures fuzz fuzz-long fuzz-check clean
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream bench-stream-peers bench-dedup bench-dedup-scale fixtures fuzz fuzz-long fuzz-check clean
 
 all: build
 
@@ -366,6 +366,26 @@ bench-stream-peers: build $(VENV)/.installed $(VENV_PEERS)/.installed
 	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
 	$(VENV_PEERS)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
 	$(VENV_PEERS)/bin/python tools/bench_stream_peers.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
+
+# prep dedup beside datatrove's four-stage MinHash pipeline and rensa on a
+# planted corpus of the real documents (tools/bench_dedup.py: near-duplicate
+# copies with edits of known size; the same word 5-grams for all three through
+# a word-level tokenizer.json; exact Jaccard ground truth against the banding
+# formula; time, peak RSS, removed sets), in a venv of its own (datatrove needs
+# xxhash<4 and spaCy). About 5 minutes on 2 cores.
+VENV_DEDUP := $(TARGET_DIR)/venv-dedup
+$(VENV_DEDUP)/.installed: $(call req,tools/requirements-dedup.txt)
+	$(PYTHON) -m venv $(VENV_DEDUP)
+	$(VENV_DEDUP)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-dedup.txt
+	touch $@
+
+bench-dedup: build $(VENV_DEDUP)/.installed
+	$(VENV_DEDUP)/bin/python tools/bench_dedup.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)/dedup
+
+# prep dedup at 0.18, 1 and 3 GB of text under --memory 64MiB (tools/bench_dedup_scale.py):
+# seconds per GB and peak memory, on 1 and 2 threads. About 8 GB of disk in $(BENCH).
+bench-dedup-scale: build $(VENV)/.installed
+	$(VENV)/bin/python tools/bench_dedup_scale.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)/dedup-scale
 
 # prep.Tokenizer.encode_batch beside tokenizers' and GigaToken's in one process
 # (tools/bench_tokenizer_py.py): the package built in release and installed,

@@ -153,7 +153,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.write.quiet && !r.already_complete {
         let secs = r.elapsed.as_secs_f64().max(1e-9);
         eprintln!(
-            "Removed {} of {} documents ({:.2}%) as near-duplicates ({} clusters in the input), in {:.1}s{}.",
+            "Removed {} of {} documents ({:.2}%) as near-duplicates ({} clusters in the input), in {:.1}s{}.{}",
             r.removed,
             r.documents,
             100.0 * r.removed as f64 / r.documents.max(1) as f64,
@@ -163,7 +163,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 format!(" ({} sorted runs spilled)", r.runs)
             } else {
                 String::new()
-            }
+            },
+            super::peak(),
         );
         eprintln!(
             "  {}: {} documents, {} tokens; report in {}",

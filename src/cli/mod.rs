@@ -236,6 +236,14 @@ pub(crate) fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// " Peak memory X." when the platform tells, else nothing: the end of a
+/// stage's summary.
+pub(crate) fn peak() -> String {
+    prep::util::peak_rss_bytes().map_or(String::new(), |p| {
+        format!(" Peak memory {}.", prep::size::format_bytes(p))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,7 +133,7 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             r.bytes as f64 / 1e6 / secs,
             config.output.display(),
             super::count(r.manifest.shards.len() as u64, "shard"),
-            peak(),
+            super::peak(),
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -163,7 +163,7 @@ fn scatter(args: Args, work: PathBuf, seed: u64) -> anyhow::Result<ExitCode> {
             format_bytes(bytes),
             bytes as f64 / 1e6 / secs,
             r.dir.display(),
-            peak(),
+            super::peak(),
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -198,15 +198,8 @@ fn gather(mut args: Args) -> anyhow::Result<ExitCode> {
             r.bytes as f64 / 1e6 / secs,
             config.output.display(),
             super::count(m.shards.len() as u64, "shard"),
-            peak(),
+            super::peak(),
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// " Peak memory X." when the platform tells, else nothing.
-fn peak() -> String {
-    prep::util::peak_rss_bytes().map_or(String::new(), |p| {
-        format!(" Peak memory {}.", format_bytes(p))
-    })
 }

@@ -22,6 +22,8 @@ pub type Entry = [u64; 3];
 pub const ENTRY_BYTES: u64 = 24;
 /// Documents signed per parallel batch.
 const BATCH: u64 = 4096;
+/// The most entries one document adds: one per band.
+const MAX_DOCUMENT_ENTRIES: usize = super::MAX_HASHES;
 /// The fewest entries held before a run is spilled, whatever the budget.
 pub const MIN_ENTRIES: u64 = 1 << 12;
 
@@ -114,12 +116,17 @@ pub struct Entries {
 }
 
 impl Entries {
-    /// Entries that spill runs into `dir` beyond `memory` bytes.
-    pub fn new(dir: &Path, memory: u64) -> Entries {
+    /// Entries that spill runs into `dir` beyond `memory` bytes, of which
+    /// there will be at most `most` (documents times bands).
+    pub fn new(dir: &Path, memory: u64, most: u64) -> Entries {
+        let limit = (memory / ENTRY_BYTES).max(MIN_ENTRIES) as usize;
         Entries {
             dir: dir.into(),
-            held: Vec::new(),
-            limit: (memory / ENTRY_BYTES).max(MIN_ENTRIES) as usize,
+            // Room for what will be held and one more document's entries,
+            // reserved at once: a vector that doubled as it filled would
+            // hold the old and the new buffer together, twice the budget.
+            held: Vec::with_capacity(limit.min(most as usize) + MAX_DOCUMENT_ENTRIES),
+            limit,
             runs: Vec::new(),
         }
     }
@@ -281,7 +288,7 @@ mod tests {
             .map(|g| [next() % 3, next() % 500, g])
             .collect();
         let groups = |memory: u64| {
-            let mut e = Entries::new(tmp.path(), memory);
+            let mut e = Entries::new(tmp.path(), memory, all.len() as u64);
             for x in &all {
                 e.push(&[*x]).unwrap();
             }

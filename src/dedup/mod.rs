@@ -79,7 +79,7 @@ pub const WORK_FOLDER: &str = crate::output::WORK_FOLDERS[2];
 /// The removed documents inside [`WORK_FOLDER`], once the clusters are made.
 const REMOVED_FILE: &str = "removed.bin";
 /// Signature values at most: `bands * rows`.
-const MAX_HASHES: usize = 4096;
+pub(crate) const MAX_HASHES: usize = 4096;
 
 /// What `prep dedup` is asked to do: the whole run on one machine, or
 /// the dataset written from a work directory's bucket parts
@@ -279,7 +279,8 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
                     let pool = crate::run::thread_pool(config.threads, "dedup")
                         .map_err(DedupError::Threads)?;
                     let hasher = MinHasher::new(p);
-                    let mut held = entries::Entries::new(&folder, config.memory);
+                    let most = input.len() * p.bands as u64;
+                    let mut held = entries::Entries::new(&folder, config.memory, most);
                     let all = 0..input.len();
                     pool.install(|| entries::sign(&verified, &hasher, all, &mut held, progress))?;
                     let runs = held.runs();
@@ -319,12 +320,12 @@ pub fn run(config: &DedupConfig, progress: &dyn Progress) -> Result<DedupReport,
     .masked(base.has_loss_mask());
     let mut next = removed.partition_point(|r| r.0 < from);
     for g in from..range.end {
+        if g % 4096 == 0 {
+            verified.release_records(g.saturating_sub(4096)..g);
+        }
         if removed.get(next).is_some_and(|r| r.0 == g) {
             next += 1;
             continue;
-        }
-        if g % 4096 == 0 {
-            verified.release_records(g.saturating_sub(4096)..g);
         }
         if let Some(sealed) = writer.push_record(&verified, g)? {
             journal.shards.push(Done {

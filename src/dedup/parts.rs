@@ -394,7 +394,8 @@ pub fn signatures(
     let range = config.part.range(ds.len());
     let verified = ds.verified()?;
     let hasher = MinHasher::new(config.params);
-    let mut held = Entries::new(&output.dir().join(WORK_FOLDER), config.memory);
+    let most = (range.end - range.start) * config.params.bands as u64;
+    let mut held = Entries::new(&output.dir().join(WORK_FOLDER), config.memory, most);
     let pool = crate::run::thread_pool(config.threads, "dedup").map_err(DedupError::Threads)?;
     pool.install(|| entries::sign(&verified, &hasher, range.clone(), &mut held, progress))?;
 
