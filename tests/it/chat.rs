@@ -329,6 +329,42 @@ fn split_and_mix_keep_each_documents_mask() {
     assert!(err.contains("loss masks"), "{err}");
 }
 
+#[test]
+fn dedup_keeps_each_kept_documents_mask() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    ok(chat(&t, CHATML, &many_rows(90), &docs).args(["--shard-size", "300B"]));
+    let out = t.path("dedup");
+    // Short conversations: 2-token shingles, so that near copies are found.
+    ok(t.prep()
+        .args(["dedup", "--quiet", "--ngram", "2"])
+        .arg(&docs)
+        .arg(&out));
+    let removed: std::collections::HashSet<u64> =
+        std::fs::read_to_string(out.join("duplicates.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["doc"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+    assert!(!removed.is_empty());
+    let kept: Vec<_> = masked_records(&docs)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !removed.contains(&(*i as u64)))
+        .map(|(_, pair)| pair)
+        .collect();
+    assert_eq!(
+        masked_records(&out),
+        kept,
+        "every kept document, with its mask"
+    );
+    ok(t.prep().arg("validate").arg(&out));
+}
+
 /// The (ids, mask) pairs of `dir`, sorted: what a shuffle must keep.
 fn sorted_pairs(dir: &Path) -> Vec<(Vec<u32>, Vec<u8>)> {
     let mut pairs = masked_records(dir);
