@@ -252,13 +252,22 @@ fn killed_run(t: &TestDir) -> (PathBuf, PathBuf, PathBuf) {
     let (docs, _) = planted(8, 600, 400);
     let input = dataset(t, Dtype::U32, &docs);
     let whole = t.path("whole");
-    let args = ["--shard-size", "4KiB", "--threads", "1"];
-    ok(dedup(t, &input, &whole).args(args));
+    ok(dedup(t, &input, &whole).args(KILLED_ARGS));
     let out = t.path("resumed");
     let mut first = dedup(t, &input, &out);
-    first.args(args);
+    first.args(KILLED_ARGS);
     kill_after_shards(first, &out, 5);
     (input, whole, out)
+}
+
+/// The flags of [`killed_run`]'s runs: small shards, one thread.
+const KILLED_ARGS: [&str; 4] = ["--shard-size", "4KiB", "--threads", "1"];
+
+/// The killed run run again, not quiet: its stderr.
+fn run_again(t: &TestDir, input: &Path, out: &Path) -> String {
+    let mut again = t.prep();
+    again.arg("dedup").arg(input).arg(out).args(KILLED_ARGS);
+    String::from_utf8_lossy(&ok(&mut again).stderr).into_owned()
 }
 
 #[test]
@@ -266,13 +275,7 @@ fn a_killed_run_resumes_from_its_clusters_and_last_shard() {
     let t = TestDir::new();
     let (input, whole, out) = killed_run(&t);
     let kept = t.held_inode(&out.join("shard-00000.bin"));
-    let mut again = t.prep();
-    again
-        .arg("dedup")
-        .arg(&input)
-        .arg(&out)
-        .args(["--shard-size", "4KiB", "--threads", "1"]);
-    let stderr = String::from_utf8_lossy(&ok(&mut again).stderr).into_owned();
+    let stderr = run_again(&t, &input, &out);
     assert!(stderr.contains("clusters are already made"), "{stderr}");
     assert!(stderr.contains("already in complete shards"), "{stderr}");
     assert_eq!(t.held_inode(&out.join("shard-00000.bin")), kept);
@@ -287,13 +290,7 @@ fn a_damaged_work_file_is_made_again_and_changes_nothing() {
     let mut bytes = std::fs::read(&removed).unwrap();
     bytes[3] ^= 0x40;
     std::fs::write(&removed, bytes).unwrap();
-    let mut again = t.prep();
-    again
-        .arg("dedup")
-        .arg(&input)
-        .arg(&out)
-        .args(["--shard-size", "4KiB", "--threads", "1"]);
-    let stderr = String::from_utf8_lossy(&ok(&mut again).stderr).into_owned();
+    let stderr = run_again(&t, &input, &out);
     assert!(!stderr.contains("already made"), "{stderr}");
     assert_eq!(snapshot(&whole), snapshot(&out));
 }
