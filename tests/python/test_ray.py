@@ -23,8 +23,8 @@ import sys
 import pytest
 
 from test_slurm import (BUCKETS, GPT2, NEAR_COPIES, PARTS, PREP_BIN, REPO, SEED, SEQ_LEN,
-                        assert_near_copies_removed, assert_same_dataset, failing_once, manifest, one_machine,
-                        split_corpus)
+                        assert_near_copies_removed, assert_near_dedup_run, assert_same_dataset, failing_once,
+                        manifest, one_machine, split_corpus)
 
 ray = pytest.importorskip("ray", reason="ray is not installed: `make test-ray` runs these tests in a venv with it")
 
@@ -131,28 +131,9 @@ def test_ray_run_with_near_dedup_equals_one_machine(tmp_path, near_corpus, capsy
     code, lines = drive(capsys, run, inputs, flaky, "--near-dedup", "--max-retries", "1")
     assert code == 0, "\n".join(lines)
 
-    for name in ("tokenized", "deduped", "shuffled", "packed"):
-        assert_same_dataset(run / name, single / name)
-    report = "deduped/duplicates.jsonl"
-    assert (run / report).read_bytes() == (single / report).read_bytes()
-
     summary = json.loads((run / "run-summary.json").read_text())
-    assert summary["status"] == "done" and summary["config"]["near_dedup"] is True
-    st = summary["stages"]
-    assert list(st) == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
-    for name, tasks in (("signatures", PARTS), ("buckets", BUCKETS), ("dedup", PARTS)):
-        assert (st[name]["tasks"], st[name]["done"]) == (tasks, tasks), name
+    assert_near_dedup_run(run, single, summary, retried="signatures")
     tokenized, deduped = manifest(single / "tokenized"), manifest(single / "deduped")
-    # A signature part counts the documents it signed (end - start), a bucket part nothing.
-    assert (st["signatures"]["tokens"], st["signatures"]["records"]) == (None, tokenized["n_records"])
-    assert (st["signatures"]["attempts"], st["signatures"]["retries"]) == (PARTS + 1, 1)
-    assert (st["buckets"]["tokens"], st["buckets"]["records"]) == (None, None)
-    assert st["signatures"]["merge"] is None and st["buckets"]["merge"] is None
-    assert (st["dedup"]["tokens"], st["dedup"]["records"]) == (deduped["n_tokens"], deduped["n_records"])
-    merge = st["dedup"]["merge"]
-    assert merge["out"] == str(run / "deduped") and merge["records"] == deduped["n_records"]
-    assert st["scatter"]["records"] == deduped["n_records"]
-    assert summary["output"]["records"] == manifest(single / "packed")["n_records"]
 
     signed = [line for line in lines if line.startswith("signatures: ")]
     assert len(signed) == PARTS

@@ -144,6 +144,33 @@ def assert_same_dataset(got: Path, want: Path) -> None:
         assert manifest(got).get(key) == manifest(want).get(key), key
 
 
+def assert_near_dedup_run(run: Path, single: Path, summary: dict, retried: str) -> None:
+    """What a driver's --near-dedup run leaves (Ray's and Slurm's alike): every dataset
+    equal to the one-machine run's, the report byte for byte, and a run summary whose
+    stages count what they did; `retried` is the stage one of whose tasks failed once."""
+    for name in ("tokenized", "deduped", "shuffled", "packed"):
+        assert_same_dataset(run / name, single / name)
+    report = "deduped/duplicates.jsonl"
+    assert (run / report).read_bytes() == (single / report).read_bytes()
+    assert summary["status"] == "done" and summary["config"]["near_dedup"] is True
+    st = summary["stages"]
+    assert list(st) == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
+    tasks = {"signatures": PARTS, "buckets": BUCKETS, "dedup": PARTS}
+    for name, n in tasks.items():
+        assert (st[name]["tasks"], st[name]["done"]) == (n, n), name
+    assert (st[retried]["attempts"], st[retried]["retries"]) == (tasks[retried] + 1, 1)
+    tokenized, deduped = manifest(single / "tokenized"), manifest(single / "deduped")
+    # A signature part counts the documents it signed (end - start), a bucket part nothing.
+    assert (st["signatures"]["tokens"], st["signatures"]["records"]) == (None, tokenized["n_records"])
+    assert (st["buckets"]["tokens"], st["buckets"]["records"]) == (None, None)
+    assert st["signatures"]["merge"] is None and st["buckets"]["merge"] is None
+    assert (st["dedup"]["tokens"], st["dedup"]["records"]) == (deduped["n_tokens"], deduped["n_records"])
+    merge = st["dedup"]["merge"]
+    assert merge["out"] == str(run / "deduped") and merge["records"] == deduped["n_records"]
+    assert st["scatter"]["records"] == deduped["n_records"]
+    assert summary["output"]["records"] == manifest(single / "packed")["n_records"]
+
+
 def failing_once(path: Path, marker_dir: Path, *patterns: str, always: bool = False) -> Path:
     """A stand-in prep binary that fails the first call whose arguments contain a pattern (every
     such call if `always`), saying so on stderr, and otherwise runs the real one."""
@@ -402,31 +429,13 @@ def test_slurm_run_with_near_dedup_equals_one_machine(tmp_path, near_corpus):
             if run_task(script_args(call), index, job, check=False).returncode != 0:
                 run_task(script_args(call), index, job)
 
-    for name in ("tokenized", "deduped", "shuffled", "packed"):
-        assert_same_dataset(run / name, single / name)
-    report = "deduped/duplicates.jsonl"
-    assert (run / report).read_bytes() == (single / report).read_bytes()
+    summary = json.loads((run / "run-summary.json").read_text())
+    assert_near_dedup_run(run, single, summary, retried="buckets")
+    assert summary["stages"]["dedup"]["merge"]["done"]
     # The tasks wrote their parts where the scripts say: in DATA/dedup-work and DATA/deduped.
     assert sorted(p.name for p in (run / "dedup-work").iterdir()) == (
         [f"buckets-{j:05d}" for j in range(BUCKETS)] + [f"signatures-{i:05d}" for i in range(PARTS)])
-
-    summary = json.loads((run / "run-summary.json").read_text())
-    assert summary["status"] == "done" and summary["config"]["near_dedup"] is True
-    st = summary["stages"]
-    assert list(st) == ["tokenize", "signatures", "buckets", "dedup", "scatter", "gather", "pack"]
-    for name, tasks in (("signatures", PARTS), ("buckets", BUCKETS), ("dedup", PARTS)):
-        assert (st[name]["tasks"], st[name]["done"]) == (tasks, tasks), name
-    tokenized, deduped = manifest(single / "tokenized"), manifest(single / "deduped")
-    # A signature part counts the documents it signed (end - start), a bucket part nothing.
-    assert (st["signatures"]["tokens"], st["signatures"]["records"]) == (None, tokenized["n_records"])
-    assert (st["buckets"]["tokens"], st["buckets"]["records"]) == (None, None)
-    assert (st["buckets"]["attempts"], st["buckets"]["retries"]) == (BUCKETS + 1, 1)
-    assert (st["dedup"]["tokens"], st["dedup"]["records"]) == (deduped["n_tokens"], deduped["n_records"])
-    assert st["signatures"]["merge"] is None and st["buckets"]["merge"] is None
-    merge = st["dedup"]["merge"]
-    assert merge["done"] and merge["out"] == str(run / "deduped") and merge["records"] == deduped["n_records"]
-    assert st["scatter"]["records"] == deduped["n_records"]
-    assert summary["output"]["records"] == manifest(single / "packed")["n_records"]
+    tokenized = manifest(single / "tokenized")
 
     status = subprocess.run([str(SLURM / "status.sh"), str(run)], capture_output=True, text=True, check=True)
     table = [line.split() for line in status.stdout.splitlines()[1:len(NEAR_DEDUP_STAGE_ORDER) + 1]]
