@@ -205,6 +205,8 @@ pub(crate) struct Plan {
     pub eos_note: String,
     /// The engine and why.
     pub engine_note: String,
+    /// How long the tokenizer took to load, and from what.
+    pub load_note: String,
     /// Worker threads.
     pub threads: usize,
     /// Chat mode's template and rules.
@@ -244,7 +246,18 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         (_, Some(_)) => Readings::Both,
         (_, None) => Readings::Fast,
     };
+    let loading = Instant::now();
     let (tok, fast) = LoadedTokenizer::load_with_fast(&config.tokenizer, readings)?;
+    let load_note = match &tok.compiled {
+        Some(compiled) => format!(
+            "tokenizer ready in {} ms: {compiled}",
+            loading.elapsed().as_millis()
+        ),
+        None => format!(
+            "tokenizer ready in {} ms (HF tokenizers' reading)",
+            loading.elapsed().as_millis()
+        ),
+    };
     let (eos, bos, eos_note) = match &chat {
         Some(chat) => (
             None,
@@ -279,6 +292,7 @@ pub(crate) fn plan(config: &TokenizeConfig) -> Result<Plan, TokenizeError> {
         identity,
         eos_note,
         engine_note,
+        load_note,
         threads,
         chat,
     })
@@ -389,6 +403,7 @@ pub(crate) fn write(
         identity,
         eos_note,
         engine_note,
+        load_note,
         threads,
         chat,
     } = plan;
@@ -424,6 +439,10 @@ pub(crate) fn write(
     let kept = journal.shards.len();
     progress.note(&eos_note);
     progress.note(&engine_note);
+    progress.note(&format!(
+        "{load_note}; the first document is read {} ms after the run began",
+        started.elapsed().as_millis()
+    ));
     if kept > 0 {
         progress.note(&format!(
             "resuming: kept {kept} complete shards of an interrupted run"

@@ -45,5 +45,6 @@ mod stream;
 mod tokenize;
 mod tokenize_errors;
 mod tokenize_inputs;
+mod tokenizer_cache;
 mod tokenizer_defaults;
 mod validate;

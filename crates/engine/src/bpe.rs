@@ -13,6 +13,7 @@ use std::collections::{BinaryHeap, HashMap};
 use foldhash::fast::FixedState;
 
 use super::cache::PieceCache;
+use super::compiled::{read_keyed, write_keyed, Reader, Stale, Writer};
 
 /// A merge: the rank of the pair and the id it makes.
 #[derive(Debug, Clone, Copy)]
@@ -260,4 +261,47 @@ pub(crate) fn merge_scan(syms: &mut Vec<(u32, Merge)>, merge: impl Fn(u32, u32) 
             syms[i - 1].1 = pair(syms[i - 1].0, id);
         }
     }
+}
+
+impl Bpe {
+    /// Writes the model's tables for [`Bpe::read`].
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.u32s(&self.byte_ids);
+        write_merges(w, &self.merges);
+        w.opt(self.whole.as_ref(), |w, whole| w.vocab(whole));
+        w.opt(self.affixed.as_deref(), |w, a| {
+            for table in [&a.middle, &a.last, &a.only] {
+                w.u32s(table);
+            }
+        });
+    }
+
+    /// The model [`Bpe::write`] wrote.
+    pub(crate) fn read(r: &mut Reader) -> Result<Bpe, Stale> {
+        Ok(Bpe {
+            byte_ids: *r.table()?,
+            merges: read_merges(r)?,
+            whole: r.opt(|r| r.byte_map())?,
+            affixed: r.opt(|r| {
+                Ok(Box::new(Affixed {
+                    middle: *r.table()?,
+                    last: *r.table()?,
+                    only: *r.table()?,
+                }))
+            })?,
+        })
+    }
+}
+
+/// Writes a table of merges: the pairs, then each merge's rank and id.
+pub(crate) fn write_merges(w: &mut Writer, merges: &HashMap<u64, Merge, FixedState>) {
+    write_keyed(w, merges, |m| u64::from(m.rank) << 32 | u64::from(m.id));
+}
+
+/// The merges [`write_merges`] wrote.
+pub(crate) fn read_merges(r: &mut Reader) -> Result<HashMap<u64, Merge, FixedState>, Stale> {
+    read_keyed(r, |v| Merge {
+        rank: (v >> 32) as u32,
+        id: v as u32,
+    })
 }

@@ -37,6 +37,7 @@
 mod bert;
 mod bpe;
 mod cache;
+pub mod compiled;
 mod dfa;
 mod normalize;
 pub mod offsets;
@@ -55,6 +56,7 @@ use std::sync::LazyLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Anchored, Input, MatchKind, StartKind};
 use foldhash::fast::FixedState;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use bpe::{Bpe, BpeState, Merge};
@@ -63,7 +65,7 @@ use pretok::Steps;
 pub use scan::Pattern;
 use tokenizer::Names;
 pub use tokenizer::{
-    read_tokenizer_bytes, token_arg, tokenizer_file, DefaultEos, LoadedTokenizer,
+    read_tokenizer_bytes, token_arg, tokenizer_file, Compiled, DefaultEos, LoadedTokenizer,
     PostProcessorTokens, Readings, TokenArgError, TokenNames, TokenizerError, EOS_NAMES,
     TOKEN_PREFIX,
 };
@@ -109,6 +111,31 @@ enum Engine {
     WordPiece(Steps, wordpiece::Model),
 }
 
+impl Engine {
+    /// Writes the family and the model's tables; the pre-tokenizer's steps
+    /// are read again from the file's JSON.
+    fn write(&self, w: &mut compiled::Writer) {
+        match self {
+            Engine::ByteLevel { bpe, .. } => {
+                w.u8(0);
+                bpe.write(w);
+            }
+            Engine::SentencePiece(_, m) => {
+                w.u8(1);
+                m.write(w);
+            }
+            Engine::Unigram(_, m) => {
+                w.u8(2);
+                m.write(w);
+            }
+            Engine::WordPiece(_, m) => {
+                w.u8(3);
+                m.write(w);
+            }
+        }
+    }
+}
+
 /// How the text between added tokens is cut into pieces.
 enum PreTokenizer {
     /// One scanner does the whole pre-tokenizer (the hot path); with a
@@ -116,6 +143,17 @@ enum PreTokenizer {
     Scan(Pattern, bool),
     /// Any other sequence of steps.
     Steps(Steps),
+}
+
+impl PreTokenizer {
+    /// The pre-tokenizer around a `ByteLevel` step: one scanner where one
+    /// does it all, else the steps.
+    fn for_byte_level(steps: Steps) -> Result<PreTokenizer, Unsupported> {
+        Ok(match steps.scanner() {
+            Some((pattern, prefix_space)) => PreTokenizer::Scan(pattern, prefix_space),
+            None => PreTokenizer::Steps(steps.checked_byte_level()?),
+        })
+    }
 }
 
 /// One worker's buffers and cache of encoded pieces. A state used with
@@ -281,15 +319,47 @@ impl FastTokenizer {
         Ok(Self::from_json_named(json)?.0)
     }
 
+    /// Reads a `tokenizer.json` whose XXH3 is `source`, with its compiled
+    /// form ([`compiled`]), or says why the fast engine cannot run it.
+    pub fn compile(json: &[u8], source: u64) -> Result<(FastTokenizer, Vec<u8>), Unsupported> {
+        let (fast, _, compiled) = Self::build(json, Some(source))?;
+        Ok((fast, compiled.expect("asked for")))
+    }
+
+    /// The tokenizer a compiled form holds, if it is whole, current, and
+    /// made from the `tokenizer.json` whose XXH3 is `source`.
+    pub fn from_compiled_bytes(
+        bytes: &[u8],
+        source: u64,
+    ) -> Result<FastTokenizer, compiled::Stale> {
+        Ok(Self::from_compiled(bytes, source)?.0)
+    }
+
     /// [`FastTokenizer::from_json`], with the file's tokens by name (its
     /// vocabulary, added tokens and post-processor), which the engine reads
     /// anyway: what a run asks of a file beside its ids, answered without
     /// HF tokenizers' reading of it.
     pub(crate) fn from_json_named(json: &[u8]) -> Result<(FastTokenizer, Names), Unsupported> {
+        let (fast, names, _) = Self::build(json, None)?;
+        Ok((fast, names))
+    }
+
+    /// Reads a `tokenizer.json` as [`FastTokenizer::from_json_named`]
+    /// does, with its compiled form ([`compiled`]) when `compile_for` gives
+    /// the file's XXH3.
+    pub(crate) fn build(
+        json: &[u8],
+        compile_for: Option<u64>,
+    ) -> Result<(FastTokenizer, Names, Option<Vec<u8>>), Unsupported> {
         let root: File = serde_json::from_slice(json)
             .map_err(|e| Unsupported(format!("not a tokenizer.json: {e}")))?;
-        let normalizer = Normalizer::from_json(&root.normalizer)?;
-        let steps = Steps::from_json(&root.pre_tokenizer)?;
+        let value = |raw: &Option<Box<RawValue>>| match raw {
+            None => Ok(Value::Null),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| Unsupported(format!("not a tokenizer.json: {e}"))),
+        };
+        let normalizer = Normalizer::from_json(&value(&root.normalizer)?)?;
+        let steps = Steps::from_json(&value(&root.pre_tokenizer)?)?;
         let model = root.model.get();
         let head: ModelHead =
             serde_json::from_str(model).map_err(|e| Unsupported(format!("model: {e}")))?;
@@ -297,10 +367,7 @@ impl FastTokenizer {
             (Family::Bpe, true) => {
                 let m: BpeModel =
                     serde_json::from_str(model).map_err(|e| Unsupported(format!("model: {e}")))?;
-                let pre = match steps.scanner() {
-                    Some((pattern, prefix_space)) => PreTokenizer::Scan(pattern, prefix_space),
-                    None => PreTokenizer::Steps(steps.checked_byte_level()?),
-                };
+                let pre = PreTokenizer::for_byte_level(steps)?;
                 let bpe = Box::new(self::model(&m)?);
                 (Engine::ByteLevel { pre, bpe }, m.vocab)
             }
@@ -323,12 +390,65 @@ impl FastTokenizer {
             }
         };
         let (raw, normalized) = added_tokens(&root.added_tokens, &vocab, normalizer.as_ref())?;
-        let names = Names::new(&root.added_tokens, vocab, &root.post_processor)?;
+        let names = Names::new(&root.added_tokens, vocab, &value(&root.post_processor)?)?;
+        let compiled = compile_for.map(|source| {
+            fn text(raw: &Option<Box<RawValue>>) -> &str {
+                raw.as_ref().map_or("null", |r| r.get())
+            }
+            let mut w = compiled::Writer::default();
+            w.str(text(&root.normalizer));
+            w.str(text(&root.pre_tokenizer));
+            w.str(text(&root.post_processor));
+            model.write(&mut w);
+            write_added(&mut w, &raw);
+            write_added(&mut w, &normalized);
+            names.write(&mut w);
+            compiled::seal(source, &w.buf)
+        });
         let fast = FastTokenizer {
             normalizer,
             model,
             raw: Added::new(raw)?,
             normalized: Added::new(normalized)?,
+            serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        Ok((fast, names, compiled))
+    }
+
+    /// The tokenizer a compiled form holds, if it is whole and was made by
+    /// this engine from the `tokenizer.json` whose XXH3 is `source`.
+    pub(crate) fn from_compiled(
+        bytes: &[u8],
+        source: u64,
+    ) -> Result<(FastTokenizer, Names), compiled::Stale> {
+        let mut r = compiled::Reader::new(compiled::open(bytes, source)?);
+        let refused = |e: Unsupported| compiled::Stale(format!("the engine refuses it now: {e}"));
+        let value = |text: &str| {
+            serde_json::from_str::<Value>(text)
+                .map_err(|e| compiled::Stale(format!("a part is not JSON: {e}")))
+        };
+        let normalizer = Normalizer::from_json(&value(r.str()?)?).map_err(refused)?;
+        let steps = Steps::from_json(&value(r.str()?)?).map_err(refused)?;
+        let post_processor = value(r.str()?)?;
+        let model = match r.u8()? {
+            0 => Engine::ByteLevel {
+                pre: PreTokenizer::for_byte_level(steps).map_err(refused)?,
+                bpe: Box::new(Bpe::read(&mut r)?),
+            },
+            1 => Engine::SentencePiece(steps, Box::new(sentencepiece::Model::read(&mut r)?)),
+            2 => Engine::Unigram(steps, unigram::Model::read(&mut r)?),
+            3 => Engine::WordPiece(steps, wordpiece::Model::read(&mut r)?),
+            _ => return Err(compiled::Stale("an unknown model family".into())),
+        };
+        let raw = read_added(&mut r)?;
+        let normalized = read_added(&mut r)?;
+        let names = Names::read(&mut r, &post_processor).map_err(refused)?;
+        r.finish()?;
+        let fast = FastTokenizer {
+            normalizer,
+            model,
+            raw: Added::new(raw).map_err(refused)?,
+            normalized: Added::new(normalized).map_err(refused)?,
             serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         Ok((fast, names))
@@ -444,17 +564,19 @@ impl FastTokenizer {
 /// The parts of a `tokenizer.json` the engine reads; the vocabulary goes
 /// straight into a hash map (a JSON tree of it would be slow to build and
 /// slow to search).
+/// The normalizer, pre-tokenizer and post-processor are kept as the file
+/// spells them, for the compiled form.
 #[derive(serde::Deserialize)]
 struct File {
     #[serde(default)]
-    normalizer: Value,
+    normalizer: Option<Box<RawValue>>,
     #[serde(default)]
-    pre_tokenizer: Value,
-    model: Box<serde_json::value::RawValue>,
+    pre_tokenizer: Option<Box<RawValue>>,
+    model: Box<RawValue>,
     #[serde(default)]
     added_tokens: Vec<Value>,
     #[serde(default)]
-    post_processor: Value,
+    post_processor: Option<Box<RawValue>>,
 }
 
 /// A model's families, as HF tells them apart.
@@ -707,6 +829,34 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
 }
 
 type AddedList = Vec<(String, u32, Strip)>;
+
+fn write_added(w: &mut compiled::Writer, list: &AddedList) {
+    w.len(list.len());
+    for (content, id, strip) in list {
+        w.str(content);
+        w.u32(*id);
+        w.u8(u8::from(strip.single_word)
+            | u8::from(strip.lstrip) << 1
+            | u8::from(strip.rstrip) << 2);
+    }
+}
+
+fn read_added(r: &mut compiled::Reader) -> Result<AddedList, compiled::Stale> {
+    let n = r.len()?;
+    let mut list = Vec::with_capacity(n);
+    for _ in 0..n {
+        let content = r.str()?.to_owned();
+        let id = r.u32()?;
+        let bits = r.u8()?;
+        let strip = Strip {
+            single_word: bits & 1 != 0,
+            lstrip: bits & 2 != 0,
+            rstrip: bits & 4 != 0,
+        };
+        list.push((content, id, strip));
+    }
+    Ok(list)
+}
 
 fn added_tokens(
     list: &[Value],

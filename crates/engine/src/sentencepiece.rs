@@ -55,6 +55,7 @@ use serde_json::Value;
 
 use super::bpe::{self, Merge};
 use super::cache::PieceCache;
+use super::compiled::{Reader, Stale, Writer};
 use super::{MergeLine, Unsupported, Vocab};
 
 /// The character SentencePiece marks a word's start with.
@@ -161,6 +162,67 @@ fn flag(value: &Value, key: &str) -> Result<bool, Unsupported> {
 }
 
 impl Model {
+    /// Writes the model's tables for [`Model::read`].
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.u32s(&self.bmp);
+        let astral: Vec<u64> = self
+            .astral
+            .iter()
+            .map(|(&c, &id)| u64::from(c as u32) << 32 | u64::from(id))
+            .collect();
+        w.u64s(&astral);
+        w.opt(self.bytes.as_deref(), |w, b| w.u32s(b));
+        w.opt(self.unk.as_ref(), |w, &u| w.u32(u));
+        w.bool(self.fuse_unk);
+        bpe::write_merges(w, &self.merges);
+        w.opt(self.whole.as_ref(), |w, whole| w.vocab(whole));
+        w.opt(self.cuts.as_ref(), |w, cuts| {
+            w.u64s(&cuts.joins.iter().copied().collect::<Vec<_>>());
+            w.u32(cuts.unk_ends.0 as u32);
+            w.u32(cuts.unk_ends.1 as u32);
+            w.bool(cuts.pending_unk);
+            for &b in &cuts.before_mark {
+                w.bool(b);
+            }
+        });
+    }
+
+    /// The model [`Model::write`] wrote.
+    pub(crate) fn read(r: &mut Reader) -> Result<Model, Stale> {
+        let char_of = |c: u32| char::from_u32(c).ok_or_else(|| Stale("not a character".into()));
+        let bmp = r.u32s()?.into_boxed_slice();
+        if bmp.len() != 0x10000 {
+            return Err(Stale("the character table has the wrong length".into()));
+        }
+        let mut astral = HashMap::default();
+        for v in r.u64s()? {
+            astral.insert(char_of((v >> 32) as u32)?, v as u32);
+        }
+        Ok(Model {
+            bmp,
+            astral,
+            bytes: r.opt(|r| r.table())?,
+            unk: r.opt(|r| r.u32())?,
+            fuse_unk: r.bool()?,
+            merges: bpe::read_merges(r)?,
+            whole: r.opt(|r| r.vocab())?,
+            cuts: r.opt(|r| {
+                let joins = r.u64s()?.into_iter().collect();
+                let unk_ends = (char_of(r.u32()?)?, char_of(r.u32()?)?);
+                let pending_unk = r.bool()?;
+                let mut before_mark = [false; 128];
+                for b in &mut before_mark {
+                    *b = r.bool()?;
+                }
+                Ok(Cuts {
+                    joins,
+                    unk_ends,
+                    pending_unk,
+                    before_mark,
+                })
+            })?,
+        })
+    }
     /// Reads the `model` object of a `tokenizer.json`, with its
     /// vocabulary (for the added tokens' ids), or says why it is refused.
     ///

@@ -14,6 +14,7 @@ use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::{Encoding, PostProcessor, Token, Tokenizer};
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::compiled::{self, Reader, Stale, Writer};
 use super::{FastTokenizer, Unsupported};
 
 /// Why a `tokenizer.json` cannot be used.
@@ -223,6 +224,8 @@ pub struct LoadedTokenizer {
     pub json: Vec<u8>,
     /// XXH3-64 of `json`.
     pub xxh3: u64,
+    /// Where the fast engine's reading came from, when it read the file.
+    pub compiled: Option<Compiled>,
     /// One more than the largest id, added tokens included (a dataset's
     /// dtype is the narrowest that holds every id below it:
     /// `prep::Dtype::for_vocab_size`).
@@ -254,8 +257,28 @@ impl TokenNames for Tokenizer {
 pub(crate) struct Names {
     /// Each added token HF keeps (not the empty ones): id, text, special.
     added: Vec<(u32, String, bool)>,
-    vocab: super::Vocab,
+    vocab: Words,
     post_processor: Option<PostProcessorWrapper>,
+}
+
+/// A vocabulary as one text with each token's end and id, in the order of
+/// the map it came from: searched from the start for the few names a run
+/// asks (a flag's value, the end-of-document token), and read from a
+/// compiled form without a string allocated per token.
+struct Words {
+    text: Vec<u8>,
+    ends: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl Words {
+    fn iter(&self) -> impl Iterator<Item = (&[u8], u32)> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .zip(&self.ids)
+            .map(|((start, &end), &id)| (&self.text[start as usize..end as usize], id))
+    }
 }
 
 impl Names {
@@ -275,17 +298,73 @@ impl Names {
                 Some((id, content.to_owned(), t["special"] == true))
             })
             .collect();
-        let post_processor = match post_processor {
-            Value::Null => None,
-            v => Some(
-                PostProcessorWrapper::deserialize(v)
-                    .map_err(|e| Unsupported(format!("post_processor: {e}")))?,
-            ),
+        let mut words = Words {
+            text: Vec::new(),
+            ends: Vec::with_capacity(vocab.len()),
+            ids: Vec::with_capacity(vocab.len()),
         };
+        for (token, id) in vocab {
+            words.text.extend_from_slice(token.as_bytes());
+            words.ends.push(words.text.len() as u64);
+            words.ids.push(id);
+        }
         Ok(Names {
             added,
-            vocab,
-            post_processor,
+            vocab: words,
+            post_processor: Self::post_processor(post_processor)?,
+        })
+    }
+
+    fn post_processor(value: &Value) -> Result<Option<PostProcessorWrapper>, Unsupported> {
+        match value {
+            Value::Null => Ok(None),
+            v => {
+                Ok(Some(PostProcessorWrapper::deserialize(v).map_err(|e| {
+                    Unsupported(format!("post_processor: {e}"))
+                })?))
+            }
+        }
+    }
+
+    /// Writes the names for [`Names::read`] (the post-processor is kept as
+    /// the file's JSON).
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.len(self.added.len());
+        for (id, text, special) in &self.added {
+            w.u32(*id);
+            w.str(text);
+            w.bool(*special);
+        }
+        w.bytes(&self.vocab.text);
+        w.u64s(&self.vocab.ends);
+        w.u32s(&self.vocab.ids);
+    }
+
+    /// The names [`Names::write`] wrote, with the file's `post_processor`.
+    pub(crate) fn read(r: &mut Reader, post_processor: &Value) -> Result<Names, Unsupported> {
+        let damaged = |e: Stale| Unsupported(e.0);
+        let n = r.len().map_err(damaged)?;
+        let mut added = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = r.u32().map_err(damaged)?;
+            let text = r.str().map_err(damaged)?.to_owned();
+            added.push((id, text, r.bool().map_err(damaged)?));
+        }
+        let text = r.bytes().map_err(damaged)?.to_vec();
+        let ends = r.u64s().map_err(damaged)?;
+        let ids = r.u32s().map_err(damaged)?;
+        // The texts are only compared and shown, never cut: UTF-8 is not
+        // checked here (the payload's checksum was).
+        let whole = ends.len() == ids.len()
+            && ends.windows(2).all(|w| w[0] <= w[1])
+            && ends.last().is_none_or(|&e| e <= text.len() as u64);
+        if !whole {
+            return Err(Unsupported("the vocabulary's ends are out of order".into()));
+        }
+        Ok(Names {
+            added,
+            vocab: Words { text, ends, ids },
+            post_processor: Self::post_processor(post_processor)?,
         })
     }
 
@@ -295,7 +374,7 @@ impl Names {
 
     /// One more than the largest id, as HF's `get_vocab(true)` has them.
     fn vocab_size(&self) -> Option<u64> {
-        let model = self.vocab.values().copied();
+        let model = self.vocab.ids.iter().copied();
         let largest = model.chain(self.added.iter().map(|a| a.0)).max()?;
         Some(u64::from(largest) + 1)
     }
@@ -304,7 +383,13 @@ impl Names {
 impl TokenNames for Names {
     fn token_to_id(&self, text: &str) -> Option<u32> {
         let added = self.added.iter().find(|a| a.1 == text).map(|a| a.0);
-        added.or_else(|| self.vocab.get(text).copied())
+        added.or_else(|| {
+            let text = text.as_bytes();
+            self.vocab
+                .iter()
+                .find(|&(t, _)| t == text)
+                .map(|(_, id)| id)
+        })
     }
     fn id_to_token(&self, id: u32) -> Option<String> {
         match self.added(id) {
@@ -312,8 +397,8 @@ impl TokenNames for Names {
             None => self
                 .vocab
                 .iter()
-                .find(|&(_, &v)| v == id)
-                .map(|(t, _)| t.clone()),
+                .find(|&(_, v)| v == id)
+                .map(|(t, _)| String::from_utf8_lossy(t).into_owned()),
         }
     }
 }
@@ -348,6 +433,16 @@ impl LoadedTokenizer {
         path: &Path,
         readings: Readings,
     ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizerError> {
+        Self::load_cached(path, readings, compiled::cache_dir().as_deref())
+    }
+
+    /// [`LoadedTokenizer::load_with_fast`], with the compiled forms kept in
+    /// `cache` (none: the engine reads the JSON each time).
+    pub fn load_cached(
+        path: &Path,
+        readings: Readings,
+        cache: Option<&Path>,
+    ) -> Result<(LoadedTokenizer, Option<Result<FastTokenizer, Unsupported>>), TokenizerError> {
         let json = read_tokenizer_bytes(path).map_err(|source| TokenizerError::Read {
             path: path.into(),
             cause: source,
@@ -365,21 +460,24 @@ impl LoadedTokenizer {
                 names: None,
                 json: json.clone(),
                 xxh3: xxh3_64(&json),
+                compiled: None,
                 vocab_size: u64::from(largest) + 1,
             })
         };
+        let xxh3 = xxh3_64(&json);
         match readings {
             Readings::Hf => Ok((read_hf()?, None)),
             Readings::Both => std::thread::scope(|scope| {
-                let fast = scope.spawn(|| FastTokenizer::from_json(&json));
-                let tok = read_hf()?;
-                let fast = fast
+                let fast = scope.spawn(|| fast_reading(&json, xxh3, cache));
+                let mut tok = read_hf()?;
+                let (fast, compiled) = fast
                     .join()
                     .expect("reading a tokenizer.json does not panic");
-                Ok((tok, Some(fast)))
+                tok.compiled = Some(compiled);
+                Ok((tok, Some(fast.map(|(fast, _)| fast))))
             }),
-            Readings::Fast => match FastTokenizer::from_json_named(&json) {
-                Ok((fast, names)) => {
+            Readings::Fast => match fast_reading(&json, xxh3, cache) {
+                (Ok((fast, names)), compiled) => {
                     let Some(vocab_size) = names.vocab_size() else {
                         // HF says what is wrong with an empty vocabulary.
                         return Ok((read_hf()?, Some(Ok(fast))));
@@ -388,13 +486,14 @@ impl LoadedTokenizer {
                         path: path.into(),
                         hf: OnceLock::new(),
                         names: Some(names),
-                        xxh3: xxh3_64(&json),
+                        xxh3,
                         json,
+                        compiled: Some(compiled),
                         vocab_size,
                     };
                     Ok((tok, Some(Ok(fast))))
                 }
-                Err(why) => Ok((read_hf()?, Some(Err(why)))),
+                (Err(why), _) => Ok((read_hf()?, Some(Err(why)))),
             },
         }
     }
@@ -555,6 +654,81 @@ impl LoadedTokenizer {
     /// The token string of `id`, for messages.
     pub fn token(&self, id: u32) -> String {
         self.id_to_token(id).unwrap_or_else(|| format!("#{id}"))
+    }
+}
+
+/// Where the fast engine's reading of a file came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compiled {
+    /// Its compiled form in the cache, at this path.
+    Read(PathBuf),
+    /// The JSON; the compiled form was then written at `path`, since the
+    /// cache did not serve (`why`: none yet, stale, or damaged).
+    Written {
+        /// The compiled form.
+        path: PathBuf,
+        /// Why the one there was not read.
+        why: String,
+    },
+    /// The JSON, with nothing kept (no cache directory, a cache that cannot
+    /// be written, or a file the engine does not run): why.
+    NotKept(String),
+}
+
+impl std::fmt::Display for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Compiled::Read(path) => write!(f, "compiled form read from {}", path.display()),
+            Compiled::Written { path, why } => {
+                write!(
+                    f,
+                    "read from JSON ({why}); compiled form written to {}",
+                    path.display()
+                )
+            }
+            Compiled::NotKept(why) => write!(f, "read from JSON; no compiled form kept ({why})"),
+        }
+    }
+}
+
+/// The fast engine's reading of `json` (whose XXH3 is `xxh3`): from its
+/// compiled form in the cache where that is whole and current, else from
+/// the JSON, writing the compiled form for the next run. A compiled form
+/// that cannot be used is never an error, only a slower load.
+fn fast_reading(
+    json: &[u8],
+    xxh3: u64,
+    cache: Option<&Path>,
+) -> (Result<(FastTokenizer, Names), Unsupported>, Compiled) {
+    let Some(dir) = cache else {
+        let why = format!(
+            "{} is off, or neither XDG_CACHE_HOME nor HOME is set",
+            compiled::CACHE_ENV
+        );
+        return (FastTokenizer::from_json_named(json), Compiled::NotKept(why));
+    };
+    let path = compiled::cache_file(dir, xxh3);
+    let why = match std::fs::read(&path) {
+        Ok(bytes) => match FastTokenizer::from_compiled(&bytes, xxh3) {
+            Ok(read) => return (Ok(read), Compiled::Read(path)),
+            Err(stale) => format!("the one there is stale or damaged: {stale}"),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none yet".to_owned(),
+        Err(e) => format!("cannot read the one there: {e}"),
+    };
+    match FastTokenizer::build(json, Some(xxh3)) {
+        Ok((fast, names, bytes)) => {
+            let bytes = bytes.expect("build compiles when given the source's hash");
+            let kept = match compiled::store(&path, &bytes) {
+                Ok(()) => Compiled::Written { path, why },
+                Err(e) => Compiled::NotKept(format!("cannot write {}: {e}", path.display())),
+            };
+            (Ok((fast, names)), kept)
+        }
+        Err(unsupported) => (
+            Err(unsupported),
+            Compiled::NotKept("the fast engine does not run this file".into()),
+        ),
     }
 }
 

@@ -37,6 +37,7 @@ use foldhash::fast::FixedState;
 use serde_json::value::RawValue;
 
 use super::cache::PieceCache;
+use super::compiled::{Reader, Stale, Writer};
 use super::{Unsupported, Vocab};
 
 /// HF's penalty below the lowest score for an unknown character.
@@ -274,6 +275,64 @@ pub(crate) fn python_score(text: &str) -> Option<f64> {
 }
 
 impl Model {
+    /// Writes the model's tables for [`Model::read`].
+    pub(crate) fn write(&self, w: &mut Writer) {
+        let t = &self.trie;
+        w.u32s(&t.root[..]);
+        w.len(t.nodes.len());
+        for n in &t.nodes {
+            w.f64(n.score);
+            w.u32(n.id);
+            w.u32(n.first);
+            w.u32(n.count);
+        }
+        w.bytes(&t.labels);
+        w.vocab(&self.vocab);
+        w.u32(self.unk_id);
+        w.f64(self.unk_score);
+        w.opt(self.byte_ids.as_deref(), |w, b| w.u32s(b));
+    }
+
+    /// The model [`Model::write`] wrote.
+    pub(crate) fn read(r: &mut Reader) -> Result<Model, Stale> {
+        let root = r.table()?;
+        let count = r.len()?;
+        let mut nodes = Vec::with_capacity(count.min(1 << 24));
+        for _ in 0..count {
+            nodes.push(Node {
+                score: r.f64()?,
+                id: r.u32()?,
+                first: r.u32()?,
+                count: r.u32()?,
+            });
+        }
+        let labels = r.bytes()?.to_vec();
+        // A link outside the trie would stop the encoder with a panic.
+        let inside = |first: u32, count: u32| {
+            (first as usize)
+                .checked_add(count as usize)
+                .is_some_and(|end| end <= nodes.len())
+        };
+        let linked = root
+            .iter()
+            .all(|&i| i == NONE || (i as usize) < nodes.len())
+            && nodes.iter().all(|n| inside(n.first, n.count));
+        if !linked || labels.len() != nodes.len() {
+            return Err(Stale("the trie's links run outside it".into()));
+        }
+        Ok(Model {
+            trie: Trie {
+                root,
+                nodes,
+                labels,
+            },
+            vocab: r.vocab()?,
+            unk_id: r.u32()?,
+            unk_score: r.f64()?,
+            byte_ids: r.opt(|r| r.table())?,
+        })
+    }
+
     /// Reads the `model` object of a `tokenizer.json`, with its
     /// vocabulary (for the added tokens' ids), or says why it is refused.
     pub(crate) fn from_json(model: &str) -> Result<(Model, Vocab), Unsupported> {

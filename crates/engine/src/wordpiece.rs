@@ -16,6 +16,7 @@
 
 use serde::Deserialize;
 
+use super::compiled::{Reader, Stale, Writer};
 use super::{Unsupported, Vocab};
 
 /// The model, ready to encode.
@@ -47,6 +48,29 @@ struct Json {
 }
 
 impl Model {
+    /// Writes the model's tables for [`Model::read`].
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.vocab(&self.vocab);
+        w.vocab(&self.continuing);
+        for n in [self.longest, self.longest_continuing, self.max_chars] {
+            w.len(n);
+        }
+        w.u32(self.unk);
+    }
+
+    /// The model [`Model::write`] wrote.
+    pub(crate) fn read(r: &mut Reader) -> Result<Model, Stale> {
+        let word = |r: &mut Reader| r.u64().map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        Ok(Model {
+            vocab: r.vocab()?,
+            continuing: r.vocab()?,
+            longest: word(r)?,
+            longest_continuing: word(r)?,
+            max_chars: word(r)?,
+            unk: r.u32()?,
+        })
+    }
+
     /// Reads the `model` object of a `tokenizer.json`, with its
     /// vocabulary (for the added tokens' ids), or says why it is refused.
     pub(crate) fn from_json(model: &str) -> Result<(Model, Vocab), Unsupported> {

@@ -31,18 +31,28 @@ pub fn texts(jsonl: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// A tokenizer in prep's HF path and in the fast engine, which must take it.
+/// A tokenizer in prep's HF path and in the fast engine, which must take it:
+/// the engine read from the JSON, and read back from its compiled form.
 pub struct Pair {
     pub name: String,
     pub json: Vec<u8>,
     pub hf: Tokenizer,
     pub fast: FastTokenizer,
+    /// The engine as a later run reads it: from the compiled form of the
+    /// same file, which must give the same ids as `fast` on every text.
+    pub compiled: FastTokenizer,
+    /// The compiled one's state, apart from the callers', whose caches
+    /// would otherwise be emptied at every switch.
+    compiled_state: std::sync::Mutex<EncodeState>,
 }
 
 impl Pair {
     pub fn new(name: &str, json: &[u8]) -> Pair {
-        let fast = FastTokenizer::from_json(json)
+        let source = xxhash_rust::xxh3::xxh3_64(json);
+        let (fast, sealed) = FastTokenizer::compile(json, source)
             .unwrap_or_else(|e| panic!("{name}: the fast engine refuses it: {e}"));
+        let compiled = FastTokenizer::from_compiled_bytes(&sealed, source)
+            .unwrap_or_else(|e| panic!("{name}: its compiled form does not read back: {e}"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokenizer.json");
         std::fs::write(&path, json).unwrap();
@@ -54,6 +64,8 @@ impl Pair {
             json: json.to_vec(),
             hf,
             fast,
+            compiled,
+            compiled_state: Default::default(),
         }
     }
 
@@ -74,6 +86,19 @@ impl Pair {
     pub fn compare(&self, text: &str, want: &[u32], state: &mut EncodeState) -> Result<(), String> {
         let got = self.fast_ids(text, state);
         if got == want {
+            let mut compiled = Vec::new();
+            let mut own = self
+                .compiled_state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.compiled.encode(text, &mut own, &mut compiled);
+            if compiled != got {
+                return Err(format!(
+                    "{}: the compiled form's ids differ from the JSON's on {:?}",
+                    self.name,
+                    text.chars().take(200).collect::<String>()
+                ));
+            }
             return Ok(());
         }
         let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();

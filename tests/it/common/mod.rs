@@ -146,10 +146,14 @@ impl TestDir {
         std::fs::metadata(path).unwrap().ino()
     }
 
-    /// A `prep` command running in this directory.
+    /// A `prep` command running in this directory, its compiled tokenizers
+    /// kept under the target directory rather than the user's cache.
     pub fn prep(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_prep"));
-        cmd.current_dir(self.dir.path());
+        cmd.current_dir(self.dir.path()).env(
+            prep::engine::compiled::CACHE_ENV,
+            target_dir().join("tmp/tokenizer-cache"),
+        );
         cmd
     }
 }
