@@ -93,7 +93,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use crate::format::{
-    Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, ShardInfo,
+    Dataset, DocumentCounts, FormatError, InputInfo, Manifest, Packing, ShardInfo, Verified,
 };
 use crate::output::{Done, Output, OutputError, Start};
 use crate::partition::Part;
@@ -351,10 +351,11 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
     let l = config.seq_len;
     // Every token and mask byte of a row is read through the input's checks.
     let verified = input.verified()?;
-    let in_order = config.mode == PackMode::Concat && config.seed.is_none();
-    let builder = RowBuilder::new(&verified, in_order, l, plan.specials.sep, plan.specials.pad);
+    let builder = RowBuilder::new(&verified, l, plan.specials.sep, plan.specials.pad);
     let mut rows = Rows {
-        out: PackWriter::new(builder, &pool, dir, config.writing.shard_size, kept),
+        out: PackWriter::new(&builder, &pool, dir, config.writing.shard_size, kept),
+        input: &verified,
+        released: 0,
         pool: &pool,
         per_batch: batch_rows(u64::from(l) * input.manifest().dtype.size() as u64),
         skip,
@@ -392,12 +393,29 @@ pub fn run(config: &PackConfig, progress: &dyn Progress) -> Result<PackReport, P
 /// The output rows as they are built and written, and what a run shows.
 struct Rows<'a> {
     out: PackWriter<'a>,
+    /// The input, read through its checks.
+    input: &'a Verified<'a>,
+    /// Documents before this one have left the process's memory.
+    released: u64,
     pool: &'a rayon::ThreadPool,
     /// Rows built and written at a time.
     per_batch: u64,
     /// Rows kept from an interrupted run: the first this run writes.
     skip: u64,
     shown: Shown<'a>,
+}
+
+impl Rows<'_> {
+    /// Drops the pages of the input's documents before `doc`, whose rows
+    /// are all written, from the process's memory (they stay in the page
+    /// cache): for the modes that read the input in order, so that what
+    /// pack holds of it is the documents of the rows being built.
+    fn release_before(&mut self, doc: u64) {
+        if doc > self.released {
+            self.input.release_records(self.released..doc);
+            self.released = doc;
+        }
+    }
 }
 
 /// The journal's hook, called with each shard as it is sealed.
@@ -473,6 +491,12 @@ fn write_concat(
                 .collect()
         });
         rows_out.out.write(&batch, &mut *sealed)?;
+        if perm.is_none() {
+            // In stream order, every row before this batch is written.
+            if let Some(p) = batch.first().and_then(|row| row.first()) {
+                rows_out.release_before(p.doc);
+            }
+        }
         rows_out.shown.rows(last - share.start);
         first = last;
     }
@@ -558,10 +582,10 @@ fn write_bestfit(
         let plans: Vec<_> = rows_out.pool.install(|| {
             batch
                 .into_par_iter()
-                .map(|(w, first, lens)| (w, bestfit::plan(first, &lens, l)))
+                .map(|(w, first, lens)| (w, first, bestfit::plan(first, &lens, l)))
                 .collect()
         });
-        for (w, window) in plans {
+        for (w, first_doc, window) in plans {
             let rows = window.n_rows() as u64;
             let first_row = packing.rows;
             packing.rows += rows;
@@ -579,6 +603,9 @@ fn write_bestfit(
                 let batch: Vec<&[bestfit::Piece]> =
                     (j..end).map(|j| window.row(perm.get(j) as usize)).collect();
                 rows_out.out.write(&batch, &mut *sealed)?;
+                // The windows before this one are written now: their
+                // documents can go.
+                rows_out.release_before(first_doc);
                 rows_out.shown.rows(first_row + end);
                 j = end;
             }

@@ -3,16 +3,20 @@
 //! when the shard is complete.
 //!
 //! Rows are assembled in batches, in parallel, and written in order, so the
-//! output does not depend on the thread count. Tokens are read from the
-//! input with positioned reads, not through its mapping: pages of a mapping
-//! stay in the process's resident memory once touched (64 KiB around each
-//! fault), and rows that pick documents at random would touch the whole
-//! input. Resident memory stays that of a window's plan and one batch. The
-//! reads go through the input's checks ([`Verified::reader`]): the first
-//! piece read from a chunk of the input checks that chunk whole.
-
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+//! output does not depend on the thread count. A row is assembled as a list
+//! of borrowed pieces: its documents' tokens in the input's mapping (read
+//! through the input's checks, [`Verified`]: the first piece read from a
+//! chunk of the input checks that chunk whole, in place), separators, and
+//! padding from a row of pad tokens. The writer hashes the pieces where
+//! they lie and writes them by vectored writes ([`crate::format::Gathered`]),
+//! so each token byte is copied once, by the kernel into the page cache.
+//!
+//! The input's pages that rows touch stay in the process's resident memory
+//! (shared with the page cache) until they are released: pack releases the
+//! documents behind it where it reads the input in order (concat without a
+//! seed, and each bestfit window once written), so what it holds is a
+//! window's documents; concat with a seed reads rows anywhere in the input
+//! and holds what it has touched.
 
 use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
@@ -20,16 +24,16 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::bestfit::Piece;
 use crate::format::{
     atomic_write, checksum_hex, DatasetWriter, Dtype, FormatError, SegWriter, Segment, ShardInfo,
-    ShardPart, ShardReader, Verified,
+    Verified,
 };
+use std::path::{Path, PathBuf};
 
 /// Bytes of rows assembled in parallel before they are written in order
 /// (two such batches are in memory: one being filled, one being written).
 const BATCH_BYTES: u64 = 32 << 20;
 
 /// What a row costs in a batch besides its tokens: its list of pieces and
-/// the three buffers of its [`Row`], each with the allocator's overhead
-/// (about 350 bytes measured over the two batches at `--seq-len 1`).
+/// the three lists of its [`Row`], each with the allocator's overhead.
 const ROW_OVERHEAD: u64 = 192;
 
 /// Rows per batch for rows of `row_bytes`: at least one, however long, and
@@ -42,75 +46,28 @@ pub(crate) fn batch_rows(row_bytes: u64) -> u64 {
 /// Builds rows from pieces of the input's documents.
 pub(crate) struct RowBuilder<'a> {
     input: &'a Verified<'a>,
-    /// Rows read the input in its order (concat without a seed): each
-    /// chunk is read once into a buffer, checked there and served from it,
-    /// rather than checked in place and read again.
-    in_order: bool,
     seq_len: u32,
     sep: Option<Vec<u8>>,
+    /// A row's worth of pad tokens (empty without a pad token): a row's
+    /// padding is a slice of it.
     pad: Vec<u8>,
+    /// A row's worth of zero mask bytes, for separators and padding.
+    zeros: Vec<u8>,
 }
 
-/// One assembled row: its bytes, its pieces, and (from an input with loss
-/// masks) its mask.
+/// One assembled row: its bytes and (from an input with loss masks) its
+/// mask, as pieces borrowed from the input or the builder, and its pieces'
+/// segments.
 #[derive(Default)]
-struct Row {
-    bytes: Vec<u8>,
+struct Row<'a> {
+    bytes: Vec<&'a [u8]>,
     segments: Vec<Segment>,
-    mask: Vec<u8>,
-}
-
-/// The input `.bin` (and `.mask`) files one task reads, through the
-/// input's checks: a chunk's first read checks it whole.
-struct Files<'a> {
-    input: &'a Verified<'a>,
-    in_order: bool,
-    open: HashMap<usize, ShardReader<'a, 'a>>,
-    masks: HashMap<usize, ShardReader<'a, 'a>>,
-}
-
-impl Files<'_> {
-    /// Appends tokens `from .. from + len` of record `doc` to `out`, as bytes.
-    fn read(
-        &mut self,
-        doc: u64,
-        from: u64,
-        len: u64,
-        out: &mut Vec<u8>,
-    ) -> Result<(), FormatError> {
-        let (input, ds) = (self.input, self.input.dataset());
-        let (s, local) = ds.locate(doc)?;
-        let size = ds.dtype().size() as u64;
-        let start = (ds.shard_offsets(s)[local] + from) * size;
-        self.open
-            .entry(s)
-            .or_insert_with(|| input.reader(s, ShardPart::Bin, self.in_order))
-            .read_append(start..start + len * size, out)
-    }
-
-    /// Appends the loss mask of tokens `from .. from + len` of record `doc`
-    /// to `out`; the input has masks.
-    fn read_mask(
-        &mut self,
-        doc: u64,
-        from: u64,
-        len: u64,
-        out: &mut Vec<u8>,
-    ) -> Result<(), FormatError> {
-        let (input, ds) = (self.input, self.input.dataset());
-        let (s, local) = ds.locate(doc)?;
-        let start = ds.shard_offsets(s)[local] + from;
-        self.masks
-            .entry(s)
-            .or_insert_with(|| input.reader(s, ShardPart::Mask, self.in_order))
-            .read_append(start..start + len, out)
-    }
+    mask: Vec<&'a [u8]>,
 }
 
 impl<'a> RowBuilder<'a> {
     pub(crate) fn new(
         input: &'a Verified<'a>,
-        in_order: bool,
         seq_len: u32,
         sep: Option<u32>,
         pad: Option<u32>,
@@ -120,39 +77,45 @@ impl<'a> RowBuilder<'a> {
             Dtype::U16 => (id as u16).to_le_bytes().to_vec(),
             Dtype::U32 => id.to_le_bytes().to_vec(),
         };
+        let masked = input.dataset().manifest().has_loss_mask();
         RowBuilder {
             input,
-            in_order,
             seq_len,
             sep: sep.map(bytes),
-            pad: pad.map(bytes).unwrap_or_default(),
+            pad: pad.map_or_else(Vec::new, |p| bytes(p).repeat(seq_len as usize)),
+            zeros: vec![0; if masked { seq_len as usize } else { 0 }],
         }
     }
 
     /// Row `pieces` (in order) followed by padding to `seq_len`; from an
     /// input with loss masks, the row's mask is its pieces' masks, with 0
     /// for separators and padding (never trained on).
-    fn build(&self, pieces: &[Piece], files: &mut Files, row: &mut Row) -> Result<(), FormatError> {
+    fn build(&'a self, pieces: &[Piece], row: &mut Row<'a>) -> Result<(), FormatError> {
         row.bytes.clear();
         row.segments.clear();
         row.mask.clear();
         let ds = self.input.dataset();
         let masked = ds.manifest().has_loss_mask();
-        let mut at = 0u32;
+        let size = ds.dtype().size();
+        let (mut at, mut len) = (0u32, 0usize);
         for p in pieces {
-            let doc_len = ds.record_len(p.doc)?;
-            let from = p.offset.min(doc_len);
-            let to = (p.offset + u64::from(p.len)).min(doc_len);
-            files.read(p.doc, from, to - from, &mut row.bytes)?;
+            let tokens = self.input.record_bytes(p.doc)?;
+            let doc_len = (tokens.len() / size) as u64;
+            let from = p.offset.min(doc_len) as usize;
+            let to = (p.offset + u64::from(p.len)).min(doc_len) as usize;
+            row.bytes.push(&tokens[from * size..to * size]);
+            len += (to - from) * size;
             if masked {
-                files.read_mask(p.doc, from, to - from, &mut row.mask)?;
+                let mask = self.input.loss_mask(p.doc)?.unwrap_or_default();
+                row.mask.push(&mask[from..to]);
             }
             if p.offset + u64::from(p.len) > doc_len {
                 // The piece runs past the document's tokens: its separator.
-                row.bytes
-                    .extend_from_slice(self.sep.as_deref().expect("a separator was added"));
+                let sep = self.sep.as_deref().expect("a separator was added");
+                row.bytes.push(sep);
+                len += sep.len();
                 if masked {
-                    row.mask.push(0);
+                    row.mask.push(&self.zeros[..1]);
                 }
             }
             row.segments.push(Segment {
@@ -163,18 +126,18 @@ impl<'a> RowBuilder<'a> {
             });
             at += p.len;
         }
-        let full = self.seq_len as usize * ds.dtype().size();
-        if row.bytes.len() < full && self.pad.is_empty() {
-            return Err(FormatError::Mismatch {
-                path: ds.dir().into(),
-                message: "a row shorter than seq_len needs a pad token".into(),
-            });
-        }
-        while row.bytes.len() < full {
-            row.bytes.extend_from_slice(&self.pad);
-        }
-        if masked {
-            row.mask.resize(self.seq_len as usize, 0);
+        let full = self.seq_len as usize * size;
+        if len < full {
+            if self.pad.is_empty() {
+                return Err(FormatError::Mismatch {
+                    path: ds.dir().into(),
+                    message: "a row shorter than seq_len needs a pad token".into(),
+                });
+            }
+            row.bytes.push(&self.pad[..full - len]);
+            if masked {
+                row.mask.push(&self.zeros[..(full - len) / size]);
+            }
         }
         Ok(())
     }
@@ -185,14 +148,14 @@ impl<'a> RowBuilder<'a> {
 /// Each batch is assembled while the one before it is written: two buffers
 /// of rows, one filled by the pool's threads, one drained by the writer.
 pub(crate) struct PackWriter<'a> {
-    builder: RowBuilder<'a>,
+    builder: &'a RowBuilder<'a>,
     pool: &'a rayon::ThreadPool,
     sink: Sink,
     /// Rows assembled and not yet written: `pending[..pending_len]`.
-    pending: Vec<Row>,
+    pending: Vec<Row<'a>>,
     pending_len: usize,
     /// The buffer the next batch is assembled into.
-    spare: Vec<Row>,
+    spare: Vec<Row<'a>>,
 }
 
 /// The writing side: shards, their segment indexes, and what is complete.
@@ -208,7 +171,7 @@ struct Sink {
 impl<'a> PackWriter<'a> {
     /// A writer into `dir` that continues after the shards already `done`.
     pub(crate) fn new(
-        builder: RowBuilder<'a>,
+        builder: &'a RowBuilder<'a>,
         pool: &'a rayon::ThreadPool,
         dir: &Path,
         shard_size: u64,
@@ -291,9 +254,9 @@ impl<'a> PackWriter<'a> {
 }
 
 /// Assembles `batch` into `rows`, in parallel chunks.
-fn build_all<P: AsRef<[Piece]> + Sync>(
-    builder: &RowBuilder,
-    rows: &mut [Row],
+fn build_all<'a, P: AsRef<[Piece]> + Sync>(
+    builder: &'a RowBuilder<'a>,
+    rows: &mut [Row<'a>],
     batch: &[P],
     threads: usize,
 ) -> Result<(), FormatError> {
@@ -301,15 +264,9 @@ fn build_all<P: AsRef<[Piece]> + Sync>(
     rows.par_chunks_mut(chunk)
         .zip(batch.par_chunks(chunk))
         .try_for_each(|(rows, pieces)| {
-            let mut files = Files {
-                input: builder.input,
-                in_order: builder.in_order,
-                open: HashMap::new(),
-                masks: HashMap::new(),
-            };
             rows.iter_mut()
                 .zip(pieces)
-                .try_for_each(|(row, p)| builder.build(p.as_ref(), &mut files, row))
+                .try_for_each(|(row, p)| builder.build(p.as_ref(), row))
         })
 }
 
@@ -321,14 +278,11 @@ impl Sink {
         rows: &[Row],
         sealed: &mut (dyn FnMut(&ShardInfo) -> Result<(), super::PackError> + Send),
     ) -> Result<(), super::PackError> {
+        let masked = self.inner.is_masked();
+        let mut out = self.inner.gather();
         for row in rows {
-            let sealed_one = if self.inner.is_masked() {
-                self.inner.push_raw_masked(&row.bytes, &row.mask)?
-            } else {
-                self.inner.push_raw(&row.bytes)?
-            };
-            if sealed_one.is_some() {
-                let done = self.inner.shards().last().expect("just sealed").clone();
+            let mask = masked.then_some(&row.mask[..]);
+            if let Some(done) = out.push(&row.bytes, mask)?.cloned() {
                 let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));
                 let info = finish_shard(&self.dir, seg, done)?;
                 self.shards.push(info.clone());
@@ -336,7 +290,7 @@ impl Sink {
             }
             self.seg.push_row(&row.segments);
         }
-        Ok(())
+        Ok(out.finish()?)
     }
 }
 

@@ -480,10 +480,11 @@ fn write_regions(
         total: layout.data_bytes,
         docs: 0,
     };
-    for_each_document(datasets, range, |g, tokens| {
+    for_each_document(datasets, range, |g, tokens, mask| {
         let k = key(seed, g);
-        super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, tokens)?;
-        moved.bytes += (BUCKET_HEADER + tokens.len()) as u64;
+        let record = [tokens, mask.unwrap_or_default()];
+        super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, &record)?;
+        moved.bytes += (BUCKET_HEADER + tokens.len() + record[1].len()) as u64;
         moved.docs += 1;
         if moved.docs.is_multiple_of(4096) {
             moved.report(progress);
@@ -680,7 +681,7 @@ fn sort_and_write(
         },
         progress,
     };
-    sorter.emit("", &batch.data, batch.entries, 0)?;
+    sorter.emit_records("", batch.records(), 0)?;
     Ok(sorter.writer.finish()?)
 }
 

@@ -21,6 +21,13 @@
 //! writes of the data, a third of each only for a corpus more than 128 times
 //! the budget.
 //!
+//! Documents are read where they lie: the inputs' mappings (each chunk
+//! checked against its checksum as it is first read), and the bucket files
+//! mapped in turn. Sorted, they are written from there by vectored writes
+//! ([`crate::format::Gathered`]), so a shuffle in memory copies each byte
+//! once, into the page cache, and one out of core once more per bucket
+//! pass.
+//!
 //! # On many machines
 //!
 //! The same order can be made by independent tasks ([`dist`]: `prep shuffle
@@ -37,7 +44,7 @@
 //! buckets hold about `n/B` documents each whatever the inputs' order.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -48,7 +55,7 @@ use serde_json::json;
 use crate::fetch::{FetchError, Local};
 use crate::format::{
     checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
-    Provenance, ShardPart, IDX_HEADER_LEN,
+    MappedFile, Provenance, Verified,
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -63,8 +70,10 @@ const ENTRY_BYTES: u64 = 32;
 const BUCKET_HEADER: usize = 24;
 /// Most bucket files open at once.
 const MAX_BUCKETS: u64 = 256;
-/// Read and write buffers.
-const IO_BUFFER: usize = 1 << 20;
+/// Bytes of input records a pass that reads each once (the first pass out of
+/// core, a scatter) reads through the mapping before it drops their pages
+/// from its memory again (they stay in the page cache).
+const RELEASE_BYTES: u64 = 8 << 20;
 
 /// What `prep shuffle` is asked to do.
 #[derive(Debug, Clone)]
@@ -208,7 +217,21 @@ pub fn permutation(seed: u64, n: u64) -> Vec<u64> {
     order.into_iter().map(|(_, g)| g).collect()
 }
 
-/// One document waiting to be written: its key and index decide its place.
+/// One document waiting to be written: its key and index decide its place;
+/// its bytes are borrowed from where they lie (an input's mapping, a bucket
+/// file's, a batch).
+#[derive(Clone, Copy)]
+struct Record<'a> {
+    key: u64,
+    g: u64,
+    bytes: &'a [u8],
+}
+
+/// A record's tokens and (from inputs with loss masks) its mask, where they
+/// lie, or why they cannot be read.
+type Parts<'a> = Result<(&'a [u8], Option<&'a [u8]>), ShuffleError>;
+
+/// One document of a [`Batch`]: where its bytes lie in the batch.
 struct Entry {
     key: u64,
     g: u64,
@@ -216,8 +239,8 @@ struct Entry {
     len: usize,
 }
 
-/// Documents held in memory to be sorted: their tokens back to back, and
-/// an entry each.
+/// Documents held in memory to be sorted (a gather's bucket, read from its
+/// scatter parts): their bytes back to back, and an entry each.
 struct Batch {
     data: Vec<u8>,
     entries: Vec<Entry>,
@@ -239,6 +262,18 @@ impl Batch {
             len: tokens.len(),
         });
         self.data.extend_from_slice(tokens);
+    }
+
+    /// The documents, borrowed from the batch.
+    fn records(&self) -> Vec<Record<'_>> {
+        self.entries
+            .iter()
+            .map(|e| Record {
+                key: e.key,
+                g: e.g,
+                bytes: &self.data[e.offset..e.offset + e.len],
+            })
+            .collect()
     }
 }
 
@@ -415,15 +450,17 @@ fn shuffle_into(
         progress,
     };
 
+    // Every token and mask byte is read through the inputs' checks.
+    let verified = verify_all(&datasets)?;
     let buckets;
     if plan.need <= plan.budget / 2 && !gather.journal.state.scattered {
         buckets = 0;
         let skip = resume_at.map_or(0, |(_, k)| k as usize);
-        gather.in_memory(&datasets, &plan, skip)?;
+        gather.in_memory(&verified, &plan, skip)?;
     } else {
         if !gather.journal.state.scattered {
             gather.journal.state.buckets =
-                write_buckets(&datasets, &plan, &tmp, &mut gather.moved, progress)?;
+                write_buckets(&verified, &plan, &tmp, &mut gather.moved, progress)?;
             gather.journal.state.scattered = true;
             gather.output.save(&gather.journal)?;
             gather.output.progressed();
@@ -433,6 +470,7 @@ fn shuffle_into(
         gather.buckets(names, resume_at)?;
     }
     let shards = gather.writer.finish()?;
+    drop(verified);
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)
             .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e)))?;
@@ -495,7 +533,7 @@ fn resume(
 /// of `tmp` that the top bits of its key choose. Returns what the journal
 /// records of the files.
 fn write_buckets(
-    datasets: &[Dataset],
+    inputs: &[Verified],
     plan: &Plan,
     tmp: &Path,
     moved: &mut Moved,
@@ -514,10 +552,11 @@ fn write_buckets(
         .map_err(|e| ShuffleError::Format(crate::format::FormatError::io(tmp, e)))?;
     let mut files = open_buckets(tmp, 0, 0, b.trailing_zeros(), bucket_buffer(plan.budget, b))?;
     let bits = b.trailing_zeros();
-    for_each_document(datasets, 0..plan.n_docs, |g, tokens| {
+    for_each_record(inputs, 0..plan.n_docs, true, |g, tokens, mask| {
         let k = key(plan.seed, g);
-        put(&mut files[(k >> (64 - bits)) as usize], k, g, tokens)?;
-        moved.bytes += tokens.len() as u64;
+        let record = [tokens, mask.unwrap_or_default()];
+        put(&mut files[(k >> (64 - bits)) as usize], k, g, &record)?;
+        moved.bytes += (tokens.len() + record[1].len()) as u64;
         if g % 4096 == 0 {
             moved.report(progress);
         }
@@ -649,26 +688,47 @@ pub(crate) struct Checkpoint {
 /// A shuffle's journal.
 type Journal = crate::output::Journal<JournalState, Checkpoint>;
 
-/// Calls `f(g, bytes)` for the input documents `g` in `range` (numbered
-/// across all inputs, in order), reading each shard's index and tokens
-/// sequentially from the first document of the range (not through the
-/// mapping, so that file pages do not count against the budget).
+/// The inputs, each read through its checks ([`Dataset::verified`]): what
+/// every read of their tokens and masks goes through.
+fn verify_all(datasets: &[Dataset]) -> Result<Vec<Verified<'_>>, ShuffleError> {
+    Ok(datasets
+        .iter()
+        .map(Dataset::verified)
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Calls `f(g, tokens, mask)` for the input documents `g` in `range`
+/// (numbered across all inputs, in order), each its tokens' bytes and
+/// (from inputs with loss masks) its mask, as [`for_each_record`] hands
+/// them out, dropping their pages from memory as it goes.
 fn for_each_document(
     datasets: &[Dataset],
     range: Range<u64>,
-    mut f: impl FnMut(u64, &[u8]) -> Result<(), ShuffleError>,
+    mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    walk(datasets, range, true, |g, _, tokens| f(g, tokens))
+    for_each_record(&verify_all(datasets)?, range, true, |g, tokens, mask| {
+        f(g, tokens, mask)
+    })
 }
 
 /// Calls `f(g, bytes)` with the size in bytes of every input document `g` in
-/// `range`, from the indexes alone: no token is read.
+/// `range` (its tokens', and its mask's), from the indexes alone: no token
+/// is read.
 fn for_each_length(
     datasets: &[Dataset],
     range: Range<u64>,
     mut f: impl FnMut(u64, u64) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    walk(datasets, range, false, |g, len, _| f(g, len))
+    let mut first = 0u64; // the global number of the dataset's first document
+    for ds in datasets {
+        let unit = record_unit(ds, ds.dtype());
+        let (lo, hi) = (range.start.max(first), range.end.min(first + ds.len()));
+        for g in lo..hi.max(lo) {
+            f(g, ds.record_len(g - first)? * unit)?;
+        }
+        first += ds.len();
+    }
+    Ok(())
 }
 
 /// Bytes a document moves per token: its token's, and one more for its
@@ -677,8 +737,8 @@ pub(crate) fn record_unit(ds: &Dataset, dtype: Dtype) -> u64 {
     dtype.size() as u64 + u64::from(ds.manifest().has_loss_mask())
 }
 
-/// A moved document's tokens and (from inputs with loss masks) mask: the
-/// record [`walk`] hands out, split again.
+/// A moved document's tokens and (from inputs with loss masks) mask: a
+/// bucket record (see [`put`]), split again.
 pub(crate) fn split_record(record: &[u8], masked: bool, size: usize) -> (&[u8], Option<&[u8]>) {
     if !masked {
         return (record, None);
@@ -688,74 +748,42 @@ pub(crate) fn split_record(record: &[u8], masked: bool, size: usize) -> (&[u8], 
     (tokens, Some(mask))
 }
 
-/// [`for_each_document`] and [`for_each_length`]: `f(g, bytes, record)`,
-/// `record` empty unless `read_tokens`. A document's record is its tokens'
-/// bytes, followed by its loss mask (a byte per token) when the dataset has
-/// masks; `bytes` is the record's length either way.
-fn walk(
-    datasets: &[Dataset],
+/// Calls `f(g, tokens, mask)` for the input documents `g` in `range`
+/// (numbered across all inputs, in order): the bytes of each document's
+/// tokens and (from inputs with loss masks) of its mask, borrowed from the
+/// input's mapping once the chunks that hold them have passed their checks
+/// (each chunk checked as the walk first reaches it: one read, no copy).
+///
+/// `release`: the pass reads each document once, so the pages of what it
+/// has read leave the process's memory every [`RELEASE_BYTES`] (they stay
+/// in the page cache), and an input larger than the memory budget is not
+/// held whole. Without it they stay mapped for the documents' later use.
+fn for_each_record<'a>(
+    inputs: &[Verified<'a>],
     range: Range<u64>,
-    read_tokens: bool,
-    mut f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
+    release: bool,
+    mut f: impl FnMut(u64, &'a [u8], Option<&'a [u8]>) -> Result<(), ShuffleError>,
 ) -> Result<(), ShuffleError> {
-    let mut first = 0u64; // the global number of the shard's first document
-    let mut record = Vec::new();
-    // Tokens and masks are read through the inputs' checks, each chunk
-    // checked as the walk first reaches it.
-    let verified = match read_tokens {
-        true => datasets
-            .iter()
-            .map(Dataset::verified)
-            .collect::<Result<Vec<_>, _>>()?,
-        false => Vec::new(),
-    };
-    for (d, ds) in datasets.iter().enumerate() {
-        let dir = ds.dir();
-        let size = ds.dtype().size() as u64;
-        let unit = record_unit(ds, ds.dtype());
-        for (s, shard) in ds.manifest().shards.iter().enumerate() {
-            let (lo, hi) = (
-                range.start.max(first),
-                range.end.min(first + shard.n_records),
-            );
-            first += shard.n_records;
-            if lo >= hi {
-                continue;
-            }
-            let io = |name: &str| {
-                let path = dir.join(name);
-                move |e| ShuffleError::Format(crate::format::FormatError::io(path, e))
-            };
-            let local = lo - (first - shard.n_records);
-            let mut idx = File::open(dir.join(&shard.idx)).map_err(io(&shard.idx))?;
-            idx.seek(SeekFrom::Start(IDX_HEADER_LEN as u64 + 8 * local))
-                .map_err(io(&shard.idx))?;
-            let mut idx = BufReader::with_capacity(IO_BUFFER, idx);
-            let mut word = [0u8; 8];
-            idx.read_exact(&mut word).map_err(io(&shard.idx))?;
-            let mut prev = u64::from_le_bytes(word);
-            let v = verified.get(d);
-            let mut bin = v.map(|v| v.reader(s, ShardPart::Bin, true));
-            let mut mask = v
-                .filter(|_| shard.mask.is_some())
-                .map(|v| v.reader(s, ShardPart::Mask, true));
-            for g in lo..hi {
-                idx.read_exact(&mut word).map_err(io(&shard.idx))?;
-                let end = u64::from_le_bytes(word);
-                // Dataset::open checked the offsets: they never decrease.
-                let len = (end - prev) * unit;
-                if let Some(bin) = &mut bin {
-                    let token_bytes = ((end - prev) * size) as usize;
-                    record.resize(len as usize, 0);
-                    bin.read(prev * size, &mut record[..token_bytes])?;
-                    if let Some(mask) = &mut mask {
-                        mask.read(prev, &mut record[token_bytes..])?;
-                    }
-                }
-                f(g, len, &record)?;
-                prev = end;
+    let mut first = 0u64; // the global number of the dataset's first document
+    for v in inputs {
+        let n = v.dataset().len();
+        let (lo, hi) = (range.start.max(first) - first, range.end.min(first + n));
+        let hi = hi.saturating_sub(first);
+        let (mut held_from, mut held) = (lo, 0u64);
+        for i in lo..hi.max(lo) {
+            let tokens = v.record_bytes(i)?;
+            let mask = v.loss_mask(i)?;
+            f(first + i, tokens, mask)?;
+            held += (tokens.len() + mask.map_or(0, <[u8]>::len)) as u64;
+            if release && held >= RELEASE_BYTES {
+                v.release_records(held_from..i + 1);
+                (held_from, held) = (i + 1, 0);
             }
         }
+        if release {
+            v.release_records(held_from..hi);
+        }
+        first += n;
     }
     Ok(())
 }
@@ -861,20 +889,25 @@ fn record_head(key: u64, g: u64, bytes: usize) -> [u8; BUCKET_HEADER] {
     head
 }
 
-/// Appends document `g` with its key to a bucket, and to the bucket's checksum.
+/// Appends document `g` with its key to a bucket, and to the bucket's
+/// checksum: its record is the concatenation of `parts` (its tokens, and
+/// its loss mask after them when the inputs have masks).
 fn put<W: Write>(
     bucket: &mut Bucket<W>,
     key: u64,
     g: u64,
-    tokens: &[u8],
+    parts: &[&[u8]],
 ) -> Result<(), ShuffleError> {
-    let head = record_head(key, g, tokens.len());
+    let len = parts.iter().map(|p| p.len()).sum();
+    let head = record_head(key, g, len);
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(bucket.path.clone(), e));
     bucket.out.write_all(&head).map_err(io)?;
-    bucket.out.write_all(tokens).map_err(io)?;
     bucket.hash.update(&head);
-    bucket.hash.update(tokens);
-    bucket.bytes += (BUCKET_HEADER + tokens.len()) as u64;
+    for part in parts {
+        bucket.out.write_all(part).map_err(io)?;
+        bucket.hash.update(part);
+    }
+    bucket.bytes += (BUCKET_HEADER + len) as u64;
     Ok(())
 }
 
@@ -927,20 +960,44 @@ struct Gather<'a> {
 
 impl Gather<'_> {
     /// Sorts every document in memory and writes them from position `skip`
-    /// on: one sorted run, named "" in the journal.
-    fn in_memory(
+    /// on: one sorted run, named "" in the journal. The documents stay in
+    /// the inputs' mappings: only their keys and places are held.
+    fn in_memory<'a>(
         &mut self,
-        datasets: &[Dataset],
+        inputs: &[Verified<'a>],
         plan: &Plan,
         skip: usize,
     ) -> Result<(), ShuffleError> {
-        let mut batch = Batch::with_capacity(plan.token_bytes as usize, plan.n_docs as usize);
-        for_each_document(datasets, 0..plan.n_docs, |g, tokens| {
-            batch.push(key(plan.seed, g), g, tokens);
+        let mut records = Vec::with_capacity(plan.n_docs as usize);
+        for_each_record(inputs, 0..plan.n_docs, false, |g, tokens, _| {
+            records.push(Record {
+                key: key(plan.seed, g),
+                g,
+                bytes: tokens,
+            });
             Ok(())
         })?;
         self.moved.bytes += plan.token_bytes;
-        self.emit("", &batch.data, batch.entries, skip)
+        let firsts: Vec<u64> = inputs
+            .iter()
+            .scan(0, |first, v| {
+                let at = *first;
+                *first += v.dataset().len();
+                Some(at)
+            })
+            .collect();
+        // A record is its tokens; its mask (when the inputs have masks) is
+        // the input's, found by the document's number.
+        let masked = self.writer.is_masked();
+        let parts = |r: &Record<'a>| -> Parts<'a> {
+            let d = firsts.partition_point(|&f| f <= r.g) - 1;
+            let mask = match masked {
+                true => inputs[d].loss_mask(r.g - firsts[d])?,
+                false => None,
+            };
+            Ok((r.bytes, mask))
+        };
+        self.emit("", records, skip, &parts)
     }
 
     /// Sorts and writes the bucket files `names` in key order, from the
@@ -985,10 +1042,12 @@ impl Gather<'_> {
                 sub_bits,
                 bucket_buffer(self.budget, n),
             )?;
-            read_bucket(&path, |k, g, tokens| {
+            let file = MappedFile::open(&path)?;
+            parse_records(file.bytes(), &path, |k, g, record| {
                 let i = (k << bits) >> (64 - sub_bits);
-                put(&mut subs[i as usize], k, g, tokens)
+                put(&mut subs[i as usize], k, g, &[record])
             })?;
+            drop(file);
             close(subs, true)?;
             // The parts are complete: the whole can go.
             std::fs::remove_file(&path).map_err(io)?;
@@ -998,36 +1057,50 @@ impl Gather<'_> {
             }
             return Ok(());
         }
-        let mut batch = Batch::with_capacity(bytes as usize, 0);
-        read_bucket(&path, |key, g, tokens| {
-            batch.push(key, g, tokens);
+        let file = MappedFile::open(&path)?;
+        let mut records = Vec::new();
+        parse_records(file.bytes(), &path, |key, g, bytes| {
+            records.push(Record { key, g, bytes });
             Ok(())
         })?;
-        self.emit(name, &batch.data, batch.entries, skip)
+        self.emit_records(name, records, skip)
+    }
+
+    /// [`Gather::emit`] of records that hold their masks after their
+    /// tokens, as bucket files and scatter regions hold them.
+    fn emit_records(
+        &mut self,
+        name: &str,
+        records: Vec<Record<'_>>,
+        skip: usize,
+    ) -> Result<(), ShuffleError> {
+        let (masked, size) = (self.writer.is_masked(), self.writer.dtype().size());
+        self.emit(name, records, skip, &|r| {
+            Ok(split_record(r.bytes, masked, size))
+        })
     }
 
     /// Writes the documents of one sorted run (a bucket, or everything in
-    /// memory) from position `skip` on.
-    fn emit(
+    /// memory) from position `skip` on, each as `parts` gives its tokens
+    /// and mask, straight from where they lie.
+    fn emit<'a>(
         &mut self,
         name: &str,
-        data: &[u8],
-        mut entries: Vec<Entry>,
+        mut records: Vec<Record<'a>>,
         skip: usize,
+        parts: &dyn Fn(&Record<'a>) -> Parts<'a>,
     ) -> Result<(), ShuffleError> {
         // (key, g) pairs are unique, so an unstable parallel sort is deterministic.
         self.pool.install(|| {
             use rayon::slice::ParallelSliceMut;
-            entries.par_sort_unstable_by_key(|e| (e.key, e.g));
+            records.par_sort_unstable_by_key(|e| (e.key, e.g));
         });
-        let masked = self.writer.is_masked();
-        let size = self.writer.dtype().size();
-        for (i, e) in entries.iter().enumerate().skip(skip) {
-            let record = &data[e.offset..e.offset + e.len];
-            let sealed = match split_record(record, masked, size) {
-                (tokens, Some(mask)) => self.writer.push_raw_masked(tokens, mask)?,
-                (tokens, None) => self.writer.push_raw(tokens)?,
-            };
+        let mut out = self.writer.gather();
+        for (i, e) in records.iter().enumerate().skip(skip) {
+            let (tokens, mask) = parts(e)?;
+            let sealed = out
+                .push(&[tokens], mask.as_ref().map(std::slice::from_ref))?
+                .cloned();
             if let Some(sealed) = sealed {
                 self.journal.shards.push(Done {
                     shard: sealed.clone(),
@@ -1049,26 +1122,47 @@ impl Gather<'_> {
                     })?;
                 }
             }
-            self.moved.bytes += e.len as u64;
+            self.moved.bytes += e.bytes.len() as u64;
             self.moved.docs += 1;
             if self.moved.docs.is_multiple_of(4096) {
                 self.moved.report(self.progress);
             }
         }
-        Ok(())
+        Ok(out.finish()?)
     }
 }
 
-/// Reads a bucket file's documents in the order written.
-fn read_bucket(
+/// Calls `f(key, g, record)` for each document record of `bytes` (a bucket
+/// file, mapped), in the order written, the record borrowed from `bytes`;
+/// `path` names the file in errors. A record that claims more bytes than
+/// remain is refused.
+fn parse_records<'a>(
+    bytes: &'a [u8],
     path: &Path,
-    f: impl FnMut(u64, u64, &[u8]) -> Result<(), ShuffleError>,
-) -> Result<(), ShuffleError> {
-    let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
-    let file = File::open(path).map_err(io)?;
-    let bytes = file.metadata().map_err(io)?.len();
-    read_records(BufReader::with_capacity(IO_BUFFER, file), bytes, path, f)?;
-    Ok(())
+    mut f: impl FnMut(u64, u64, &'a [u8]) -> Result<(), ShuffleError>,
+) -> Result<u64, ShuffleError> {
+    let (mut at, mut records) = (0usize, 0u64);
+    while at < bytes.len() {
+        let past_end = || ShuffleError::Corrupt {
+            path: path.into(),
+            why: format!(
+                "record {records} runs past the end of its {} bytes",
+                bytes.len()
+            ),
+        };
+        let head = bytes.get(at..at + BUCKET_HEADER).ok_or_else(past_end)?;
+        let word = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().expect("8 bytes"));
+        let start = at + BUCKET_HEADER;
+        let end = usize::try_from(word(16))
+            .ok()
+            .and_then(|len| start.checked_add(len))
+            .filter(|&end| end <= bytes.len())
+            .ok_or_else(past_end)?;
+        f(word(0), word(8), &bytes[start..end])?;
+        at = end;
+        records += 1;
+    }
+    Ok(records)
 }
 
 /// Calls `f(key, g, tokens)` for each document record in the `bytes` bytes

@@ -619,7 +619,14 @@ impl<'a> Verified<'a> {
             }
             let r = checks.chunk(c);
             let end = (r.end + size - 1).min(mapped.len() as u64);
-            self.check_chunk(s, part, c, &mapped[r.start as usize..end as usize])?;
+            let checked = self.check_chunk(s, part, c, &mapped[r.start as usize..end as usize]);
+            if r.end - r.start > MAX_CACHED_CHUNK {
+                // More than a stage holds at once (a whole `.bin` without a
+                // `.sum`, a `.mask`): its pages leave the process's memory
+                // once checked, and come back as its records are read.
+                self.release(s, part, r.start as usize..end as usize);
+            }
+            checked?;
         }
         Ok(())
     }

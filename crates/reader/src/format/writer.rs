@@ -2,7 +2,7 @@
 //! directory, flushed to disk, then renamed into place.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, IoSlice, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
@@ -15,6 +15,23 @@ use super::{
 /// Suffix of every file prep has not finished writing.
 pub const TMP_SUFFIX: &str = ".tmp";
 const WRITE_BUFFER: usize = 1 << 20;
+/// Pieces of records gathered into one vectored write at most: Linux's
+/// `IOV_MAX`, the most one `writev` takes.
+const GATHER_PIECES: usize = 1024;
+/// Bytes gathered into one vectored write, at most (a record longer than
+/// this is written by itself).
+const GATHER_BYTES: usize = 4 << 20;
+/// Pieces at least this long are hashed and written where they lie; shorter
+/// ones are copied into a staging buffer first. XXH3's streaming state
+/// copies what does not fill its 256-byte blocks, so hashing pieces of a
+/// few hundred bytes one by one copies most of their bytes in small
+/// copies, twice (the file's hash and its chunk's): one copy into the
+/// staging buffer, hashed in long runs, costs less.
+const DIRECT_PIECE: usize = 4 << 10;
+/// The staging buffer of short pieces.
+const STAGING_BYTES: usize = 1 << 20;
+/// Bytes of a `.bin` written between two starts of their writeback.
+const WRITEBACK_BYTES: u64 = 8 << 20;
 
 fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().expect("a file path").to_os_string();
@@ -99,6 +116,31 @@ impl AtomicFile {
     }
 }
 
+/// Asks the kernel to start writing bytes `range` of `file` to disk, and
+/// returns without waiting (Linux's `sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`; nothing elsewhere). Best effort: the fsync
+/// that ends the file is what makes it durable.
+fn start_writeback(file: &File, range: std::ops::Range<u64>) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(start), Ok(len)) = (
+            libc::off64_t::try_from(range.start),
+            libc::off64_t::try_from(range.end - range.start),
+        ) else {
+            return;
+        };
+        // SAFETY: the descriptor is `file`'s, open for the whole call; the
+        // call reads and writes no memory of this process, only starts I/O
+        // of the file's dirty pages in the range.
+        let _ = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), start, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, range);
+}
+
 /// Makes a rename durable: fsync the directory that holds `path`.
 fn sync_dir(path: &Path) -> Result<(), FormatError> {
     #[cfg(unix)]
@@ -128,6 +170,8 @@ pub struct ShardWriter {
     idx_path: PathBuf,
     sum_path: PathBuf,
     bin: BufWriter<File>,
+    /// Bytes of the `.bin` whose writeback to disk has been started.
+    written_back: u64,
     idx: BufWriter<File>,
     bin_hash: Xxh3,
     /// The `.bin`'s chunks, hashed in the same pass as `bin_hash`.
@@ -216,6 +260,7 @@ impl ShardWriter {
             idx_path,
             sum_path,
             bin,
+            written_back: 0,
             idx,
             bin_hash: Xxh3::new(),
             chunk_hash: ChunkHasher::new(sum_chunk_bytes_to_write()),
@@ -345,6 +390,99 @@ impl ShardWriter {
         self.idx
             .write_all(&self.n_tokens.to_le_bytes())
             .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))?;
+        self.start_writeback();
+        Ok(())
+    }
+
+    /// Starts the writeback to disk of what the `.bin` holds past the last
+    /// start, every [`WRITEBACK_BYTES`]: the disk writes while the stage
+    /// works on, and the fsync that ends the shard finds little left to
+    /// wait for, where otherwise it would wait for the whole shard (the
+    /// kernel starts on its own only past a share of the machine's
+    /// memory). Best effort: a refusal leaves it to the fsync.
+    fn start_writeback(&mut self) {
+        // What reached the file: what was written, less what the buffer holds.
+        let in_file = self.bin_bytes() - self.bin.buffer().len() as u64;
+        if in_file - self.written_back >= WRITEBACK_BYTES {
+            start_writeback(self.bin.get_ref(), self.written_back..in_file);
+            self.written_back = in_file;
+        }
+    }
+
+    /// Starts one record of `bytes` bytes whose bytes the caller hashes
+    /// ([`ShardWriter::hash`]) and writes ([`ShardWriter::write_gathered`])
+    /// itself (see [`Gathered`]): checks it, writes its mask (in pieces, in
+    /// a masked shard) and its index entry.
+    fn begin_record(&mut self, bytes: usize, mask: Option<&[&[u8]]>) -> Result<(), FormatError> {
+        let size = self.dtype.size();
+        if !bytes.is_multiple_of(size) {
+            return Err(FormatError::Mismatch {
+                path: self.bin_path.clone(),
+                message: format!(
+                    "a record of {bytes} bytes is not whole {} tokens",
+                    self.dtype
+                ),
+            });
+        }
+        let mismatch = |message: &str| FormatError::Mismatch {
+            path: self.bin_path.clone(),
+            message: message.into(),
+        };
+        match (mask, self.mask.is_some()) {
+            (Some(mask), true) => {
+                let n: usize = mask.iter().map(|m| m.len()).sum();
+                if n != bytes / size {
+                    return Err(mismatch(&format!(
+                        "a record of {} tokens needs as many mask bytes (got {n})",
+                        bytes / size
+                    )));
+                }
+                for piece in mask {
+                    self.write_mask(piece.len(), piece)?;
+                }
+            }
+            (None, false) => {}
+            (Some(_), false) => {
+                return Err(mismatch("a loss mask pushed into a shard without one"))
+            }
+            (None, true) => {
+                return Err(mismatch(
+                    "a record without its loss mask pushed into a masked shard",
+                ))
+            }
+        }
+        self.n_tokens += (bytes / size) as u64;
+        self.n_records += 1;
+        self.idx
+            .write_all(&self.n_tokens.to_le_bytes())
+            .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))
+    }
+
+    /// Hashes the next `bytes` of the `.bin`, whole and by chunk.
+    fn hash(&mut self, bytes: &[u8]) {
+        let sums = &mut self.chunk_sums;
+        self.bin_hash.update(bytes);
+        self.chunk_hash.update(bytes, |_, sum| sums.push(sum));
+    }
+
+    /// Writes `gathered` (the bytes of records [`ShardWriter::begin_record`]
+    /// started, in order) to the `.bin` after whatever its buffer holds, by
+    /// vectored writes straight from the pieces' memory, and empties it.
+    fn write_gathered(&mut self, gathered: &mut Vec<IoSlice<'_>>) -> Result<(), FormatError> {
+        let io = |e| FormatError::io(tmp_path(&self.bin_path), e);
+        self.bin.flush().map_err(io)?;
+        let file = self.bin.get_mut();
+        let mut left = &mut gathered[..];
+        while !left.is_empty() {
+            match file.write_vectored(left) {
+                Ok(0) => return Err(io(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => IoSlice::advance_slices(&mut left, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        gathered.clear();
+        self.start_writeback();
         Ok(())
     }
 
@@ -369,6 +507,19 @@ impl ShardWriter {
             .into_inner()
             .map_err(|e| FormatError::io(&bin_tmp, e.into_error()))?;
         bin.sync_all().map_err(|e| FormatError::io(&bin_tmp, e))?;
+        // Every record's bytes reached the file (a gathered write left
+        // unfinished would leave them short of what was hashed).
+        let written = bin
+            .metadata()
+            .map_err(|e| FormatError::io(&bin_tmp, e))?
+            .len();
+        let expected = self.n_tokens * self.dtype.size() as u64;
+        if written != expected {
+            return Err(FormatError::Mismatch {
+                path: bin_tmp,
+                message: format!("wrote {written} token bytes, expected {expected}"),
+            });
+        }
         let mut idx = self
             .idx
             .into_inner()
@@ -615,23 +766,42 @@ impl DatasetWriter {
         bytes: u64,
         write: impl FnOnce(&mut ShardWriter) -> Result<(), FormatError>,
     ) -> Result<Option<&ShardInfo>, FormatError> {
-        let mut sealed = false;
-        if let Some(current) = &self.current {
-            if current.n_records() > 0 && current.bin_bytes() + bytes > self.shard_size {
-                self.seal()?;
-                sealed = true;
-            }
+        let sealed = self.full_for(bytes);
+        if sealed {
+            self.seal()?;
         }
-        let current = match &mut self.current {
-            Some(c) => c,
-            None => {
-                let stem = Self::shard_stem(self.shards.len());
-                let shard = ShardWriter::create_with(&self.dir, &stem, self.dtype, self.masked)?;
-                self.current.insert(shard)
-            }
-        };
-        write(current)?;
+        write(self.current()?)?;
         Ok(if sealed { self.shards.last() } else { None })
+    }
+
+    /// Whether a record of `bytes` must start a new shard: the open one
+    /// holds a record and would grow past the shard size.
+    fn full_for(&self, bytes: u64) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|c| c.n_records() > 0 && c.bin_bytes() + bytes > self.shard_size)
+    }
+
+    /// The open shard, started if there is none.
+    fn current(&mut self) -> Result<&mut ShardWriter, FormatError> {
+        if self.current.is_none() {
+            let stem = Self::shard_stem(self.shards.len());
+            let shard = ShardWriter::create_with(&self.dir, &stem, self.dtype, self.masked)?;
+            self.current = Some(shard);
+        }
+        Ok(self.current.as_mut().expect("just started"))
+    }
+
+    /// A writer of records borrowed from memory that outlives it (an
+    /// input's mapping): see [`Gathered`].
+    pub fn gather<'b>(&mut self) -> Gathered<'_, 'b> {
+        Gathered {
+            writer: self,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            staged: Vec::new(),
+            hashed: 0,
+        }
     }
 
     fn seal(&mut self) -> Result<(), FormatError> {
@@ -653,9 +823,213 @@ impl DatasetWriter {
     }
 }
 
+/// Records appended to a [`DatasetWriter`] from borrowed bytes: each
+/// record's pieces (an input's mapped tokens, a separator, padding) are
+/// gathered, up to [`GATHER_PIECES`] pieces or [`GATHER_BYTES`] bytes, into
+/// one vectored write. A piece of [`DIRECT_PIECE`] bytes or more is hashed
+/// and written from where it lies, so the kernel's copy into the page cache
+/// is the only copy of its bytes; shorter ones are copied into a staging
+/// buffer and hashed and written from there in long runs (see
+/// [`DIRECT_PIECE`] for why). The index and the loss mask (a byte per
+/// token) are buffered as ever.
+///
+/// Shards are cut as [`DatasetWriter::push_raw`] cuts them, and what a
+/// shard holds is written before it is sealed. Call [`Gathered::finish`]
+/// at the end: dropped without it, the pieces not yet written are
+/// written then and an error is lost (the shard's end checks its length).
+pub struct Gathered<'w, 'b> {
+    writer: &'w mut DatasetWriter,
+    /// The pieces to write, in order.
+    pending: Vec<Pending<'b>>,
+    pending_bytes: usize,
+    /// Short pieces' bytes: `staged[..hashed]` are hashed.
+    staged: Vec<u8>,
+    hashed: usize,
+}
+
+/// A piece waiting to be written: borrowed, or a range of the staging buffer.
+enum Pending<'b> {
+    Borrowed(&'b [u8]),
+    Staged(std::ops::Range<usize>),
+}
+
+impl<'b> Gathered<'_, 'b> {
+    /// Appends one record: the concatenation of `pieces`, little-endian
+    /// tokens of the writer's dtype, with its loss mask in pieces when the
+    /// shards carry masks (and only then). Returns the shard completed to
+    /// make room for it, if one was.
+    ///
+    /// # Errors
+    /// A record of no whole number of tokens, a mask of another length or
+    /// where none belongs (or none where one does), or a write that failed.
+    pub fn push(
+        &mut self,
+        pieces: &[&'b [u8]],
+        mask: Option<&[&[u8]]>,
+    ) -> Result<Option<&ShardInfo>, FormatError> {
+        let bytes: usize = pieces.iter().map(|p| p.len()).sum();
+        let sealed = self.writer.full_for(bytes as u64);
+        if sealed {
+            self.write()?;
+            self.writer.seal()?;
+        }
+        self.writer.current()?.begin_record(bytes, mask)?;
+        for &piece in pieces.iter().filter(|p| !p.is_empty()) {
+            if piece.len() >= DIRECT_PIECE {
+                self.hash_staged();
+                self.shard().hash(piece);
+                self.pending.push(Pending::Borrowed(piece));
+            } else {
+                if self.staged.len() + piece.len() > STAGING_BYTES {
+                    self.write()?;
+                }
+                if self.staged.capacity() == 0 {
+                    self.staged.reserve_exact(STAGING_BYTES);
+                }
+                let at = self.staged.len();
+                self.staged.extend_from_slice(piece);
+                match self.pending.last_mut() {
+                    Some(Pending::Staged(run)) if run.end == at => run.end += piece.len(),
+                    _ => self.pending.push(Pending::Staged(at..at + piece.len())),
+                }
+            }
+            self.pending_bytes += piece.len();
+        }
+        if self.pending.len() >= GATHER_PIECES || self.pending_bytes >= GATHER_BYTES {
+            self.write()?;
+        }
+        Ok(if sealed {
+            self.writer.shards.last()
+        } else {
+            None
+        })
+    }
+
+    /// The open shard: one is, once a record has been started.
+    fn shard(&mut self) -> &mut ShardWriter {
+        self.writer.current.as_mut().expect("a record was started")
+    }
+
+    /// Hashes the staged bytes not hashed yet.
+    fn hash_staged(&mut self) {
+        if self.hashed < self.staged.len() {
+            let shard = self.writer.current.as_mut().expect("a record was started");
+            shard.hash(&self.staged[self.hashed..]);
+            self.hashed = self.staged.len();
+        }
+    }
+
+    /// Writes the pieces gathered so far into the open shard.
+    fn write(&mut self) -> Result<(), FormatError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.hash_staged();
+        let staged = &self.staged;
+        let mut slices: Vec<IoSlice> = self
+            .pending
+            .iter()
+            .map(|p| match p {
+                Pending::Borrowed(b) => IoSlice::new(b),
+                Pending::Staged(run) => IoSlice::new(&staged[run.clone()]),
+            })
+            .collect();
+        let shard = self.writer.current.as_mut().expect("a record was started");
+        shard.write_gathered(&mut slices)?;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.staged.clear();
+        self.hashed = 0;
+        Ok(())
+    }
+
+    /// Writes what is gathered; the writer takes records again.
+    ///
+    /// # Errors
+    /// A write that failed.
+    pub fn finish(mut self) -> Result<(), FormatError> {
+        self.write()
+    }
+}
+
+impl Drop for Gathered<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.write();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records gathered from borrowed pieces make the same shards, byte
+    /// for byte, as the same records pushed whole, masks included, with
+    /// shards cut at the same records.
+    #[test]
+    fn gathered_records_write_what_pushed_ones_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+        std::fs::create_dir_all(&one).unwrap();
+        std::fs::create_dir_all(&two).unwrap();
+        let records: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| {
+                // Short records are staged, long ones written where they lie.
+                let tokens = if i % 500 == 7 { 3000 } else { i % 37 };
+                (0..tokens * 2).map(|k| (i + k) as u8).collect()
+            })
+            .collect();
+        let masks: Vec<Vec<u8>> = records
+            .iter()
+            .map(|r| (0..r.len() / 2).map(|k| (k % 2) as u8).collect())
+            .collect();
+        let mut pushed = DatasetWriter::new(&one, Dtype::U16, 20_000, Vec::new()).masked(true);
+        for (r, m) in records.iter().zip(&masks) {
+            pushed.push_raw_masked(r, m).unwrap();
+        }
+        let pushed = pushed.finish().unwrap();
+        let mut writer = DatasetWriter::new(&two, Dtype::U16, 20_000, Vec::new()).masked(true);
+        let mut gathered = writer.gather();
+        let mut sealed = 0;
+        for (r, m) in records.iter().zip(&masks) {
+            let (a, b) = r.split_at(r.len() / 4 * 2);
+            let (c, d) = m.split_at(m.len() / 3);
+            sealed += usize::from(
+                gathered
+                    .push(&[a, &[], b], Some(&[c, d][..]))
+                    .unwrap()
+                    .is_some(),
+            );
+        }
+        gathered.finish().unwrap();
+        let written = writer.finish().unwrap();
+        assert_eq!(sealed, written.len() - 1);
+        assert!(written.len() > 5);
+        assert_eq!(
+            serde_json::to_string(&pushed).unwrap(),
+            serde_json::to_string(&written).unwrap()
+        );
+        for shard in &written {
+            for name in [
+                &shard.bin,
+                &shard.idx,
+                shard.sum.as_ref().unwrap(),
+                shard.mask.as_ref().unwrap(),
+            ] {
+                assert_eq!(
+                    std::fs::read(one.join(name)).unwrap(),
+                    std::fs::read(two.join(name)).unwrap()
+                );
+            }
+        }
+        let mut unmasked = DatasetWriter::new(&two, Dtype::U16, 10_000, Vec::new());
+        let mut gathered = unmasked.gather();
+        let (half, whole): (&[u8], &[u8]) = (&[1, 2, 3], &[1, 2]);
+        assert!(gathered.push(&[half], None).is_err(), "half a token");
+        assert!(
+            gathered.push(&[whole], Some(&[&[1u8][..]][..])).is_err(),
+            "a mask where none belongs"
+        );
+    }
 
     /// What a full disk does to a copy of the tokenizer: the write fails
     /// part-way, and the `.tmp` it wrote must not stay behind.
