@@ -6,7 +6,7 @@
 //!
 //! Steps: `read` (the file's bytes, decompressed), `xxh3` (the cache key),
 //! `json` (the engine built from the JSON), `compiled` (the compiled form
-//! read from the cache and built from it), `ids` (whether both readings
+//! mapped from the cache, checked and built from), `ids` (whether both readings
 //! give the same ids for a sample text).
 use std::path::PathBuf;
 use std::time::Instant;
@@ -53,8 +53,8 @@ fn main() {
             size = sealed.len();
             let mut back = None;
             comp.push(ms(|| {
-                let bytes = std::fs::read(&path).expect("the compiled form");
-                back = Some(FastTokenizer::from_compiled_bytes(&bytes, key));
+                back =
+                    Some(FastTokenizer::from_compiled_path(&path, key).expect("the compiled form"));
             }));
             let from_cache = back.unwrap().expect("a whole compiled form");
             let text = "Hello, world! Ünïcödé 中文 😀 <eos> don't   stop\n\tnow 12345";

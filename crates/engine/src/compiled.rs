@@ -25,6 +25,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
 
 use foldhash::fast::FixedState;
 use xxhash_rust::xxh3::xxh3_64;
@@ -41,8 +44,9 @@ const ENGINE: u64 = {
     }
 };
 
-/// The header: magic, engine, source XXH3, payload length, payload XXH3.
-const HEADER: usize = 16 + 8 + 8 + 8 + 8;
+/// The header: magic, engine, source XXH3, payload length, payload XXH3. A
+/// multiple of 8, so that the payload's words lie aligned in a mapping.
+pub(crate) const HEADER: usize = 16 + 8 + 8 + 8 + 8;
 
 /// Why a compiled form was not used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +183,18 @@ impl Writer {
             self.u64(*x);
         }
     }
+    /// Words to be read in place from a mapping ([`Reader::words`]): the
+    /// count, zeros up to a multiple of 8 bytes from the payload's start,
+    /// then the words.
+    pub(crate) fn words(&mut self, v: &[u64]) {
+        self.len(v.len());
+        while !self.buf.len().is_multiple_of(8) {
+            self.buf.push(0);
+        }
+        for x in v {
+            self.u64(*x);
+        }
+    }
     /// `Some` as 1 and the value, `None` as 0.
     pub(crate) fn opt<T>(&mut self, v: Option<&T>, mut f: impl FnMut(&mut Self, &T)) {
         self.bool(v.is_some());
@@ -202,22 +218,96 @@ impl Writer {
     }
 }
 
+/// Words of a compiled form: in place in its mapping, or in memory (built
+/// from the JSON, or copied out where the mapping cannot be used in place).
+pub(crate) enum Words {
+    Owned(Vec<u64>),
+    /// `len` words at byte `at` of `map`, 8-aligned, little-endian.
+    Mapped {
+        map: Arc<Mmap>,
+        at: usize,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for Words {
+    type Target = [u64];
+    #[inline(always)]
+    fn deref(&self) -> &[u64] {
+        match self {
+            Words::Owned(v) => v,
+            // SAFETY: `Reader::words` makes this only for words inside the
+            // mapping, 8-aligned, on a little-endian machine; the mapping is
+            // read-only and lives as long as `self`. (A compiled form is
+            // replaced by a rename, never rewritten in place.)
+            Words::Mapped { map, at, len } => unsafe {
+                std::slice::from_raw_parts(map.as_ptr().add(*at).cast::<u64>(), *len)
+            },
+        }
+    }
+}
+
 /// Reads a payload back, failing on anything short or out of place.
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    /// How far into the payload `buf` starts.
+    read: usize,
+    /// The mapped file the payload lies in, at [`HEADER`].
+    map: Option<&'a Arc<Mmap>>,
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of a payload in memory.
     pub(crate) fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf }
+        Reader {
+            buf,
+            read: 0,
+            map: None,
+        }
     }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Stale> {
+    /// A reader of the payload of the mapped compiled form `map`, whose
+    /// header [`open`] has checked.
+    pub(crate) fn mapped(map: &'a Arc<Mmap>) -> Reader<'a> {
+        Reader {
+            buf: &map[HEADER..],
+            read: 0,
+            map: Some(map),
+        }
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Stale> {
         if n > self.buf.len() {
             return stale("the payload ends early");
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
+        self.read += n;
         Ok(head)
+    }
+    /// Words written by [`Writer::words`]: in place in the mapping where
+    /// they lie aligned on a little-endian machine, else copied out.
+    pub(crate) fn words(&mut self) -> Result<Words, Stale> {
+        let n = self.u64()?;
+        self.take((8 - self.read % 8) % 8)?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|n| n.checked_mul(8).is_some());
+        let n = n.ok_or(Stale("a length runs past the payload".into()))?;
+        let at = HEADER + self.read;
+        let raw = self.take(n * 8)?;
+        match self.map {
+            Some(map) if cfg!(target_endian = "little") && raw.as_ptr().align_offset(8) == 0 => {
+                Ok(Words::Mapped {
+                    map: Arc::clone(map),
+                    at,
+                    len: n,
+                })
+            }
+            _ => Ok(Words::Owned(
+                raw.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+                    .collect(),
+            )),
+        }
     }
     pub(crate) fn u8(&mut self) -> Result<u8, Stale> {
         Ok(self.take(1)?[0])
@@ -328,34 +418,6 @@ impl<'a> Reader<'a> {
             n => stale(format!("{n} bytes after the payload's end")),
         }
     }
-}
-
-/// Writes a map of `u64` keys as two arrays.
-pub(crate) fn write_keyed<V>(
-    w: &mut Writer,
-    map: &HashMap<u64, V, FixedState>,
-    value: impl Fn(&V) -> u64,
-) {
-    let (keys, values): (Vec<u64>, Vec<u64>) = map.iter().map(|(k, v)| (*k, value(v))).unzip();
-    w.u64s(&keys);
-    w.u64s(&values);
-}
-
-/// Reads a map written by [`write_keyed`].
-pub(crate) fn read_keyed<V>(
-    r: &mut Reader,
-    value: impl Fn(u64) -> V,
-) -> Result<HashMap<u64, V, FixedState>, Stale> {
-    let keys = r.u64s()?;
-    let values = r.u64s()?;
-    if keys.len() != values.len() {
-        return stale("a table's keys do not match its values");
-    }
-    let mut map = HashMap::with_capacity_and_hasher(keys.len(), FixedState::default());
-    for (k, v) in keys.into_iter().zip(values) {
-        map.insert(k, value(v));
-    }
-    Ok(map)
 }
 
 #[cfg(test)]

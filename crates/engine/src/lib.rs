@@ -335,6 +335,15 @@ impl FastTokenizer {
         Ok(Self::from_compiled(bytes, source)?.0)
     }
 
+    /// [`FastTokenizer::from_compiled_bytes`] of the file at `path`, mapped
+    /// (as a run reads the cache): its merge table is used in place.
+    pub fn from_compiled_path(
+        path: &std::path::Path,
+        source: u64,
+    ) -> std::io::Result<Result<FastTokenizer, compiled::Stale>> {
+        Ok(Self::from_compiled_file(path, source)?.map(|(fast, _)| fast))
+    }
+
     /// [`FastTokenizer::from_json`], with the file's tokens by name (its
     /// vocabulary, added tokens and post-processor), which the engine reads
     /// anyway: what a run asks of a file beside its ids, answered without
@@ -421,7 +430,27 @@ impl FastTokenizer {
         bytes: &[u8],
         source: u64,
     ) -> Result<(FastTokenizer, Names), compiled::Stale> {
-        let mut r = compiled::Reader::new(compiled::open(bytes, source)?);
+        compiled::open(bytes, source)?;
+        Self::read_compiled(compiled::Reader::new(&bytes[compiled::HEADER..]))
+    }
+
+    /// [`FastTokenizer::from_compiled`] of the compiled form at `path`,
+    /// mapped: its merge table is used in place.
+    pub(crate) fn from_compiled_file(
+        path: &std::path::Path,
+        source: u64,
+    ) -> std::io::Result<Result<(FastTokenizer, Names), compiled::Stale>> {
+        let file = std::fs::File::open(path)?;
+        // SAFETY: compiled forms are written whole under another name and
+        // renamed into place, never changed where they lie.
+        let map = std::sync::Arc::new(unsafe { memmap2::Mmap::map(&file)? });
+        Ok(match compiled::open(&map, source) {
+            Ok(_) => Self::read_compiled(compiled::Reader::mapped(&map)),
+            Err(stale) => Err(stale),
+        })
+    }
+
+    fn read_compiled(mut r: compiled::Reader) -> Result<(FastTokenizer, Names), compiled::Stale> {
         let refused = |e: Unsupported| compiled::Stale(format!("the engine refuses it now: {e}"));
         let value = |text: &str| {
             serde_json::from_str::<Value>(text)
@@ -779,7 +808,7 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
             only: table("", &suffix)?,
         }))
     };
-    let mut merges = HashMap::with_capacity_and_hasher(m.merges.len(), FixedState::default());
+    let mut merges = bpe::MergeTableBuilder::with_capacity(m.merges.len());
     let mut joined = String::new();
     for (rank, line) in m.merges.iter().enumerate() {
         let Some((a, b)) = line.pair() else {
@@ -798,13 +827,13 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
             return unsupported(format!("merge {rank} names tokens not in the vocabulary"));
         };
         // As in HF, a pair listed twice keeps its last rank.
-        merges.insert(
-            u64::from(left) << 32 | u64::from(right),
-            Merge {
-                rank: rank as u32,
-                id: new,
-            },
-        );
+        let merge = Merge {
+            rank: rank as u32,
+            id: new,
+        };
+        if !merges.insert(u64::from(left) << 32 | u64::from(right), merge) {
+            return unsupported(format!("merge {rank} joins two tokens of id {}", u32::MAX));
+        }
     }
     let whole = (m.ignore_merges == true).then(|| {
         let mut byte_of = HashMap::new();
@@ -822,7 +851,7 @@ fn model(m: &BpeModel) -> Result<Bpe, Unsupported> {
     });
     Ok(Bpe {
         byte_ids,
-        merges,
+        merges: merges.finish(),
         whole,
         affixed,
     })

@@ -84,7 +84,7 @@ pub(crate) struct Model {
     unk: Option<u32>,
     fuse_unk: bool,
     /// `(left << 32 | right)` to the merge.
-    merges: HashMap<u64, Merge, FixedState>,
+    merges: bpe::MergeTable,
     /// The vocabulary, with `ignore_merges` (a word that is a token is it).
     whole: Option<Vocab>,
     /// Where words may be cut; `None` keeps every word whole.
@@ -174,7 +174,7 @@ impl Model {
         w.opt(self.bytes.as_deref(), |w, b| w.u32s(b));
         w.opt(self.unk.as_ref(), |w, &u| w.u32(u));
         w.bool(self.fuse_unk);
-        bpe::write_merges(w, &self.merges);
+        self.merges.write(w);
         w.opt(self.whole.as_ref(), |w, whole| w.vocab(whole));
         w.opt(self.cuts.as_ref(), |w, cuts| {
             w.u64s(&cuts.joins.iter().copied().collect::<Vec<_>>());
@@ -204,7 +204,7 @@ impl Model {
             bytes: r.opt(|r| r.table())?,
             unk: r.opt(|r| r.u32())?,
             fuse_unk: r.bool()?,
-            merges: bpe::read_merges(r)?,
+            merges: bpe::MergeTable::read(r)?,
             whole: r.opt(|r| r.vocab())?,
             cuts: r.opt(|r| {
                 let joins = r.u64s()?.into_iter().collect();
@@ -280,7 +280,7 @@ impl Model {
             ids
         });
 
-        let mut merges = HashMap::with_capacity_and_hasher(m.merges.len(), FixedState::default());
+        let mut merges = bpe::MergeTableBuilder::with_capacity(m.merges.len());
         let mut joins = HashSet::default();
         let mut joined = String::new();
         for (rank, line) in m.merges.iter().enumerate() {
@@ -295,13 +295,13 @@ impl Model {
                 return unsupported(format!("merge {rank} names tokens not in the vocabulary"));
             };
             // As in HF, a pair listed twice keeps its last rank.
-            merges.insert(
-                pair(left, right),
-                Merge {
-                    rank: rank as u32,
-                    id: new,
-                },
-            );
+            let merge = Merge {
+                rank: rank as u32,
+                id: new,
+            };
+            if !merges.insert(pair(left, right), merge) {
+                return unsupported(format!("merge {rank} joins two tokens of id {}", u32::MAX));
+            }
             if let (Some(tail), Some(head)) = (a.chars().next_back(), b.chars().next()) {
                 joins.insert(pair(tail as u32, head as u32));
             }
@@ -332,7 +332,7 @@ impl Model {
             bytes,
             unk: unk.map(|(_, id)| id),
             fuse_unk,
-            merges,
+            merges: merges.finish(),
             whole: ignore_merges.then(|| vocab.clone()),
             cuts,
         };
@@ -355,7 +355,7 @@ impl Model {
 
     #[inline(always)]
     fn merge(&self, left: u32, right: u32) -> Option<Merge> {
-        self.merges.get(&pair(left, right)).copied()
+        self.merges.get(pair(left, right))
     }
 
     /// The byte tokens of `c`, when the vocabulary has all of them.

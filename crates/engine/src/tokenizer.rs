@@ -708,11 +708,9 @@ fn fast_reading(
         return (FastTokenizer::from_json_named(json), Compiled::NotKept(why));
     };
     let path = compiled::cache_file(dir, xxh3);
-    let why = match std::fs::read(&path) {
-        Ok(bytes) => match FastTokenizer::from_compiled(&bytes, xxh3) {
-            Ok(read) => return (Ok(read), Compiled::Read(path)),
-            Err(stale) => format!("the one there is stale or damaged: {stale}"),
-        },
+    let why = match FastTokenizer::from_compiled_file(&path, xxh3) {
+        Ok(Ok(read)) => return (Ok(read), Compiled::Read(path)),
+        Ok(Err(stale)) => format!("the one there is stale or damaged: {stale}"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "none yet".to_owned(),
         Err(e) => format!("cannot read the one there: {e}"),
     };
