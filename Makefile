@@ -13,7 +13,12 @@ S3RVER     := $(TARGET_DIR)/s3rver
 BENCH      := $(abspath $(TARGET_DIR))/bench
 NEXTEST    := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream bench-stream-peers bench-dedup bench-dedup-scale fixtures fuzz fuzz-long fuzz-check clean
+# The compiled tokenizers of make's runs (tests, demo, benches) are kept under
+# the target directory, not the user's cache: `make clean` removes them, and no
+# test reads a form another checkout wrote. A value set outside is kept.
+export PREP_TOKENIZER_CACHE ?= $(abspath $(TARGET_DIR))/tmp/tokenizer-cache
+
+.PHONY: all build build-tests demo docs package check test test-rust test-python test-ray test-compat test-slurm test-slow check-tiers list-test-targets lint bench bench-wheel bench-dist bench-shuffle bench-chat bench-tokenizer-py bench-pack bench-read bench-interop bench-validate bench-mix bench-stream bench-stream-peers bench-dedup bench-dedup-scale fixtures fuzz fuzz-long fuzz-check clean
 
 all: build
 
@@ -293,14 +298,18 @@ $(VENV_GIGA)/.installed: $(call req,tools/requirements-gigatoken.txt)
 	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements-gigatoken.txt
 	touch $@
 
-# Throughput and peak memory against the Python tokenizers baseline, in one run;
+# Each tokenizer's load, from its JSON and from its compiled form (tools/bench_load.py);
+# throughput and peak memory against the Python tokenizers baseline, in one run;
 # then prep's two engines (--engine fast, --engine hf) beside Python tokenizers and
 # GigaToken's encode_files on 1 thread and all cores, ids checked equal across all;
 # then prep's fast engine and GigaToken alone, in 5 rounds, each run once a
 # round, for ratios a drifting machine cannot tilt.
-bench: build $(VENV)/.installed $(VENV_GIGA)/.installed
+bench: build bench-wheel
+	$(VPY) tools/bench_load.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --python $(abspath $(VENV_GIGA))/bin/python
 	$(VPY) tools/bench_tokenize.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python
+	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python \
+		--limit-mb 32 --json $(abspath $(TARGET_DIR))/bench/engines-32mb.json
 	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python \
 		--impls prep-fast,gigatoken --repeat 5 --json $(abspath $(TARGET_DIR))/bench/engines-rounds.json
 
@@ -390,12 +399,16 @@ bench-dedup-scale: build $(VENV)/.installed
 # prep.Tokenizer.encode_batch beside tokenizers' and GigaToken's in one process
 # (tools/bench_tokenizer_py.py): the package built in release and installed,
 # with tokenizers, into the GigaToken venv.
-bench-tokenizer-py: build $(VENV)/.installed $(VENV_GIGA)/.installed
+bench-tokenizer-py: build bench-wheel
+	$(VENV_GIGA)/bin/python tools/bench_tokenizer_py.py --out $(abspath $(BENCH))/tokenizer-py.json
+
+# The package built in release (what pip installs) in the GigaToken venv, with
+# tokenizers and zstandard: the Python side of the benchmarks.
+bench-wheel: $(VENV)/.installed $(VENV_GIGA)/.installed
 	rm -rf $(BENCH)/wheels
 	$(VENV)/bin/maturin build --quiet --release --out $(BENCH)/wheels
 	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(BENCH)/wheels/*.whl
 	$(VENV_GIGA)/bin/pip install --quiet --disable-pip-version-check $$(grep -E '^(tokenizers|zstandard)==' tools/requirements-check.txt tools/requirements.txt | cut -d: -f2)
-	$(VENV_GIGA)/bin/python tools/bench_tokenizer_py.py --out $(abspath $(BENCH))/tokenizer-py.json
 
 # Validate throughput from page cache beside cat and xxh3 of the same bytes.
 bench-validate: build $(VENV)/.installed

@@ -26,7 +26,12 @@ it runs, one after the other, each as a child process:
               --gigatoken-child mode writes its ids and document lengths to
               files, so like the others it goes from JSONL to a token file.
 All read the same decompressed JSONL and tokenizer.json from the scratch
-folder (default target/bench), so none pays for zstd. If the prep binary has
+folder (default target/bench), so none pays for zstd. prep's runs read the
+tokenizer's compiled form (PREP_TOKENIZER_CACHE; make sets it under the target
+directory), which the probe run before them writes: each file's JSON is read
+once, as on a user's machine, and the timed runs pay only the compiled load
+(tools/bench_load.py measures both). The others read the JSON every run, as
+they always do. If the prep binary has
 no --engine option yet, prep runs once per T without it, as prep-hf.
 
 With --repeat N, the runs go in N rounds, each run once a round, so that a

@@ -12,6 +12,13 @@ runs every tokenizer family it supports (byte-level and SentencePiece-style
 BPE, Unigram, WordPiece; `tok.engine == "fast"`); a file it does not run is
 encoded by HF tokenizers itself (`tok.engine == "hf"`, `tok.description`
 says why). `decode` is HF tokenizers'.
+
+Loading is quick: the engine's tables are read from a compiled form kept in
+a cache directory (`PREP_TOKENIZER_CACHE`, else `$XDG_CACHE_HOME/prep/tokenizers`
+or `~/.cache/prep/tokenizers`; `PREP_TOKENIZER_CACHE=off` keeps none), made
+at the first load of each file and checked at every later one; HF
+tokenizers reads the file only when first needed (`decode`, special tokens,
+or a file the engine does not run).
 """
 
 from __future__ import annotations

@@ -27,3 +27,12 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} was skipped ({reason}) although PREP_EXTERNAL_DATA is set "
                            f"to {os.environ['PREP_EXTERNAL_DATA']}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tokenizer_cache(tmp_path_factory):
+    """Compiled tokenizers (prep.Tokenizer's, and the prep runs') go to the
+    session's temporary directory, not the user's cache."""
+    if "PREP_TOKENIZER_CACHE" not in os.environ:
+        os.environ["PREP_TOKENIZER_CACHE"] = str(tmp_path_factory.mktemp("tokenizer-cache"))
+    yield

@@ -99,3 +99,24 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="tokenizer.json"):
         prep.Tokenizer.from_file(bad)
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_a_damaged_compiled_form_is_rebuilt_with_the_same_ids(
+        path: Path, texts: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first load writes the compiled form, the second reads it; one
+    damaged in any of three ways is rebuilt, the same bytes written again,
+    and the ids are HF's every time."""
+    monkeypatch.setenv("PREP_TOKENIZER_CACHE", str(tmp_path / "cache"))
+    hf = HF.from_str(read(path).decode())
+    hf.no_truncation()
+    hf.no_padding()
+    want = [e.ids for e in hf.encode_batch(texts[:200], add_special_tokens=False)]
+    assert prep.Tokenizer(path, threads=1).encode_batch(texts[:200]) == want
+    (form,) = (tmp_path / "cache").glob("*.tok")
+    good = form.read_bytes()
+    assert prep.Tokenizer(path, threads=1).encode_batch(texts[:200]) == want
+    for damaged in (good[: len(good) // 3], good[:100] + bytes([good[100] ^ 1]) + good[101:], b""):
+        form.write_bytes(damaged)
+        assert prep.Tokenizer(path, threads=1).encode_batch(texts[:200]) == want
+        assert form.read_bytes() == good

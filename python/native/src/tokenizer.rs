@@ -30,8 +30,9 @@ struct Inner {
     /// What the post-processor puts around a text's ids.
     special: PostProcessorTokens,
     /// Whether `special` is exactly what the post-processor does (checked
-    /// on probe texts at load); else special tokens are added by HF.
-    special_exact: bool,
+    /// on probe texts by HF tokenizers, at the first encoding that asks for
+    /// special tokens); else special tokens are added by HF.
+    special_exact: std::sync::OnceLock<bool>,
     pool: rayon::ThreadPool,
     path: PathBuf,
     /// A Python int for each id below `vocab_size` (at most [`MAX_INTS`]),
@@ -46,14 +47,18 @@ struct Inner {
 const MAX_INTS: u64 = 1 << 20;
 
 impl Inner {
+    /// Whether the post-processor only wraps a text's ids in `special`.
+    fn special_exact(&self) -> bool {
+        *self
+            .special_exact
+            .get_or_init(|| special_is_exact(&self.loaded, &self.special))
+    }
+
     /// The ids of `text`, appended to `out`.
     fn encode_into(&self, text: &str, special: bool, out: &mut Vec<u32>) -> Result<(), String> {
         // HF tokenizers: for a file the fast engine does not run, and for
         // special tokens where the post-processor does more than wrap.
-        let fast = self
-            .fast
-            .as_ref()
-            .filter(|_| !special || self.special_exact);
+        let fast = self.fast.as_ref().filter(|_| !special || self.special_exact());
         let Some((fast, states)) = fast else {
             let encoding = self
                 .loaded
@@ -196,14 +201,17 @@ fn special_is_exact(loaded: &LoadedTokenizer, special: &PostProcessorTokens) -> 
 impl Tokenizer {
     /// Loads `path`: a tokenizer.json (also .zst or .gz), or a directory
     /// holding one. `threads`: the encoding threads of `encode_batch`
-    /// (default: every core).
+    /// (default: every core). The fast engine's reading comes from the
+    /// compiled tokenizer cache where it can; HF tokenizers reads the file
+    /// only when first needed (decoding, special tokens, or a file the
+    /// engine does not run).
     #[new]
     #[pyo3(signature = (path, threads=None))]
     fn new(py: Python<'_>, path: PathBuf, threads: Option<usize>) -> PyResult<Tokenizer> {
         py.detach(|| {
             let file = prep::engine::tokenizer_file(&path)
                 .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
-            let (loaded, fast) = LoadedTokenizer::load_with_fast(&file, Readings::Both)
+            let (loaded, fast) = LoadedTokenizer::load_with_fast(&file, Readings::Fast)
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -225,13 +233,12 @@ impl Tokenizer {
                 None => (None, None),
             };
             let special = loaded.post_processor_tokens();
-            let special_exact = special_is_exact(&loaded, &special);
             Ok(Tokenizer(Box::new(Inner {
                 loaded,
                 fast,
                 why_not,
                 special,
-                special_exact,
+                special_exact: std::sync::OnceLock::new(),
                 pool,
                 path: file,
                 ints: PyOnceLock::new(),
