@@ -58,7 +58,10 @@ impl Inner {
     fn encode_into(&self, text: &str, special: bool, out: &mut Vec<u32>) -> Result<(), String> {
         // HF tokenizers: for a file the fast engine does not run, and for
         // special tokens where the post-processor does more than wrap.
-        let fast = self.fast.as_ref().filter(|_| !special || self.special_exact());
+        let fast = self
+            .fast
+            .as_ref()
+            .filter(|_| !special || self.special_exact());
         let Some((fast, states)) = fast else {
             let encoding = self
                 .loaded
