@@ -7,9 +7,10 @@
 //! of borrowed pieces: its documents' tokens in the input's mapping (read
 //! through the input's checks, [`Verified`]: the first piece read from a
 //! chunk of the input checks that chunk whole, in place), separators, and
-//! padding from a row of pad tokens. The writer hashes the pieces where
-//! they lie and writes them by vectored writes ([`crate::format::Gathered`]),
-//! so each token byte is copied once, by the kernel into the page cache.
+//! padding from a row of pad tokens. The writer copies the pieces into a
+//! staging buffer, which it hashes and writes in long runs
+//! ([`crate::format::Gathered`]): each token byte is copied twice, once
+//! there and once into the page cache (no read copies it).
 //!
 //! The input's pages that rows touch stay in the process's resident memory
 //! (shared with the page cache) until they are released: pack releases the

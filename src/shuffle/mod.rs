@@ -23,10 +23,10 @@
 //!
 //! Documents are read where they lie: the inputs' mappings (each chunk
 //! checked against its checksum as it is first read), and the bucket files
-//! mapped in turn. Sorted, they are written from there by vectored writes
-//! ([`crate::format::Gathered`]), so a shuffle in memory copies each byte
-//! once, into the page cache, and one out of core once more per bucket
-//! pass.
+//! mapped in turn: no read copies them. Sorted, they are written from there
+//! ([`crate::format::Gathered`]: one copy into a staging buffer, hashed
+//! and written in long runs), so a shuffle in memory copies each byte
+//! twice, once into that buffer and once into the page cache.
 //!
 //! # On many machines
 //!

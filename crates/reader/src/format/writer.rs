@@ -2,7 +2,7 @@
 //! directory, flushed to disk, then renamed into place.
 
 use std::fs::File;
-use std::io::{BufWriter, IoSlice, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
@@ -15,20 +15,8 @@ use super::{
 /// Suffix of every file prep has not finished writing.
 pub const TMP_SUFFIX: &str = ".tmp";
 const WRITE_BUFFER: usize = 1 << 20;
-/// Pieces of records gathered into one vectored write at most: Linux's
-/// `IOV_MAX`, the most one `writev` takes.
-const GATHER_PIECES: usize = 1024;
-/// Bytes gathered into one vectored write, at most (a record longer than
-/// this is written by itself).
-const GATHER_BYTES: usize = 4 << 20;
-/// Pieces at least this long are hashed and written where they lie; shorter
-/// ones are copied into a staging buffer first. XXH3's streaming state
-/// copies what does not fill its 256-byte blocks, so hashing pieces of a
-/// few hundred bytes one by one copies most of their bytes in small
-/// copies, twice (the file's hash and its chunk's): one copy into the
-/// staging buffer, hashed in long runs, costs less.
-const DIRECT_PIECE: usize = 4 << 10;
-/// The staging buffer of short pieces.
+/// Bytes of records [`Gathered`] copies together before it hashes and
+/// writes them.
 const STAGING_BYTES: usize = 1 << 20;
 /// Bytes of a `.bin` written between two starts of their writeback.
 const WRITEBACK_BYTES: u64 = 8 << 20;
@@ -410,7 +398,7 @@ impl ShardWriter {
     }
 
     /// Starts one record of `bytes` bytes whose bytes the caller hashes
-    /// ([`ShardWriter::hash`]) and writes ([`ShardWriter::write_gathered`])
+    /// ([`ShardWriter::hash`]) and writes ([`ShardWriter::write_staged`])
     /// itself (see [`Gathered`]): checks it, writes its mask (in pieces, in
     /// a masked shard) and its index entry.
     fn begin_record(&mut self, bytes: usize, mask: Option<&[&[u8]]>) -> Result<(), FormatError> {
@@ -465,23 +453,12 @@ impl ShardWriter {
         self.chunk_hash.update(bytes, |_, sum| sums.push(sum));
     }
 
-    /// Writes `gathered` (the bytes of records [`ShardWriter::begin_record`]
-    /// started, in order) to the `.bin` after whatever its buffer holds, by
-    /// vectored writes straight from the pieces' memory, and empties it.
-    fn write_gathered(&mut self, gathered: &mut Vec<IoSlice<'_>>) -> Result<(), FormatError> {
+    /// Writes `bytes` (of records [`ShardWriter::begin_record`] started,
+    /// in order, hashed) to the `.bin` after whatever its buffer holds.
+    fn write_staged(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
         let io = |e| FormatError::io(tmp_path(&self.bin_path), e);
         self.bin.flush().map_err(io)?;
-        let file = self.bin.get_mut();
-        let mut left = &mut gathered[..];
-        while !left.is_empty() {
-            match file.write_vectored(left) {
-                Ok(0) => return Err(io(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => IoSlice::advance_slices(&mut left, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io(e)),
-            }
-        }
-        gathered.clear();
+        self.bin.get_mut().write_all(bytes).map_err(io)?;
         self.start_writeback();
         Ok(())
     }
@@ -792,15 +769,11 @@ impl DatasetWriter {
         Ok(self.current.as_mut().expect("just started"))
     }
 
-    /// A writer of records borrowed from memory that outlives it (an
-    /// input's mapping): see [`Gathered`].
-    pub fn gather<'b>(&mut self) -> Gathered<'_, 'b> {
+    /// A writer of records given in pieces (see [`Gathered`]).
+    pub fn gather(&mut self) -> Gathered<'_> {
         Gathered {
             writer: self,
-            pending: Vec::new(),
-            pending_bytes: 0,
             staged: Vec::new(),
-            hashed: 0,
         }
     }
 
@@ -823,37 +796,34 @@ impl DatasetWriter {
     }
 }
 
-/// Records appended to a [`DatasetWriter`] from borrowed bytes: each
-/// record's pieces (an input's mapped tokens, a separator, padding) are
-/// gathered, up to [`GATHER_PIECES`] pieces or [`GATHER_BYTES`] bytes, into
-/// one vectored write. A piece of [`DIRECT_PIECE`] bytes or more is hashed
-/// and written from where it lies, so the kernel's copy into the page cache
-/// is the only copy of its bytes; shorter ones are copied into a staging
-/// buffer and hashed and written from there in long runs (see
-/// [`DIRECT_PIECE`] for why). The index and the loss mask (a byte per
-/// token) are buffered as ever.
+/// Records appended to a [`DatasetWriter`] in pieces, wherever they lie (an
+/// input's mapping, a separator, padding): each piece is copied once, into
+/// a staging buffer of [`STAGING_BYTES`], which is hashed (the file's XXH3
+/// and its chunks') and written in one run when full. Records pushed whole
+/// one by one ([`DatasetWriter::push_raw`]) are hashed one by one instead:
+/// XXH3's streaming state copies what does not fill its 256-byte blocks, so
+/// hashing records of a few hundred bytes that way copies most of their
+/// bytes again, twice, in small copies.
+///
+/// Why a copy at all, when vectored writes could take the pieces from the
+/// mapping: measured on the 2-core VM (docs/performance.md), the kernel's
+/// copy into the page cache ran at a fraction of its speed when its source
+/// was the input's mapping rather than a buffer in cache (a shuffle in
+/// memory of 1 GiB of 20,000-token documents: 1.9 to 2.3 s of system time
+/// against 0.6 s), which cost more than this copy.
 ///
 /// Shards are cut as [`DatasetWriter::push_raw`] cuts them, and what a
 /// shard holds is written before it is sealed. Call [`Gathered::finish`]
-/// at the end: dropped without it, the pieces not yet written are
-/// written then and an error is lost (the shard's end checks its length).
-pub struct Gathered<'w, 'b> {
+/// at the end: dropped without it, what is staged is written then and an
+/// error is lost (the shard's end checks its length). The index and the
+/// loss mask (a byte per token) are buffered as ever.
+pub struct Gathered<'w> {
     writer: &'w mut DatasetWriter,
-    /// The pieces to write, in order.
-    pending: Vec<Pending<'b>>,
-    pending_bytes: usize,
-    /// Short pieces' bytes: `staged[..hashed]` are hashed.
+    /// Bytes of started records not yet hashed and written.
     staged: Vec<u8>,
-    hashed: usize,
 }
 
-/// A piece waiting to be written: borrowed, or a range of the staging buffer.
-enum Pending<'b> {
-    Borrowed(&'b [u8]),
-    Staged(std::ops::Range<usize>),
-}
-
-impl<'b> Gathered<'_, 'b> {
+impl Gathered<'_> {
     /// Appends one record: the concatenation of `pieces`, little-endian
     /// tokens of the writer's dtype, with its loss mask in pieces when the
     /// shards carry masks (and only then). Returns the shard completed to
@@ -864,7 +834,7 @@ impl<'b> Gathered<'_, 'b> {
     /// where none belongs (or none where one does), or a write that failed.
     pub fn push(
         &mut self,
-        pieces: &[&'b [u8]],
+        pieces: &[&[u8]],
         mask: Option<&[&[u8]]>,
     ) -> Result<Option<&ShardInfo>, FormatError> {
         let bytes: usize = pieces.iter().map(|p| p.len()).sum();
@@ -874,29 +844,19 @@ impl<'b> Gathered<'_, 'b> {
             self.writer.seal()?;
         }
         self.writer.current()?.begin_record(bytes, mask)?;
-        for &piece in pieces.iter().filter(|p| !p.is_empty()) {
-            if piece.len() >= DIRECT_PIECE {
-                self.hash_staged();
-                self.shard().hash(piece);
-                self.pending.push(Pending::Borrowed(piece));
-            } else {
-                if self.staged.len() + piece.len() > STAGING_BYTES {
+        if self.staged.capacity() == 0 {
+            self.staged.reserve_exact(STAGING_BYTES);
+        }
+        for piece in pieces {
+            let mut rest = *piece;
+            while !rest.is_empty() {
+                if self.staged.len() == STAGING_BYTES {
                     self.write()?;
                 }
-                if self.staged.capacity() == 0 {
-                    self.staged.reserve_exact(STAGING_BYTES);
-                }
-                let at = self.staged.len();
-                self.staged.extend_from_slice(piece);
-                match self.pending.last_mut() {
-                    Some(Pending::Staged(run)) if run.end == at => run.end += piece.len(),
-                    _ => self.pending.push(Pending::Staged(at..at + piece.len())),
-                }
+                let n = rest.len().min(STAGING_BYTES - self.staged.len());
+                self.staged.extend_from_slice(&rest[..n]);
+                rest = &rest[n..];
             }
-            self.pending_bytes += piece.len();
-        }
-        if self.pending.len() >= GATHER_PIECES || self.pending_bytes >= GATHER_BYTES {
-            self.write()?;
         }
         Ok(if sealed {
             self.writer.shards.last()
@@ -905,45 +865,19 @@ impl<'b> Gathered<'_, 'b> {
         })
     }
 
-    /// The open shard: one is, once a record has been started.
-    fn shard(&mut self) -> &mut ShardWriter {
-        self.writer.current.as_mut().expect("a record was started")
-    }
-
-    /// Hashes the staged bytes not hashed yet.
-    fn hash_staged(&mut self) {
-        if self.hashed < self.staged.len() {
-            let shard = self.writer.current.as_mut().expect("a record was started");
-            shard.hash(&self.staged[self.hashed..]);
-            self.hashed = self.staged.len();
-        }
-    }
-
-    /// Writes the pieces gathered so far into the open shard.
+    /// Hashes and writes what is staged into the open shard.
     fn write(&mut self) -> Result<(), FormatError> {
-        if self.pending.is_empty() {
+        if self.staged.is_empty() {
             return Ok(());
         }
-        self.hash_staged();
-        let staged = &self.staged;
-        let mut slices: Vec<IoSlice> = self
-            .pending
-            .iter()
-            .map(|p| match p {
-                Pending::Borrowed(b) => IoSlice::new(b),
-                Pending::Staged(run) => IoSlice::new(&staged[run.clone()]),
-            })
-            .collect();
         let shard = self.writer.current.as_mut().expect("a record was started");
-        shard.write_gathered(&mut slices)?;
-        self.pending.clear();
-        self.pending_bytes = 0;
+        shard.hash(&self.staged);
+        shard.write_staged(&self.staged)?;
         self.staged.clear();
-        self.hashed = 0;
         Ok(())
     }
 
-    /// Writes what is gathered; the writer takes records again.
+    /// Writes what is staged; the writer takes records again.
     ///
     /// # Errors
     /// A write that failed.
@@ -952,7 +886,7 @@ impl<'b> Gathered<'_, 'b> {
     }
 }
 
-impl Drop for Gathered<'_, '_> {
+impl Drop for Gathered<'_> {
     fn drop(&mut self) {
         let _ = self.write();
     }
@@ -962,7 +896,7 @@ impl Drop for Gathered<'_, '_> {
 mod tests {
     use super::*;
 
-    /// Records gathered from borrowed pieces make the same shards, byte
+    /// Records gathered from pieces make the same shards, byte
     /// for byte, as the same records pushed whole, masks included, with
     /// shards cut at the same records.
     #[test]
@@ -973,8 +907,8 @@ mod tests {
         std::fs::create_dir_all(&two).unwrap();
         let records: Vec<Vec<u8>> = (0..3000u32)
             .map(|i| {
-                // Short records are staged, long ones written where they lie.
-                let tokens = if i % 500 == 7 { 3000 } else { i % 37 };
+                // Some records longer than the staging buffer.
+                let tokens = if i % 500 == 7 { 300_000 } else { i % 37 };
                 (0..tokens * 2).map(|k| (i + k) as u8).collect()
             })
             .collect();
