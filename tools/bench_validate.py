@@ -50,27 +50,34 @@ def write_sums(bin_path: Path, sum_path: Path) -> None:
     sum_path.write_bytes(header + b"".join(s.to_bytes(8, "little") for s in sums))
 
 
-def make_dataset(out: Path, gib: float) -> list[Path]:
+def make_dataset(out: Path, gib: float, dtype: str = "uint16", lengths: tuple[int, int] = (1, 8192),
+                 vocab: int = VOCAB, eos: int = EOS) -> list[Path]:
+    """A synthetic valid dataset of about `gib` GiB of tokens in `out` (kept, and reused when there):
+    random ids below `eos`, records of `lengths` tokens (uniform, both ends included) ending in eos,
+    256 MiB shards. Returns its shard files."""
     out.mkdir(parents=True, exist_ok=True)
     if (out / "manifest.json").exists():
         m = json.loads((out / "manifest.json").read_text())
         return [out / s[k] for s in m["shards"] for k in ("bin", "idx", "sum") if k in s]
     rng = np.random.default_rng(7)
-    total = int(gib * (1 << 30) / 2)
+    size = {"uint16": 2, "uint32": 4}[dtype]
+    total = int(gib * (1 << 30) / size)
+    shard_tokens = SHARD_TOKENS * 2 // size
+    lo, hi = lengths
     shards, files = [], []
     written = 0
     while written < total:
-        n = min(SHARD_TOKENS, total - written)
-        tokens = rng.integers(0, EOS, size=n, dtype=np.uint16)
-        lens = rng.integers(1, 8193, size=n // 1000 + 2)
+        n = min(shard_tokens, total - written)
+        tokens = rng.integers(0, eos, size=n, dtype=np.dtype(dtype))
+        lens = rng.integers(lo, hi + 1, size=n // (lo if lo > 1 else 1000) + 2)
         ends = np.cumsum(lens)
         ends = ends[ends < n]
         offsets = np.concatenate([[0], ends, [n]]).astype("<u8")
-        tokens[offsets[1:] - 1] = EOS
+        tokens[offsets[1:] - 1] = eos
         name = f"shard-{len(shards):05d}"
         bin_path, idx_path = out / f"{name}.bin", out / f"{name}.idx"
-        tokens.astype("<u2").tofile(bin_path)
-        header = b"PREPIDX\0" + (1).to_bytes(4, "little") + bytes([2, 0, 0, 0])
+        tokens.astype(f"<u{size}").tofile(bin_path)
+        header = b"PREPIDX\0" + (1).to_bytes(4, "little") + bytes([size, 0, 0, 0])
         header += (len(offsets) - 1).to_bytes(8, "little") + n.to_bytes(8, "little")
         idx_path.write_bytes(header + offsets.tobytes())
         sum_path = out / f"{name}.sum"
@@ -84,9 +91,9 @@ def make_dataset(out: Path, gib: float) -> list[Path]:
         files += [bin_path, idx_path, sum_path]
         written += n
     manifest = {
-        "format": "prep", "version": 1, "kind": "documents", "dtype": "uint16", "vocab_size": VOCAB,
+        "format": "prep", "version": 1, "kind": "documents", "dtype": dtype, "vocab_size": vocab,
         "n_records": sum(s["n_records"] for s in shards), "n_tokens": sum(s["n_tokens"] for s in shards),
-        "special_tokens": {"bos": None, "eos": EOS, "pad": None}, "bos_prepended": False, "eos_appended": True,
+        "special_tokens": {"bos": None, "eos": eos, "pad": None}, "bos_prepended": False, "eos_appended": True,
         "tokenizer": {"file": None, "xxh3": "0000000000000000"}, "shards": shards,
         "provenance": {"prep_version": "bench", "command": "bench_validate", "created": "2026-01-01T00:00:00Z",
                        "inputs": [], "options": {}, "fingerprint": "0000000000000000",
