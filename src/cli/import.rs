@@ -8,7 +8,7 @@ use clap::Parser;
 
 use super::write_flags::WriteFlags;
 
-use prep::engine::{token_arg, LoadedTokenizer};
+use prep::engine::{token_arg, LoadedTokenizer, Readings};
 use prep::interop::{self, Format, ImportConfig};
 
 /// Read token files of another trainer into a prep dataset (shards,
@@ -88,7 +88,10 @@ pub(crate) fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     let output = args.paths.pop().expect("two paths");
     let eos = match (&args.eos, &args.tokenizer) {
         (None, _) => None,
-        (Some(value), Some(path)) => Some(LoadedTokenizer::load(path)?.resolve("--eos", value)?),
+        (Some(value), Some(path)) => {
+            let (tok, _) = LoadedTokenizer::load_with_fast(path, Readings::Fast)?;
+            Some(tok.resolve("--eos", value)?)
+        }
         (Some(value), None) => Some(token_arg("--eos", value, None, None).map_err(|mut e| {
             e.why += " (pass --tokenizer to give a token string)";
             e

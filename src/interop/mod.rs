@@ -557,7 +557,11 @@ fn import_into(
     let out = output.dir();
     let tokenizer = match &config.tokenizer {
         Some(path) => {
-            Some(crate::engine::LoadedTokenizer::load(path).map_err(|e| bad(path, e.to_string()))?)
+            // Its size and its copy are all an import needs: the engine's
+            // reading, from the compiled cache where it can.
+            let read =
+                crate::engine::LoadedTokenizer::load_with_fast(path, crate::engine::Readings::Fast);
+            Some(read.map_err(|e| bad(path, e.to_string()))?.0)
         }
         None => None,
     };
