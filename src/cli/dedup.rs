@@ -34,8 +34,7 @@ use prep::size::parse_size;
 /// the same documents are removed as on one machine.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage, input or I/O error."
+    after_help = sizes_then!("Exit codes: 0 success, 2 usage, input or I/O error.")
 )]
 pub(crate) struct Args {
     /// The documents dataset to deduplicate (not for --buckets).

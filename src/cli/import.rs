@@ -22,8 +22,7 @@ use prep::interop::{self, Format, ImportConfig};
 /// without --eos each input is one record. Inputs are read in the order given.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage error or a file that is not what its format says."
+    after_help = sizes_then!("Exit codes: 0 success, 2 usage error or a file that is not what its format says.")
 )]
 pub(crate) struct Args {
     /// The format of the inputs.

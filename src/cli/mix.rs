@@ -26,8 +26,7 @@ use prep::size::format_bytes;
 /// prep merge joins parts 0..N-1 into the dataset one run writes.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage, input or I/O error."
+    after_help = sizes_then!("Exit codes: 0 success, 2 usage, input or I/O error.")
 )]
 pub(crate) struct Args {
     /// The dataset to write.

@@ -10,6 +10,20 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The end of the help of a command that takes sizes: how a size is
+/// written (the rule of `prep::size`, said once), then the command's exit
+/// codes. A macro, since clap's attribute takes a literal built by
+/// `concat!`; defined before the subcommands' modules, which use it.
+macro_rules! sizes_then {
+    ($exit_codes:literal) => {
+        concat!(
+            "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB \
+             (powers of 1024).\n",
+            $exit_codes
+        )
+    };
+}
+
 pub mod allocator;
 mod bench_read;
 mod dedup;

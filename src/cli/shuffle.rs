@@ -33,8 +33,7 @@ use prep::size::{format_bytes, parse_size};
 /// and B are; `prep merge` joins them into that dataset.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage, input or I/O error."
+    after_help = sizes_then!("Exit codes: 0 success, 2 usage, input or I/O error.")
 )]
 pub(crate) struct Args {
     /// Input dataset directories, then the output directory (with

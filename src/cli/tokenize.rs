@@ -22,8 +22,7 @@ use prep::tokenize_then_shuffle::TokenizeThenShuffle;
 /// same arguments.
 #[derive(Debug, Parser)]
 #[command(
-    after_help = "Sizes are bytes or take a unit: KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).\n\
-Exit codes: 0 success, 2 usage, input or I/O error."
+    after_help = sizes_then!("Exit codes: 0 success, 2 usage, input or I/O error.")
 )]
 // The doc comments are the command's --help, where token strings such as
 // <eos> are text, not HTML.
