@@ -126,8 +126,12 @@ pub(crate) fn open(bytes: &[u8], source: u64) -> Result<&[u8], Stale> {
 pub(crate) fn store(path: &Path, compiled: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
+    // A name no other writer uses: other processes differ in pid, other
+    // threads of this one (two Python threads loading one file) in `n`.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{n}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("tok"),
         std::process::id()
     ));
