@@ -19,7 +19,7 @@
 //! never change an id.
 //!
 //! Compiled forms live in a cache directory ([`cache_dir`]), one file per
-//! `tokenizer.json` named by its XXH3, written to a temporary name and
+//! `tokenizer.json` and engine, named by their hashes, written to a temporary name and
 //! renamed into place, so that concurrent runs (a thousand `--part` tasks
 //! starting at once) each read a whole file or none.
 
@@ -75,9 +75,12 @@ pub fn cache_dir() -> Option<PathBuf> {
     Some(base.join("prep").join("tokenizers"))
 }
 
-/// The compiled form of the `tokenizer.json` whose XXH3 is `source`.
+/// The compiled form of the `tokenizer.json` whose XXH3 is `source`, as
+/// this engine writes it: named by the engine's hash too, so that two
+/// versions of prep sharing a cache (the command and an older pip package)
+/// each keep their own form instead of rewriting each other's.
 pub fn cache_file(dir: &Path, source: u64) -> PathBuf {
-    dir.join(format!("{source:016x}.tok"))
+    dir.join(format!("{source:016x}-{ENGINE:016x}.tok"))
 }
 
 /// A compiled form of `payload`, made from the file whose XXH3 is `source`.
