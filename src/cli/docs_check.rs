@@ -478,6 +478,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("data", "tools/slurm/prep_slurm.sh"),
     ("repeat", "tools/bench_*.py"),
     ("mib", "tools/bench_*.py"),
+    ("limit-mb", "tools/bench_*.py"),
 ];
 
 /// The flags named in a Markdown text's prose (outside code blocks), each
