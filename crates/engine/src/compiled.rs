@@ -350,21 +350,21 @@ impl<'a> Reader<'a> {
     pub(crate) fn str(&mut self) -> Result<&'a str, Stale> {
         std::str::from_utf8(self.bytes()?).or_else(|_| stale("a text is not UTF-8"))
     }
-    pub(crate) fn u32s(&mut self) -> Result<Vec<u32>, Stale> {
+    /// An array written as its length and then `W` little-endian bytes an
+    /// element.
+    fn array<T, const W: usize>(&mut self, from: fn([u8; W]) -> T) -> Result<Vec<T>, Stale> {
         let n = self.len()?;
-        let raw = self.take(n.checked_mul(4).ok_or(Stale("too long".into()))?)?;
+        let raw = self.take(n.checked_mul(W).ok_or(Stale("too long".into()))?)?;
         Ok(raw
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .chunks_exact(W)
+            .map(|c| from(c.try_into().expect("W bytes")))
             .collect())
     }
+    pub(crate) fn u32s(&mut self) -> Result<Vec<u32>, Stale> {
+        self.array(u32::from_le_bytes)
+    }
     pub(crate) fn u64s(&mut self) -> Result<Vec<u64>, Stale> {
-        let n = self.len()?;
-        let raw = self.take(n.checked_mul(8).ok_or(Stale("too long".into()))?)?;
-        Ok(raw
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-            .collect())
+        self.array(u64::from_le_bytes)
     }
     /// Exactly `N` ids.
     pub(crate) fn table<const N: usize>(&mut self) -> Result<Box<[u32; N]>, Stale> {

@@ -257,7 +257,7 @@ impl TokenNames for Tokenizer {
 pub(crate) struct Names {
     /// Each added token HF keeps (not the empty ones): id, text, special.
     added: Vec<(u32, String, bool)>,
-    vocab: Words,
+    vocab: WordList,
     post_processor: Option<PostProcessorWrapper>,
 }
 
@@ -265,13 +265,13 @@ pub(crate) struct Names {
 /// the map it came from: searched from the start for the few names a run
 /// asks (a flag's value, the end-of-document token), and read from a
 /// compiled form without a string allocated per token.
-struct Words {
+struct WordList {
     text: Vec<u8>,
     ends: Vec<u64>,
     ids: Vec<u32>,
 }
 
-impl Words {
+impl WordList {
     fn iter(&self) -> impl Iterator<Item = (&[u8], u32)> + '_ {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts
@@ -298,7 +298,7 @@ impl Names {
                 Some((id, content.to_owned(), t["special"] == true))
             })
             .collect();
-        let mut words = Words {
+        let mut words = WordList {
             text: Vec::new(),
             ends: Vec::with_capacity(vocab.len()),
             ids: Vec::with_capacity(vocab.len()),
@@ -363,7 +363,7 @@ impl Names {
         }
         Ok(Names {
             added,
-            vocab: Words { text, ends, ids },
+            vocab: WordList { text, ends, ids },
             post_processor: Self::post_processor(post_processor)?,
         })
     }
