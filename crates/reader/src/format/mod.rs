@@ -55,7 +55,9 @@ pub fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
     mmap::cast(bytes)
 }
 
-pub use writer::{atomic_write, hash_file, AtomicFile, DatasetWriter, Gathered, ShardWriter};
+pub use writer::{
+    atomic_write, hash_file, AtomicFile, Capped, DatasetWriter, Gathered, ShardWriter, MAX_WRITE,
+};
 
 /// The type of every token in a dataset's `.bin` files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -12,9 +12,34 @@ use super::{
     ShardInfo, IDX_HEADER_LEN,
 };
 
+/// A writer that hands its inner writer at most [`MAX_WRITE`] bytes a
+/// call: what a [`BufWriter`] of a larger buffer writes through.
+#[derive(Debug)]
+pub struct Capped<W>(pub W);
+
+impl<W: Write> Write for Capped<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(&buf[..buf.len().min(MAX_WRITE)])
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Suffix of every file prep has not finished writing.
 pub const TMP_SUFFIX: &str = ".tmp";
-const WRITE_BUFFER: usize = 1 << 20;
+const WRITE_BUFFER: usize = MAX_WRITE;
+/// The most bytes prep hands one `write(2)` of a large file: longer runs
+/// are written in pieces of this size. The kernel takes the page-cache
+/// memory for a write in pieces as large as the write (large folios), and
+/// large pieces cost more to come by: on the 2-core VM the benchmarks run
+/// on, whose hypervisor takes back free memory in blocks of 2 MiB and
+/// more, writing 1 GiB into a new file took 0.26 to 0.28 s of system time
+/// in writes of 256 KiB and 0.6 to 0.9 s in writes of 1 MiB
+/// (`tools/bench_write_size.py`). Pieces of 256 KiB are long enough that
+/// the calls themselves cost nothing measurable.
+pub const MAX_WRITE: usize = 256 << 10;
 /// Bytes of records [`Gathered`] copies together before it hashes and
 /// writes them.
 const STAGING_BYTES: usize = 1 << 20;
@@ -45,7 +70,7 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), FormatError> {
 pub struct AtomicFile {
     path: PathBuf,
     guard: TmpGuard,
-    out: Option<BufWriter<File>>,
+    out: Option<BufWriter<Capped<File>>>,
     bytes: u64,
 }
 
@@ -57,7 +82,7 @@ impl AtomicFile {
         Ok(AtomicFile {
             path: path.into(),
             guard: TmpGuard { paths: vec![tmp] },
-            out: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            out: Some(BufWriter::with_capacity(WRITE_BUFFER, Capped(file))),
             bytes: 0,
         })
     }
@@ -86,7 +111,7 @@ impl AtomicFile {
     /// files that must appear together are closed first, then committed.
     pub fn close(&mut self) -> Result<(), FormatError> {
         if let Some(out) = self.out.take() {
-            let file = out
+            let Capped(file) = out
                 .into_inner()
                 .map_err(|e| FormatError::io(self.tmp(), e.into_error()))?;
             file.sync_all()
@@ -151,28 +176,184 @@ fn sync_dir(path: &Path) -> Result<(), FormatError> {
 /// index header and `STEM.sum` (the chunks' checksums), checksums the files
 /// and renames them into place.
 pub struct ShardWriter {
+    /// The `.bin` while a thread of its own writes it (see [`Pipe`]):
+    /// first, so that a shard dropped unfinished stops that thread before
+    /// its temporary files go.
+    pipe: Option<Pipe>,
     /// Removes the temporary files if the shard is dropped unfinished (an
     /// error, or a bad document that stops the run).
     guard: TmpGuard,
     bin_path: PathBuf,
     idx_path: PathBuf,
     sum_path: PathBuf,
-    bin: BufWriter<File>,
-    /// Bytes of the `.bin` whose writeback to disk has been started.
-    written_back: u64,
+    /// The `.bin` and its hashes; `None` while [`ShardWriter::pipe`] has them.
+    bin: Option<BinFile>,
     idx: BufWriter<File>,
-    bin_hash: Xxh3,
-    /// The `.bin`'s chunks, hashed in the same pass as `bin_hash`.
-    chunk_hash: ChunkHasher,
-    /// The checksums of the `.bin`'s complete chunks so far (8 bytes per
-    /// MiB of tokens).
-    chunk_sums: Vec<u64>,
     dtype: Dtype,
     n_records: u64,
     n_tokens: u64,
     scratch: Vec<u8>,
     /// The loss mask of a masked shard (see [`ShardWriter::create_masked`]).
     mask: Option<MaskFile>,
+}
+
+/// A shard's `.bin` being written: the file, its hashes (the whole file's
+/// XXH3 and its chunks', in one pass), and how far its writeback was
+/// started.
+struct BinFile {
+    out: BufWriter<File>,
+    whole: Xxh3,
+    chunks: ChunkHasher,
+    /// The checksums of the complete chunks so far (8 bytes per MiB).
+    sums: Vec<u64>,
+    /// Bytes appended (in the file or its buffer).
+    len: u64,
+    /// Bytes whose writeback to disk has been started.
+    written_back: u64,
+}
+
+impl BinFile {
+    /// Appends `bytes` (a record) through the write buffer, hashed.
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.len() >= self.out.capacity() {
+            // What the buffer would pass through whole.
+            return self.append_run(bytes);
+        }
+        self.out.write_all(bytes)?;
+        self.hashed(bytes);
+        Ok(())
+    }
+
+    /// Appends `bytes` (a long run) straight to the file, after what the
+    /// write buffer holds, hashed; in writes of at most [`MAX_WRITE`].
+    fn append_run(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.out.flush()?;
+        Capped(self.out.get_mut()).write_all(bytes)?;
+        self.hashed(bytes);
+        Ok(())
+    }
+
+    /// Hashes `bytes`, just appended, and starts the writeback to disk of
+    /// what the file holds past the last start, every [`WRITEBACK_BYTES`]:
+    /// the disk writes while the stage works on, and the fsync that ends
+    /// the shard finds little left to wait for, where otherwise it would
+    /// wait for the whole shard (the kernel starts on its own only past a
+    /// share of the machine's memory). Best effort: a refusal leaves it to
+    /// the fsync.
+    fn hashed(&mut self, bytes: &[u8]) {
+        self.whole.update(bytes);
+        let sums = &mut self.sums;
+        self.chunks.update(bytes, |_, sum| sums.push(sum));
+        self.len += bytes.len() as u64;
+        // What reached the file: what was appended, less what the buffer holds.
+        let in_file = self.len - self.out.buffer().len() as u64;
+        if in_file - self.written_back >= WRITEBACK_BYTES {
+            start_writeback(self.out.get_ref(), self.written_back..in_file);
+            self.written_back = in_file;
+        }
+    }
+}
+
+/// Runs staged by [`Gathered`] queued for a shard's writer thread at most:
+/// the stage fills the next while the thread hashes and writes these.
+const PIPE_DEPTH: usize = 4;
+
+/// The staging buffers of one [`DatasetWriter`], shared with its shards'
+/// writer threads, which put each back once written: a handful, made once
+/// and reused for every run of every shard. (Buffers dropped and made
+/// again cost the kernel a fresh, zeroed page for each of their pages:
+/// measured at a quarter of a pack's time when each batch of rows made
+/// its own.)
+#[derive(Clone, Default)]
+struct Buffers(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+impl Buffers {
+    /// An empty buffer of [`STAGING_BYTES`]: one put back, or a new one.
+    fn take(&self) -> Vec<u8> {
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        spare.unwrap_or_else(|| Vec::with_capacity(STAGING_BYTES))
+    }
+
+    /// Keeps `buf`, emptied, for the next [`Buffers::take`].
+    fn put(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+    }
+}
+
+/// A shard's `.bin` handed to a thread of its own while [`Gathered`]
+/// stages runs for it: the thread hashes each run and writes it (the
+/// kernel's copy into the page cache, and the start of its writeback),
+/// while the stage copies the next run's records out of its inputs, so
+/// the two halves of a byte's journey run on two cores. Runs are written
+/// in the order sent, so the file and its hashes are the ones one thread
+/// makes. At most [`PIPE_DEPTH`] runs wait; each buffer goes back to the
+/// writer's [`Buffers`] once written.
+struct Pipe {
+    to: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    /// Set by the thread when a write fails: what is sent after is dropped.
+    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(BinFile, std::io::Result<()>)>>,
+}
+
+impl Pipe {
+    fn start(mut bin: BinFile, buffers: Buffers) -> std::io::Result<Pipe> {
+        use std::sync::atomic::Ordering;
+        let (to, runs) = std::sync::mpsc::sync_channel::<Vec<u8>>(PIPE_DEPTH);
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = failed.clone();
+        let thread = std::thread::Builder::new()
+            .name("prep-shard-writer".into())
+            .spawn(move || {
+                let mut written = Ok(());
+                for run in runs {
+                    if written.is_ok() {
+                        written = bin.append_run(&run);
+                        if written.is_err() {
+                            flag.store(true, Ordering::Release);
+                        }
+                    }
+                    buffers.put(run);
+                }
+                (bin, written)
+            })?;
+        Ok(Pipe {
+            to: Some(to),
+            failed,
+            thread: Some(thread),
+        })
+    }
+
+    /// Sends `run` to be hashed and written (waiting while [`PIPE_DEPTH`]
+    /// runs wait); false once the thread has failed (joining it tells why).
+    fn send(&mut self, run: Vec<u8>) -> bool {
+        if self.failed.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        self.to.as_ref().is_some_and(|to| to.send(run).is_ok())
+    }
+
+    /// Waits for every run sent to be written; the `.bin` back, and the
+    /// first write that failed, if one did.
+    fn join(mut self) -> (BinFile, std::io::Result<()>) {
+        self.to = None;
+        let thread = self.thread.take().expect("joined once");
+        match thread.join() {
+            Ok(done) => done,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Pipe {
+    /// A pipe dropped unjoined (its shard abandoned) still waits for its
+    /// thread, so that nothing writes to the shard's files after.
+    fn drop(&mut self) {
+        self.to = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// A shard's `.mask` being written: one byte per token, hashed as it goes.
@@ -243,16 +424,20 @@ impl ShardWriter {
             None
         };
         Ok(ShardWriter {
+            pipe: None,
             guard: TmpGuard { paths: tmps },
             bin_path,
             idx_path,
             sum_path,
-            bin,
-            written_back: 0,
+            bin: Some(BinFile {
+                out: bin,
+                whole: Xxh3::new(),
+                chunks: ChunkHasher::new(sum_chunk_bytes_to_write()),
+                sums: Vec::new(),
+                len: 0,
+                written_back: 0,
+            }),
             idx,
-            bin_hash: Xxh3::new(),
-            chunk_hash: ChunkHasher::new(sum_chunk_bytes_to_write()),
-            chunk_sums: Vec::new(),
             dtype,
             n_records: 0,
             n_tokens: 0,
@@ -367,40 +552,35 @@ impl ShardWriter {
                 ),
             });
         }
-        self.bin
-            .write_all(bytes)
+        self.bin()?
+            .append(bytes)
             .map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
-        self.bin_hash.update(bytes);
-        let sums = &mut self.chunk_sums;
-        self.chunk_hash.update(bytes, |_, sum| sums.push(sum));
         self.n_tokens += (bytes.len() / size) as u64;
         self.n_records += 1;
         self.idx
             .write_all(&self.n_tokens.to_le_bytes())
-            .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))?;
-        self.start_writeback();
-        Ok(())
+            .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))
     }
 
-    /// Starts the writeback to disk of what the `.bin` holds past the last
-    /// start, every [`WRITEBACK_BYTES`]: the disk writes while the stage
-    /// works on, and the fsync that ends the shard finds little left to
-    /// wait for, where otherwise it would wait for the whole shard (the
-    /// kernel starts on its own only past a share of the machine's
-    /// memory). Best effort: a refusal leaves it to the fsync.
-    fn start_writeback(&mut self) {
-        // What reached the file: what was written, less what the buffer holds.
-        let in_file = self.bin_bytes() - self.bin.buffer().len() as u64;
-        if in_file - self.written_back >= WRITEBACK_BYTES {
-            start_writeback(self.bin.get_ref(), self.written_back..in_file);
-            self.written_back = in_file;
+    /// The `.bin`, taken back from its thread first if it has one (which
+    /// has then written everything sent to it); the error that stopped
+    /// that thread, if one did.
+    fn bin(&mut self) -> Result<&mut BinFile, FormatError> {
+        if let Some(pipe) = self.pipe.take() {
+            let (bin, written) = pipe.join();
+            self.bin = Some(bin);
+            written.map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
         }
+        Ok(self
+            .bin
+            .as_mut()
+            .expect("the .bin is here once its thread is joined"))
     }
 
-    /// Starts one record of `bytes` bytes whose bytes the caller hashes
-    /// ([`ShardWriter::hash`]) and writes ([`ShardWriter::write_staged`])
-    /// itself (see [`Gathered`]): checks it, writes its mask (in pieces, in
-    /// a masked shard) and its index entry.
+    /// Starts one record of `bytes` bytes whose bytes the caller stages and
+    /// sends itself ([`ShardWriter::send_staged`], see [`Gathered`]):
+    /// checks it, writes its mask (in pieces, in a masked shard) and its
+    /// index entry.
     fn begin_record(&mut self, bytes: usize, mask: Option<&[&[u8]]>) -> Result<(), FormatError> {
         let size = self.dtype.size();
         if !bytes.is_multiple_of(size) {
@@ -446,21 +626,25 @@ impl ShardWriter {
             .map_err(|e| FormatError::io(tmp_path(&self.idx_path), e))
     }
 
-    /// Hashes the next `bytes` of the `.bin`, whole and by chunk.
-    fn hash(&mut self, bytes: &[u8]) {
-        let sums = &mut self.chunk_sums;
-        self.bin_hash.update(bytes);
-        self.chunk_hash.update(bytes, |_, sum| sums.push(sum));
-    }
-
-    /// Writes `bytes` (of records [`ShardWriter::begin_record`] started,
-    /// in order, hashed) to the `.bin` after whatever its buffer holds.
-    fn write_staged(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
-        let io = |e| FormatError::io(tmp_path(&self.bin_path), e);
-        self.bin.flush().map_err(io)?;
-        self.bin.get_mut().write_all(bytes).map_err(io)?;
-        self.start_writeback();
-        Ok(())
+    /// Hands `run` (bytes of records [`ShardWriter::begin_record`]
+    /// started, in order) to the `.bin`'s thread, started on the first
+    /// run, to be hashed and written after what came before, and then put
+    /// back into `buffers`.
+    fn send_staged(&mut self, run: Vec<u8>, buffers: &Buffers) -> Result<(), FormatError> {
+        let tmp = tmp_path(&self.bin_path);
+        let io = |e| FormatError::io(&tmp, e);
+        if self.pipe.is_none() {
+            let bin = self.bin.take().expect("the .bin is here without a thread");
+            self.pipe = Some(Pipe::start(bin, buffers.clone()).map_err(io)?);
+        }
+        if self.pipe.as_mut().is_some_and(|p| p.send(run)) {
+            return Ok(());
+        }
+        // The thread stopped: joining it tells why.
+        self.bin()?;
+        Err(io(std::io::Error::other(
+            "the shard's writer thread stopped",
+        )))
     }
 
     /// Records written so far.
@@ -475,12 +659,19 @@ impl ShardWriter {
 
     /// Writes the index header and the `.sum`, syncs, checksums and
     /// renames the files into place.
-    pub fn finish(self) -> Result<ShardInfo, FormatError> {
+    pub fn finish(mut self) -> Result<ShardInfo, FormatError> {
+        self.bin()?;
+        let BinFile {
+            out,
+            whole,
+            chunks,
+            sums: mut chunk_sums,
+            ..
+        } = self.bin.take().expect("taken back above");
         let bin_tmp = tmp_path(&self.bin_path);
         let idx_tmp = tmp_path(&self.idx_path);
         let sum_tmp = tmp_path(&self.sum_path);
-        let bin = self
-            .bin
+        let bin = out
             .into_inner()
             .map_err(|e| FormatError::io(&bin_tmp, e.into_error()))?;
         bin.sync_all().map_err(|e| FormatError::io(&bin_tmp, e))?;
@@ -521,9 +712,8 @@ impl ShardWriter {
                 message: format!("wrote {idx_bytes} index bytes, expected {expected}"),
             });
         }
-        let mut chunk_sums = self.chunk_sums;
-        let chunk_bytes = self.chunk_hash.chunk_bytes();
-        self.chunk_hash.finish(|_, sum| chunk_sums.push(sum));
+        let chunk_bytes = chunks.chunk_bytes();
+        chunks.finish(|_, sum| chunk_sums.push(sum));
         let sum = ChunkSums::encode(chunk_bytes, &chunk_sums);
         write_synced(&sum_tmp, &sum)?;
         let mask = self.mask.map(MaskFile::finish).transpose()?;
@@ -554,7 +744,7 @@ impl ShardWriter {
             n_tokens: self.n_tokens,
             bin_bytes: self.n_tokens * self.dtype.size() as u64,
             idx_bytes,
-            bin_xxh3: checksum_hex(self.bin_hash.digest()),
+            bin_xxh3: checksum_hex(whole.digest()),
             idx_xxh3: checksum_hex(idx_xxh3),
             seg: None,
             seg_bytes: None,
@@ -637,6 +827,8 @@ pub struct DatasetWriter {
     shard_size: u64,
     shards: Vec<ShardInfo>,
     current: Option<ShardWriter>,
+    /// The staging buffers of [`Gathered`] records, made once.
+    buffers: Buffers,
 }
 
 impl DatasetWriter {
@@ -650,6 +842,7 @@ impl DatasetWriter {
             shard_size: shard_size.max(1),
             shards: done,
             current: None,
+            buffers: Buffers::default(),
         }
     }
 
@@ -798,8 +991,9 @@ impl DatasetWriter {
 
 /// Records appended to a [`DatasetWriter`] in pieces, wherever they lie (an
 /// input's mapping, a separator, padding): each piece is copied once, into
-/// a staging buffer of [`STAGING_BYTES`], which is hashed (the file's XXH3
-/// and its chunks') and written in one run when full. Records pushed whole
+/// a staging buffer of [`STAGING_BYTES`], which when full goes to the
+/// shard's writer thread ([`Pipe`]) to be hashed (the file's XXH3 and its
+/// chunks') and written in one run, while the next fills. Records pushed whole
 /// one by one ([`DatasetWriter::push_raw`]) are hashed one by one instead:
 /// XXH3's streaming state copies what does not fill its 256-byte blocks, so
 /// hashing records of a few hundred bytes that way copies most of their
@@ -814,8 +1008,10 @@ impl DatasetWriter {
 ///
 /// Shards are cut as [`DatasetWriter::push_raw`] cuts them, and what a
 /// shard holds is written before it is sealed. Call [`Gathered::finish`]
-/// at the end: dropped without it, what is staged is written then and an
-/// error is lost (the shard's end checks its length). The index and the
+/// at the end: dropped without it, what is staged is sent then and an
+/// error is lost (the shard's end checks its length). A write that fails
+/// in the thread is the error of the next run sent, or of the shard's end.
+/// The index and the
 /// loss mask (a byte per token) are buffered as ever.
 pub struct Gathered<'w> {
     writer: &'w mut DatasetWriter,
@@ -845,13 +1041,14 @@ impl Gathered<'_> {
         }
         self.writer.current()?.begin_record(bytes, mask)?;
         if self.staged.capacity() == 0 {
-            self.staged.reserve_exact(STAGING_BYTES);
+            self.staged = self.writer.buffers.take();
         }
         for piece in pieces {
             let mut rest = *piece;
             while !rest.is_empty() {
                 if self.staged.len() == STAGING_BYTES {
                     self.write()?;
+                    self.staged = self.writer.buffers.take();
                 }
                 let n = rest.len().min(STAGING_BYTES - self.staged.len());
                 self.staged.extend_from_slice(&rest[..n]);
@@ -865,16 +1062,17 @@ impl Gathered<'_> {
         })
     }
 
-    /// Hashes and writes what is staged into the open shard.
+    /// Hands what is staged to the open shard's writer thread; the next
+    /// record takes another buffer.
     fn write(&mut self) -> Result<(), FormatError> {
         if self.staged.is_empty() {
+            if self.staged.capacity() > 0 {
+                self.writer.buffers.put(std::mem::take(&mut self.staged));
+            }
             return Ok(());
         }
         let shard = self.writer.current.as_mut().expect("a record was started");
-        shard.hash(&self.staged);
-        shard.write_staged(&self.staged)?;
-        self.staged.clear();
-        Ok(())
+        shard.send_staged(std::mem::take(&mut self.staged), &self.writer.buffers)
     }
 
     /// Writes what is staged; the writer takes records again.
@@ -967,6 +1165,48 @@ mod tests {
 
     /// What a full disk does to a copy of the tokenizer: the write fails
     /// part-way, and the `.tmp` it wrote must not stay behind.
+    /// A write that fails in a shard's writer thread (a full disk:
+    /// /dev/full fails every write with ENOSPC) is the error of a later
+    /// push or of the shard's end, naming the `.bin`, and nothing of the
+    /// shard stays behind.
+    #[test]
+    fn a_write_failed_in_the_writer_thread_is_an_error_and_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut writer = DatasetWriter::new(tmp.path(), Dtype::U16, 1 << 30, Vec::new());
+        let record = vec![7u8; 64 << 10];
+        let mut gathered = writer.gather();
+        // The shard is opened, its record staged and not yet written.
+        gathered.push(&[&record], None).unwrap();
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("Linux has /dev/full");
+        let shard = gathered.writer.current.as_mut().unwrap();
+        shard.bin.as_mut().unwrap().out = BufWriter::with_capacity(WRITE_BUFFER, full);
+        let mut error = None;
+        for _ in 0..200 {
+            if let Err(e) = gathered.push(&[&record], None) {
+                error = Some(e);
+                break;
+            }
+        }
+        let error = match error {
+            Some(e) => {
+                drop(gathered);
+                drop(writer);
+                e
+            }
+            None => {
+                gathered.finish().unwrap();
+                writer.finish().unwrap_err()
+            }
+        };
+        let message = error.to_string();
+        assert!(message.contains("shard-00000.bin.tmp"), "{message}");
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
     #[test]
     fn tokenizer_tmp_is_not_left_behind_when_a_write_fails() {
         let tmp = tempfile::tempdir().unwrap();
@@ -988,7 +1228,7 @@ mod tests {
                 .write(true)
                 .open(&tmp_name)
                 .unwrap();
-            file.out = Some(BufWriter::new(reopened));
+            file.out = Some(BufWriter::new(Capped(reopened)));
             file.write(&[0u8; 4096]).unwrap();
             assert!(file.close().is_err());
             drop(file);
