@@ -54,8 +54,8 @@ use serde_json::json;
 
 use crate::fetch::{FetchError, Local};
 use crate::format::{
-    checksum_hex, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo, Manifest,
-    MappedFile, Provenance, Verified,
+    checksum_hex, Capped, Dataset, DatasetWriter, DocumentCounts, Dtype, FormatError, InputInfo,
+    Manifest, MappedFile, Provenance, Verified,
 };
 use crate::output::{Done, Output, OutputError, Start, WORK_FOLDERS};
 use crate::progress::{Progress, ProgressSnapshot};
@@ -68,6 +68,9 @@ pub use dist::{gather, scatter, GatherConfig, GatherReport, ScatterConfig, Scatt
 const ENTRY_BYTES: u64 = 32;
 /// Bytes a document takes in a bucket file besides its tokens: key, index, length.
 const BUCKET_HEADER: usize = 24;
+/// Records ahead of the one being written whose first bytes are fetched
+/// into the cache (see [`Gather::emit`]).
+const PREFETCH_AHEAD: usize = 8;
 /// Most bucket files open at once.
 const MAX_BUCKETS: u64 = 256;
 /// Bytes of input records a pass that reads each once (the first pass out of
@@ -810,7 +813,7 @@ impl Moved {
 /// A bucket being written: a buffered writer and the path of its file (a
 /// bucket file of its own, or the scatter file that holds a region per
 /// bucket).
-struct Bucket<W: Write = File> {
+struct Bucket<W: Write = Capped<File>> {
     path: PathBuf,
     out: BufWriter<W>,
     /// Size and XXH3 of what was written, for the journal.
@@ -871,7 +874,7 @@ fn open_buckets(
             })?;
             Ok(Bucket {
                 path,
-                out: BufWriter::with_capacity(buffer, file),
+                out: BufWriter::with_capacity(buffer, Capped(file)),
                 bytes: 0,
                 hash: xxhash_rust::xxh3::Xxh3::new(),
             })
@@ -922,7 +925,7 @@ fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleE
         .into_iter()
         .map(|b| {
             let io = |e| ShuffleError::Format(crate::format::FormatError::io(b.path.clone(), e));
-            let file = b.out.into_inner().map_err(|e| io(e.into_error()))?;
+            let Capped(file) = b.out.into_inner().map_err(|e| io(e.into_error()))?;
             if sync {
                 file.sync_all().map_err(io)?;
             }
@@ -968,6 +971,7 @@ impl Gather<'_> {
         plan: &Plan,
         skip: usize,
     ) -> Result<(), ShuffleError> {
+        self.check_ahead(inputs);
         let mut records = Vec::with_capacity(plan.n_docs as usize);
         for_each_record(inputs, 0..plan.n_docs, false, |g, tokens, _| {
             records.push(Record {
@@ -998,6 +1002,26 @@ impl Gather<'_> {
             Ok((r.bytes, mask))
         };
         self.emit("", records, skip, &parts)
+    }
+
+    /// Checks the inputs' `.bin` chunks on every thread of the pool, so
+    /// that the pass that collects the records (one thread) finds them
+    /// checked. A chunk that fails is left unpassed and is reported by that
+    /// pass, in input order, as it would be without this.
+    fn check_ahead(&self, inputs: &[Verified<'_>]) {
+        use rayon::prelude::*;
+        let chunks: Vec<(&Verified<'_>, usize, Range<u64>)> = inputs
+            .iter()
+            .flat_map(|v| {
+                (0..v.dataset().n_shards())
+                    .flat_map(move |s| v.bin_chunks(s).map(move |r| (v, s, r)))
+            })
+            .collect();
+        let _reported_below = self.pool.install(|| {
+            chunks
+                .into_par_iter()
+                .try_for_each(|(v, s, r)| v.check_bin(s, r))
+        });
     }
 
     /// Sorts and writes the bucket files `names` in key order, from the
@@ -1097,6 +1121,12 @@ impl Gather<'_> {
         });
         let mut out = self.writer.gather();
         for (i, e) in records.iter().enumerate().skip(skip) {
+            // The record a few ahead, at a random place of the inputs:
+            // its first bytes (and their page's translation) are on their
+            // way by the time it is copied.
+            if let Some(ahead) = records.get(i + PREFETCH_AHEAD) {
+                crate::util::prefetch(ahead.bytes);
+            }
             let (tokens, mask) = parts(e)?;
             let sealed = out
                 .push(&[tokens], mask.as_ref().map(std::slice::from_ref))?

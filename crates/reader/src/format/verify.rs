@@ -709,6 +709,25 @@ impl<'a> Verified<'a> {
         Ok(())
     }
 
+    /// The byte ranges of shard `s`'s `.bin` that are checked as one: its
+    /// chunks (one range, the whole file, for a shard without a `.sum`).
+    /// A stage that checks an input up front on several threads hands each
+    /// its own ([`Verified::check_bin`]).
+    pub fn bin_chunks(&self, s: usize) -> impl Iterator<Item = Range<u64>> + '_ {
+        let checks = &self.shards[s].bin;
+        (0..checks.passed.len() as u64).map(|c| checks.chunk(c))
+    }
+
+    /// Checks, from the mapping, the chunks of shard `s`'s `.bin` that hold
+    /// bytes `range` and have not passed yet (as the first read from them
+    /// would).
+    ///
+    /// # Errors
+    /// [`BadInput`] for a chunk that fails.
+    pub fn check_bin(&self, s: usize, range: Range<u64>) -> Result<(), FormatError> {
+        self.ensure_mapped(s, ShardPart::Bin, range)
+    }
+
     /// A reader of shard `s`'s `part` by positioned reads, not through the
     /// mapping (whose pages would stay in the process's memory once
     /// touched). `in_order`: reads come in file order (a stage that walks
