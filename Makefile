@@ -313,8 +313,10 @@ bench: build bench-wheel
 	$(VPY) tools/bench_engines.py --prep $(abspath $(RELEASE)) --scratch $(BENCH) --giga-python $(abspath $(VENV_GIGA))/bin/python \
 		--impls prep-fast,gigatoken --repeat 5 --json $(abspath $(TARGET_DIR))/bench/engines-rounds.json
 
-# Shuffle throughput in memory and out of core beside cp of the same bytes.
+# Shuffle throughput in memory and out of core beside cp of the same bytes,
+# and what a write(2)'s size costs (why prep writes in pieces of 256 KiB).
 bench-shuffle: build $(VENV)/.installed
+	$(VPY) tools/bench_write_size.py --scratch $(BENCH)
 	$(VPY) tools/bench_shuffle.py --prep $(abspath $(RELEASE)) --scratch $(BENCH)
 
 # Mix and split throughput beside cp of the same bytes, in the same run.

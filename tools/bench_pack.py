@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=2048, help="L of the throughput runs")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--gib", type=float, default=1.0, help="GiB of tokens of each synthetic dataset")
+    ap.add_argument("--settle", type=float, default=bench_runs.SETTLE_S, help=bench_runs.SETTLE_HELP)
     ap.add_argument("--base", type=Path,
                     help="another build of prep whose throughput rows run in the same rounds (a before and after)")
     ap.add_argument("--shapes", default="small,large",
@@ -152,7 +153,7 @@ def main() -> None:
             if per_core:
                 rows.append(Row(f"{label}bestfit --threads 1",
                                 lambda b=b: packed(b, "--mode", "bestfit", "--threads", 1)))
-        bench_runs.rounds(rows, out, args.repeat)
+        bench_runs.rounds(rows, out, args.repeat, args.settle)
         results = bench_runs.table(
             f"1. throughput, {title}: {m['n_records']:,} documents, {tokens / 1e6:.0f}M tokens ({data / 1e6:.0f} MB), "
             f"L={L}, page cache warm, median of {args.repeat}, {os.cpu_count()} cpus", rows, rows[1].what)

@@ -31,6 +31,18 @@ SHAPES = {
 }
 LLAMA3_VOCAB, LLAMA3_EOS = 128_256, 128_001
 
+# Seconds every run waits, after the output before it is deleted and
+# synced, before it starts. On a virtual machine whose hypervisor takes
+# back free memory (virtio-balloon free page reporting, as on the machines
+# these figures come from), memory freed by the run before is handed back
+# about 2 s after it is freed, and a run that starts sooner writes into
+# some of it again at a lower cost than one that starts later: which rows
+# did depended on how long they took to begin writing. After the wait,
+# every run starts from the same state.
+SETTLE_S = 3.0
+SETTLE_HELP = (f"seconds each run waits after the output before it is deleted (default {SETTLE_S:g}): "
+               "freed memory is handed back to the hypervisor meanwhile, so every run starts alike")
+
 
 def shaped_dataset(scratch: Path, shape: str, gib: float) -> Path:
     """The synthetic dataset of `shape` (SHAPES), made once in scratch."""
@@ -102,14 +114,15 @@ class Row:
                 "runs": len(walls)}
 
 
-def rounds(rows: list[Row], out: Path, repeat: int) -> None:
+def rounds(rows: list[Row], out: Path, repeat: int, settle: float = SETTLE_S) -> None:
     """Runs every row `repeat` times, a round at a time; before each run the
     output is deleted and `sync` run, so that no run pays for another's
-    writeback."""
+    writeback, and then `settle` seconds pass (see SETTLE_S)."""
     for _ in range(repeat):
         for row in rows:
             shutil.rmtree(out, ignore_errors=True)
             subprocess.run(["sync"], check=True)
+            time.sleep(settle)
             row.runs.append(row.run())
     shutil.rmtree(out, ignore_errors=True)
 

@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--shapes", default="small,large", help="document shapes, of " + ",".join(bench_runs.SHAPES))
+    ap.add_argument("--settle", type=float, default=bench_runs.SETTLE_S, help=bench_runs.SETTLE_HELP)
     ap.add_argument("--base", type=Path, help="another build of prep, timed in the same rounds (e.g. the commit before a change)")
     args = ap.parse_args()
     out = args.scratch / "shuffle-out"
@@ -69,7 +70,7 @@ def main() -> None:
                 Row(f"{label}prep shuffle, out of core (--memory {budget_mib}MiB)",
                     lambda prep=prep: shuffle(prep, f"{budget_mib}MiB")),
             ]
-        bench_runs.rounds(rows, out, args.repeat)
+        bench_runs.rounds(rows, out, args.repeat, args.settle)
         title = (f"{shape} documents: {ds.name}, {m['n_records']:,} documents, {data / 1e6:.0f} MB of tokens, "
                  f"median of {args.repeat}")
         results = bench_runs.table(title, rows, rows[1].what)
