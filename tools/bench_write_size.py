@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -29,7 +30,7 @@ from pathlib import Path
 import bench_runs
 
 REPO = Path(__file__).resolve().parent.parent
-SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
+SIZES = [16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 
 
 def one(path: Path, size: int, total: int) -> tuple[float, float]:
@@ -59,8 +60,11 @@ def main() -> None:
     path = args.scratch / "write-size.tmp"
     total = int(args.gib * (1 << 30))
     runs: dict[int, list[tuple[float, float]]] = {s: [] for s in SIZES}
+    order = random.Random(1)
     for _ in range(args.repeat):
-        for size in SIZES:
+        # A new order each round: a run writes into what the run before it
+        # freed, and no size should always follow the same one.
+        for size in order.sample(SIZES, len(SIZES)):
             path.unlink(missing_ok=True)
             subprocess.run(["sync"], check=True)
             time.sleep(args.settle)
