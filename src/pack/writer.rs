@@ -20,11 +20,11 @@
 //! and holds what it has touched.
 
 use rayon::prelude::*;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::bestfit::Piece;
 use crate::format::{
-    atomic_write, checksum_hex, DatasetWriter, Dtype, FormatError, SegWriter, Segment, ShardInfo,
+    checksum_hex, AtomicFile, DatasetWriter, Dtype, FormatError, SegWriter, Segment, ShardInfo,
     Verified,
 };
 use std::path::{Path, PathBuf};
@@ -300,10 +300,16 @@ fn finish_shard(dir: &Path, seg: SegWriter, mut info: ShardInfo) -> Result<Shard
     debug_assert_eq!(seg.n_rows(), info.n_records);
     let stem = info.bin.strip_suffix(".bin").unwrap_or(&info.bin);
     let name = format!("{stem}.seg");
-    let bytes = seg.encode();
-    atomic_write(&dir.join(&name), &bytes)?;
+    // Streamed: a shard of short documents has an index of tens of MB.
+    let mut file = AtomicFile::create(&dir.join(&name))?;
+    let mut hash = Xxh3::new();
+    seg.encode_into(|block| {
+        hash.update(block);
+        file.write(block)
+    })?;
+    info.seg_bytes = Some(file.bytes());
+    file.commit()?;
     info.seg = Some(name);
-    info.seg_bytes = Some(bytes.len() as u64);
-    info.seg_xxh3 = Some(checksum_hex(xxh3_64(&bytes)));
+    info.seg_xxh3 = Some(checksum_hex(hash.digest()));
     Ok(info)
 }

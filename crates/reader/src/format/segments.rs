@@ -310,22 +310,50 @@ impl SegWriter {
 
     /// The file's bytes.
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            SEG_HEADER_LEN + 8 * self.row_index.len() + SEGMENT_BYTES * self.segments.len(),
+        );
+        let Ok(()) = self.encode_into(|block| {
+            out.extend_from_slice(block);
+            Ok::<(), std::convert::Infallible>(())
+        });
+        out
+    }
+
+    /// The file's bytes handed to `out` in order, in blocks of about 64
+    /// KiB: what [`SegWriter::encode`] makes, without a second copy of a
+    /// large index in memory (a shard of short documents has tens of MB).
+    ///
+    /// # Errors
+    /// The first error of `out`, after which it is not called again.
+    pub fn encode_into<E>(&self, mut out: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+        const BLOCK: usize = 64 << 10;
         let header = SegHeader {
             seq_len: self.seq_len,
             n_rows: self.n_rows(),
             n_segments: self.segments.len() as u64,
         };
-        let mut out = Vec::with_capacity(
-            SEG_HEADER_LEN + 8 * self.row_index.len() + SEGMENT_BYTES * self.segments.len(),
-        );
-        out.extend_from_slice(&header.encode());
+        let mut buf = Vec::with_capacity(BLOCK + SEG_HEADER_LEN.max(SEGMENT_BYTES));
+        buf.extend_from_slice(&header.encode());
+        let mut put = |bytes: &[u8], buf: &mut Vec<u8>| {
+            buf.extend_from_slice(bytes);
+            if buf.len() < BLOCK {
+                return Ok(());
+            }
+            let sent = out(buf);
+            buf.clear();
+            sent
+        };
         for r in &self.row_index {
-            out.extend_from_slice(&r.to_le_bytes());
+            put(&r.to_le_bytes(), &mut buf)?;
         }
         for s in &self.segments {
-            out.extend_from_slice(&s.encode());
+            put(&s.encode(), &mut buf)?;
         }
-        out
+        if !buf.is_empty() {
+            out(&buf)?;
+        }
+        Ok(())
     }
 }
 
@@ -339,6 +367,36 @@ mod tests {
             doc_offset: 0,
             start,
             length,
+        }
+    }
+
+    /// The streamed blocks make the file `encode` makes, whatever its
+    /// size; an error of the receiver ends the stream.
+    #[test]
+    fn encoded_in_blocks_is_encoded_whole() {
+        for rows in [0u32, 1, 3, 5_000] {
+            let mut w = SegWriter::new(64);
+            for r in 0..rows {
+                let pieces: Vec<Segment> = (0..r % 4 + 1).map(|k| seg(k * 16, 16)).collect();
+                w.push_row(&pieces);
+            }
+            let mut blocks = Vec::new();
+            w.encode_into(|b| {
+                blocks.push(b.to_vec());
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(blocks.concat(), w.encode(), "{rows} rows");
+            assert!(blocks.len() > 1 || rows < 5_000);
+            let mut calls = 0;
+            assert_eq!(
+                w.encode_into(|_| {
+                    calls += 1;
+                    Err("full")
+                }),
+                Err("full")
+            );
+            assert_eq!(calls, 1);
         }
     }
 
