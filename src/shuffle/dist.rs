@@ -730,8 +730,8 @@ impl Write for At<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let mut file = self.file;
         file.seek(SeekFrom::Start(self.pos))?;
-        // In writes of at most MAX_WRITE, as every large file is written.
-        let n = file.write(&buf[..buf.len().min(crate::format::MAX_WRITE)])?;
+        // In pieces of at most MAX_WRITE, as every large file is written.
+        let n = file.write(crate::format::write_piece(self.pos, buf))?;
         self.pos += n as u64;
         Ok(n)
     }

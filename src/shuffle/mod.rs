@@ -874,7 +874,7 @@ fn open_buckets(
             })?;
             Ok(Bucket {
                 path,
-                out: BufWriter::with_capacity(buffer, Capped(file)),
+                out: BufWriter::with_capacity(buffer, Capped::new(file)),
                 bytes: 0,
                 hash: xxhash_rust::xxh3::Xxh3::new(),
             })
@@ -925,7 +925,11 @@ fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleE
         .into_iter()
         .map(|b| {
             let io = |e| ShuffleError::Format(crate::format::FormatError::io(b.path.clone(), e));
-            let Capped(file) = b.out.into_inner().map_err(|e| io(e.into_error()))?;
+            let file = b
+                .out
+                .into_inner()
+                .map_err(|e| io(e.into_error()))?
+                .into_inner();
             if sync {
                 file.sync_all().map_err(io)?;
             }

@@ -56,7 +56,8 @@ pub fn mmap_cast_u32(bytes: &[u8]) -> Option<&[u32]> {
 }
 
 pub use writer::{
-    atomic_write, hash_file, AtomicFile, Capped, DatasetWriter, Gathered, ShardWriter, MAX_WRITE,
+    atomic_write, hash_file, write_piece, AtomicFile, Capped, DatasetWriter, Gathered, ShardWriter,
+    MAX_WRITE,
 };
 
 /// The type of every token in a dataset's `.bin` files.

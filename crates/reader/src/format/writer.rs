@@ -12,34 +12,75 @@ use super::{
     ShardInfo, IDX_HEADER_LEN,
 };
 
-/// A writer that hands its inner writer at most [`MAX_WRITE`] bytes a
-/// call: what a [`BufWriter`] of a larger buffer writes through.
+/// A writer of a file from its start that hands the file at most
+/// [`MAX_WRITE`] bytes a call, each call ending at a multiple of
+/// [`MAX_WRITE`] of the file where it can ([`write_piece`]): what a
+/// [`BufWriter`] of a larger buffer writes through.
 #[derive(Debug)]
-pub struct Capped<W>(pub W);
+pub struct Capped<W> {
+    inner: W,
+    /// Bytes written so far: where the next write lands.
+    at: u64,
+}
+
+impl<W> Capped<W> {
+    /// `inner`, a file written from its start.
+    pub fn new(inner: W) -> Capped<W> {
+        Capped { inner, at: 0 }
+    }
+
+    /// The file.
+    pub fn get_ref(&self) -> &W {
+        &self.inner
+    }
+
+    /// The file, back.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+}
 
 impl<W: Write> Write for Capped<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(&buf[..buf.len().min(MAX_WRITE)])
+        let n = self.inner.write(write_piece(self.at, buf))?;
+        self.at += n as u64;
+        Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
+        self.inner.flush()
     }
+}
+
+/// The first piece of `buf`, to be written at byte `at` of a file, that one
+/// `write(2)` takes: up to the next multiple of [`MAX_WRITE`] of the file.
+/// Pieces that start and end on those multiples fill the page cache's
+/// memory for them whole; a piece that ends inside a piece of that memory
+/// makes the kernel zero the rest of it first, only for the next write to
+/// overwrite it.
+pub fn write_piece(at: u64, buf: &[u8]) -> &[u8] {
+    let room = MAX_WRITE - (at % MAX_WRITE as u64) as usize;
+    &buf[..buf.len().min(room)]
 }
 
 /// Suffix of every file prep has not finished writing.
 pub const TMP_SUFFIX: &str = ".tmp";
+/// The write buffer of files written a little at a time (an index, a
+/// mask): as large as one write may be.
 const WRITE_BUFFER: usize = MAX_WRITE;
 /// The most bytes prep hands one `write(2)` of a large file: longer runs
 /// are written in pieces of this size. The kernel takes the page-cache
 /// memory for a write in pieces as large as the write (large folios), and
-/// large pieces cost more to come by: on the 2-core VM the benchmarks run
-/// on, whose hypervisor takes back free memory in blocks of 2 MiB and
-/// more, writing 1 GiB into a new file took 0.26 to 0.28 s of system time
-/// in writes of 256 KiB and 0.6 to 0.9 s in writes of 1 MiB
-/// (`tools/bench_write_size.py`). Pieces of 256 KiB are long enough that
-/// the calls themselves cost nothing measurable.
-pub const MAX_WRITE: usize = 256 << 10;
+/// on a virtual machine whose hypervisor takes back free memory (as the
+/// benchmark VM's does) large pieces can cost several times more to come
+/// by. Writing 1 GiB into a new file there (`tools/bench_write_size.py`,
+/// five runs of each size at five times of a day) took 0.43 to 0.64 s of
+/// system time in writes of 16 KiB every time, while writes of 64 KiB to
+/// 4 MiB took 0.26 to 0.6 s at some times and 2 to 3 s at others, 256 KiB
+/// included; `cp`, whose in-kernel copy fills the page cache a page at a
+/// time, kept to about 0.4 s throughout. The calls themselves cost little:
+/// 65,536 a GiB.
+pub const MAX_WRITE: usize = 16 << 10;
 /// Bytes of records [`Gathered`] copies together before it hashes and
 /// writes them.
 const STAGING_BYTES: usize = 1 << 20;
@@ -82,7 +123,7 @@ impl AtomicFile {
         Ok(AtomicFile {
             path: path.into(),
             guard: TmpGuard { paths: vec![tmp] },
-            out: Some(BufWriter::with_capacity(WRITE_BUFFER, Capped(file))),
+            out: Some(BufWriter::with_capacity(WRITE_BUFFER, Capped::new(file))),
             bytes: 0,
         })
     }
@@ -111,9 +152,10 @@ impl AtomicFile {
     /// files that must appear together are closed first, then committed.
     pub fn close(&mut self) -> Result<(), FormatError> {
         if let Some(out) = self.out.take() {
-            let Capped(file) = out
+            let file = out
                 .into_inner()
-                .map_err(|e| FormatError::io(self.tmp(), e.into_error()))?;
+                .map_err(|e| FormatError::io(self.tmp(), e.into_error()))?
+                .into_inner();
             file.sync_all()
                 .map_err(|e| FormatError::io(self.tmp(), e))?;
         }
@@ -225,10 +267,18 @@ impl BinFile {
     }
 
     /// Appends `bytes` (a long run) straight to the file, after what the
-    /// write buffer holds, hashed; in writes of at most [`MAX_WRITE`].
+    /// write buffer holds, hashed; in writes of at most [`MAX_WRITE`]
+    /// ([`write_piece`]).
     fn append_run(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.out.flush()?;
-        Capped(self.out.get_mut()).write_all(bytes)?;
+        let mut rest = bytes;
+        let mut at = self.len;
+        while !rest.is_empty() {
+            let piece = write_piece(at, rest);
+            self.out.get_mut().write_all(piece)?;
+            at += piece.len() as u64;
+            rest = &rest[piece.len()..];
+        }
         self.hashed(bytes);
         Ok(())
     }
@@ -1165,6 +1215,35 @@ mod tests {
 
     /// What a full disk does to a copy of the tokenizer: the write fails
     /// part-way, and the `.tmp` it wrote must not stay behind.
+    /// Pieces cover the bytes in order, none longer than MAX_WRITE, each
+    /// ending on a multiple of MAX_WRITE of the file or at the end.
+    #[test]
+    fn write_pieces_end_on_multiples_of_the_largest_write() {
+        let bytes = vec![1u8; 3 * MAX_WRITE + 5];
+        for start in [
+            0,
+            1,
+            MAX_WRITE as u64 - 1,
+            MAX_WRITE as u64,
+            7 * MAX_WRITE as u64 + 3,
+        ] {
+            let (mut at, mut rest, mut pieces) = (start, &bytes[..], 0);
+            while !rest.is_empty() {
+                let piece = write_piece(at, rest);
+                assert!(!piece.is_empty() && piece.len() <= MAX_WRITE);
+                at += piece.len() as u64;
+                rest = &rest[piece.len()..];
+                assert!(
+                    rest.is_empty() || at % MAX_WRITE as u64 == 0,
+                    "from {start}"
+                );
+                pieces += 1;
+            }
+            assert_eq!(at - start, bytes.len() as u64);
+            assert!(pieces <= 5);
+        }
+    }
+
     /// A write that fails in a shard's writer thread (a full disk:
     /// /dev/full fails every write with ENOSPC) is the error of a later
     /// push or of the shard's end, naming the `.bin`, and nothing of the
@@ -1228,7 +1307,7 @@ mod tests {
                 .write(true)
                 .open(&tmp_name)
                 .unwrap();
-            file.out = Some(BufWriter::new(Capped(reopened)));
+            file.out = Some(BufWriter::new(Capped::new(reopened)));
             file.write(&[0u8; 4096]).unwrap();
             assert!(file.close().is_err());
             drop(file);
