@@ -479,6 +479,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("repeat", "tools/bench_*.py"),
     ("mib", "tools/bench_*.py"),
     ("limit-mb", "tools/bench_*.py"),
+    ("settle", "tools/bench_*.py"),
 ];
 
 /// The flags named in a Markdown text's prose (outside code blocks), each
