@@ -29,11 +29,6 @@ impl<W> Capped<W> {
         Capped { inner, at: 0 }
     }
 
-    /// The file.
-    pub fn get_ref(&self) -> &W {
-        &self.inner
-    }
-
     /// The file, back.
     pub fn into_inner(self) -> W {
         self.inner
