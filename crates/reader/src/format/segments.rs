@@ -283,24 +283,27 @@ pub fn check_segments(path: &Path, bytes: &[u8]) -> Result<SegHeader, FormatErro
 #[derive(Debug)]
 pub struct SegWriter {
     seq_len: u32,
-    row_index: Vec<u64>,
-    segments: Vec<Segment>,
+    row_index: Blocks<u64>,
+    segments: Blocks<Segment>,
 }
 
 impl SegWriter {
     /// An empty segment index for rows of `seq_len` tokens.
     pub fn new(seq_len: u32) -> SegWriter {
+        let mut row_index = Blocks::default();
+        row_index.extend_from_slice(&[0]);
         SegWriter {
             seq_len,
-            row_index: vec![0],
-            segments: Vec::new(),
+            row_index,
+            segments: Blocks::default(),
         }
     }
 
     /// Adds the next row's pieces, in the order they lie in the row.
     pub fn push_row(&mut self, pieces: &[Segment]) {
         self.segments.extend_from_slice(pieces);
-        self.row_index.push(self.segments.len() as u64);
+        self.row_index
+            .extend_from_slice(&[self.segments.len() as u64]);
     }
 
     /// Rows added so far.
@@ -344,16 +347,65 @@ impl SegWriter {
             buf.clear();
             sent
         };
-        for r in &self.row_index {
+        for r in self.row_index.iter() {
             put(&r.to_le_bytes(), &mut buf)?;
         }
-        for s in &self.segments {
+        for s in self.segments.iter() {
             put(&s.encode(), &mut buf)?;
         }
         if !buf.is_empty() {
             out(&buf)?;
         }
         Ok(())
+    }
+}
+
+/// A list kept in blocks of [`Blocks::BLOCK`] bytes: it grows without
+/// moving what it holds. A list that doubles would pass through twice its
+/// size of memory new to the process, and copy itself on the way: for a
+/// shard of short documents, tens of MB.
+#[derive(Debug, Clone)]
+struct Blocks<T> {
+    blocks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Blocks<T> {
+    fn default() -> Blocks<T> {
+        Blocks {
+            blocks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy> Blocks<T> {
+    const BLOCK: usize = 1 << 20;
+
+    fn per_block() -> usize {
+        (Self::BLOCK / std::mem::size_of::<T>().max(1)).max(1)
+    }
+
+    fn extend_from_slice(&mut self, mut items: &[T]) {
+        self.len += items.len();
+        while !items.is_empty() {
+            match self.blocks.last_mut() {
+                Some(block) if block.len() < block.capacity() => {
+                    let n = items.len().min(block.capacity() - block.len());
+                    block.extend_from_slice(&items[..n]);
+                    items = &items[n..];
+                }
+                _ => self.blocks.push(Vec::with_capacity(Self::per_block())),
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.blocks.iter().flatten()
     }
 }
 
@@ -368,6 +420,39 @@ mod tests {
             start,
             length,
         }
+    }
+
+    /// Kept in blocks, a list holds what a `Vec` would, in order, across
+    /// as many blocks as it takes and slices that straddle them.
+    #[test]
+    fn blocks_hold_what_a_vec_holds() {
+        let mut blocks = Blocks::<u64>::default();
+        let mut vec = Vec::new();
+        let per_block = Blocks::<u64>::per_block() as u64;
+        let mut next = 0u64;
+        for n in [
+            0,
+            1,
+            7,
+            per_block - 3,
+            5,
+            per_block,
+            2 * per_block + 11,
+            0,
+            2,
+        ] {
+            let items: Vec<u64> = (next..next + n).collect();
+            next += n;
+            blocks.extend_from_slice(&items);
+            vec.extend_from_slice(&items);
+            assert_eq!(blocks.len(), vec.len());
+        }
+        assert!(blocks.blocks.len() >= 4);
+        assert!(blocks
+            .blocks
+            .iter()
+            .all(|b| b.capacity() == per_block as usize));
+        assert!(blocks.iter().copied().eq(vec.iter().copied()));
     }
 
     /// The streamed blocks make the file `encode` makes, whatever its
