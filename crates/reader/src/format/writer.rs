@@ -223,8 +223,10 @@ pub struct ShardWriter {
     bin_path: PathBuf,
     idx_path: PathBuf,
     sum_path: PathBuf,
-    /// The `.bin` and its hashes; `None` while [`ShardWriter::pipe`] has them.
+    /// The `.bin`; `None` while [`ShardWriter::pipe`] has it.
     bin: Option<BinFile>,
+    /// The `.bin`'s hashes, of what was appended to it.
+    hash: BinHash,
     idx: BufWriter<File>,
     dtype: Dtype,
     n_records: u64,
@@ -234,35 +236,52 @@ pub struct ShardWriter {
     mask: Option<MaskFile>,
 }
 
-/// A shard's `.bin` being written: the file, its hashes (the whole file's
-/// XXH3 and its chunks', in one pass), and how far its writeback was
-/// started.
+/// A shard's `.bin` being written: the file, and how far its writeback
+/// was started.
 struct BinFile {
     out: BufWriter<File>,
-    whole: Xxh3,
-    chunks: ChunkHasher,
-    /// The checksums of the complete chunks so far (8 bytes per MiB).
-    sums: Vec<u64>,
     /// Bytes appended (in the file or its buffer).
     len: u64,
     /// Bytes whose writeback to disk has been started.
     written_back: u64,
 }
 
+/// The hashes of a shard's `.bin`, the whole file's XXH3 and its chunks',
+/// taken by the thread that appends (not by the writer thread, which the
+/// kernel's copy keeps busy enough).
+struct BinHash {
+    whole: Xxh3,
+    chunks: ChunkHasher,
+    /// The checksums of the complete chunks so far (8 bytes per MiB).
+    sums: Vec<u64>,
+}
+
+impl BinHash {
+    /// Hashes `bytes`, the next the `.bin` holds: both hashes a piece of
+    /// [`MAX_WRITE`] at a time, so the second reads it from the cache.
+    fn update(&mut self, bytes: &[u8]) {
+        for piece in bytes.chunks(MAX_WRITE) {
+            self.whole.update(piece);
+            let sums = &mut self.sums;
+            self.chunks.update(piece, |_, sum| sums.push(sum));
+        }
+    }
+}
+
 impl BinFile {
-    /// Appends `bytes` (a record) through the write buffer, hashed.
+    /// Appends `bytes` (a record) through the write buffer.
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         if bytes.len() >= self.out.capacity() {
             // What the buffer would pass through whole.
             return self.append_run(bytes);
         }
         self.out.write_all(bytes)?;
-        self.hashed(bytes);
+        self.appended(bytes.len());
         Ok(())
     }
 
     /// Appends `bytes` (a long run) straight to the file, after what the
-    /// write buffer holds, hashed; in writes of at most [`MAX_WRITE`]
+    /// write buffer holds, in writes of at most [`MAX_WRITE`]
     /// ([`write_piece`]).
     fn append_run(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.out.flush()?;
@@ -274,22 +293,19 @@ impl BinFile {
             at += piece.len() as u64;
             rest = &rest[piece.len()..];
         }
-        self.hashed(bytes);
+        self.appended(bytes.len());
         Ok(())
     }
 
-    /// Hashes `bytes`, just appended, and starts the writeback to disk of
+    /// Counts `n` bytes just appended, and starts the writeback to disk of
     /// what the file holds past the last start, every [`WRITEBACK_BYTES`]:
     /// the disk writes while the stage works on, and the fsync that ends
     /// the shard finds little left to wait for, where otherwise it would
     /// wait for the whole shard (the kernel starts on its own only past a
     /// share of the machine's memory). Best effort: a refusal leaves it to
     /// the fsync.
-    fn hashed(&mut self, bytes: &[u8]) {
-        self.whole.update(bytes);
-        let sums = &mut self.sums;
-        self.chunks.update(bytes, |_, sum| sums.push(sum));
-        self.len += bytes.len() as u64;
+    fn appended(&mut self, n: usize) {
+        self.len += n as u64;
         // What reached the file: what was appended, less what the buffer holds.
         let in_file = self.len - self.out.buffer().len() as u64;
         if in_file - self.written_back >= WRITEBACK_BYTES {
@@ -300,7 +316,7 @@ impl BinFile {
 }
 
 /// Runs staged by [`Gathered`] queued for a shard's writer thread at most:
-/// the stage fills the next while the thread hashes and writes these.
+/// the stage fills the next while the thread writes these.
 const PIPE_DEPTH: usize = 4;
 
 /// The staging buffers of one [`DatasetWriter`], shared with its shards'
@@ -327,13 +343,15 @@ impl Buffers {
 }
 
 /// A shard's `.bin` handed to a thread of its own while [`Gathered`]
-/// stages runs for it: the thread hashes each run and writes it (the
-/// kernel's copy into the page cache, and the start of its writeback),
-/// while the stage copies the next run's records out of its inputs, so
-/// the two halves of a byte's journey run on two cores. Runs are written
-/// in the order sent, so the file and its hashes are the ones one thread
-/// makes. At most [`PIPE_DEPTH`] runs wait; each buffer goes back to the
-/// writer's [`Buffers`] once written.
+/// stages runs for it: the thread writes each run (the kernel's copy into
+/// the page cache, and the start of its writeback) while the stage copies
+/// the next run's records out of its inputs and hashes it, so the two
+/// halves of a byte's journey run on two cores. (The kernel's half is the
+/// larger: with the hashes on the writer thread too, that thread was the
+/// one every pack waited for.) Runs are hashed and written in the order
+/// sent, so the file and its hashes are the ones one thread makes. At most
+/// [`PIPE_DEPTH`] runs wait; each buffer goes back to the writer's
+/// [`Buffers`] once written.
 struct Pipe {
     to: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
     /// Set by the thread when a write fails: what is sent after is dropped.
@@ -369,7 +387,7 @@ impl Pipe {
         })
     }
 
-    /// Sends `run` to be hashed and written (waiting while [`PIPE_DEPTH`]
+    /// Sends `run` to be written (waiting while [`PIPE_DEPTH`]
     /// runs wait); false once the thread has failed (joining it tells why).
     fn send(&mut self, run: Vec<u8>) -> bool {
         if self.failed.load(std::sync::atomic::Ordering::Acquire) {
@@ -476,12 +494,14 @@ impl ShardWriter {
             sum_path,
             bin: Some(BinFile {
                 out: bin,
-                whole: Xxh3::new(),
-                chunks: ChunkHasher::new(sum_chunk_bytes_to_write()),
-                sums: Vec::new(),
                 len: 0,
                 written_back: 0,
             }),
+            hash: BinHash {
+                whole: Xxh3::new(),
+                chunks: ChunkHasher::new(sum_chunk_bytes_to_write()),
+                sums: Vec::new(),
+            },
             idx,
             dtype,
             n_records: 0,
@@ -600,6 +620,7 @@ impl ShardWriter {
         self.bin()?
             .append(bytes)
             .map_err(|e| FormatError::io(tmp_path(&self.bin_path), e))?;
+        self.hash.update(bytes);
         self.n_tokens += (bytes.len() / size) as u64;
         self.n_records += 1;
         self.idx
@@ -682,6 +703,7 @@ impl ShardWriter {
             let bin = self.bin.take().expect("the .bin is here without a thread");
             self.pipe = Some(Pipe::start(bin, buffers.clone()).map_err(io)?);
         }
+        self.hash.update(&run);
         if self.pipe.as_mut().is_some_and(|p| p.send(run)) {
             return Ok(());
         }
@@ -706,13 +728,12 @@ impl ShardWriter {
     /// renames the files into place.
     pub fn finish(mut self) -> Result<ShardInfo, FormatError> {
         self.bin()?;
-        let BinFile {
-            out,
+        let BinFile { out, .. } = self.bin.take().expect("taken back above");
+        let BinHash {
             whole,
             chunks,
             sums: mut chunk_sums,
-            ..
-        } = self.bin.take().expect("taken back above");
+        } = self.hash;
         let bin_tmp = tmp_path(&self.bin_path);
         let idx_tmp = tmp_path(&self.idx_path);
         let sum_tmp = tmp_path(&self.sum_path);
@@ -1036,9 +1057,9 @@ impl DatasetWriter {
 
 /// Records appended to a [`DatasetWriter`] in pieces, wherever they lie (an
 /// input's mapping, a separator, padding): each piece is copied once, into
-/// a staging buffer of [`STAGING_BYTES`], which when full goes to the
-/// shard's writer thread ([`Pipe`]) to be hashed (the file's XXH3 and its
-/// chunks') and written in one run, while the next fills. Records pushed whole
+/// a staging buffer of [`STAGING_BYTES`], which when full is hashed (the
+/// file's XXH3 and its chunks') and goes to the shard's writer thread
+/// ([`Pipe`]) to be written in one run, while the next fills. Records pushed whole
 /// one by one ([`DatasetWriter::push_raw`]) are hashed one by one instead:
 /// XXH3's streaming state copies what does not fill its 256-byte blocks, so
 /// hashing records of a few hundred bytes that way copies most of their
