@@ -46,7 +46,7 @@ fn main() {
         let mut rows = 0;
         for _ in 0..3 {
             let started = Instant::now();
-            let plan = bestfit::plan(0, &lengths, l);
+            let plan = bestfit::plan(0, lengths.iter().copied(), l);
             best = best.min(started.elapsed().as_secs_f64());
             rows = plan.n_rows();
         }

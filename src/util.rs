@@ -56,25 +56,27 @@ pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-/// Asks the CPU to fetch the first cache lines of `bytes` (and their
-/// page's address translation) into its caches, for a copy from there a
+/// Asks the CPU to fetch the first cache lines of `items` (and their
+/// page's address translation) into its caches, for a read from there a
 /// little later: for reads that jump from place to place in a large
 /// mapping, where each new place would otherwise stall the copy. A hint
 /// only, a no-op off x86-64; it never faults and changes no result.
 #[inline]
-pub fn prefetch(bytes: &[u8]) {
+pub fn prefetch<T>(items: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let bytes = std::mem::size_of_val(items);
+        let start = items.as_ptr().cast::<i8>();
         // Two lines: a record rarely starts at a line's start.
         for at in [0, 64] {
-            if at < bytes.len() {
+            if at < bytes {
                 // SAFETY: a prefetch reads nothing the program sees and
-                // cannot fault; the address is inside `bytes`.
-                unsafe { _mm_prefetch(bytes.as_ptr().add(at).cast::<i8>(), _MM_HINT_T0) };
+                // cannot fault; the address is inside `items`.
+                unsafe { _mm_prefetch(start.add(at), _MM_HINT_T0) };
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = items;
 }

@@ -55,119 +55,139 @@ const NONE: u32 = u32::MAX;
 /// Packs documents `first_doc, first_doc + 1, ...` of the given lengths
 /// (separator included) into rows of `seq_len` tokens. Empty documents are
 /// skipped.
-pub fn plan(first_doc: u64, lengths: &[u64], seq_len: u32) -> WindowPlan {
+///
+/// `lengths` is walked three times and never copied, and the work is done
+/// per document, with no list of pieces before the last step: a document's
+/// pieces follow from its length, so the passes keep 4 bytes per document
+/// (its place in the order, the row of its remainder) and only the plan
+/// itself holds pieces. A window is planned once per run, in memory that is
+/// new to the process, and that memory costs more than the work.
+pub fn plan<I>(first_doc: u64, lengths: I, seq_len: u32) -> WindowPlan
+where
+    I: IntoIterator<Item = u64>,
+    I::IntoIter: Clone,
+{
+    let lengths = lengths.into_iter();
     let l = u64::from(seq_len.max(1));
-    // Every piece in document order; full rows get their number at once.
-    let mut pieces = Vec::with_capacity(lengths.len());
-    let mut row_of: Vec<u32> = Vec::with_capacity(lengths.len());
-    let mut full_rows = 0u32;
     let mut plan = WindowPlan::default();
-    for (i, &n) in lengths.iter().enumerate() {
+    // Remainders counted by length; full rows numbered in document order.
+    let mut count = vec![0usize; l as usize];
+    let mut full_rows = 0u64;
+    let mut n_docs = 0usize;
+    for n in lengths.clone() {
+        n_docs += 1;
         if n == 0 {
             continue;
         }
         plan.documents += 1;
         plan.tokens += n;
-        if n > l {
-            plan.cut += 1;
-        }
-        let doc = first_doc + i as u64;
-        for k in 0..n / l {
-            pieces.push(Piece {
-                doc,
-                offset: k * l,
-                len: l as u32,
-            });
-            row_of.push(full_rows);
-            full_rows += 1;
-        }
-        if n % l > 0 {
-            pieces.push(Piece {
-                doc,
-                offset: n - n % l,
-                len: (n % l) as u32,
-            });
-            row_of.push(NONE);
-        }
+        plan.cut += u64::from(n > l);
+        full_rows += n / l;
+        count[(n % l) as usize] += 1;
     }
+    let full_rows = u32::try_from(full_rows).expect("a window of fewer than 2^32 rows");
 
-    // Remainders by decreasing length, ties in document order: a counting sort.
-    let mut count = vec![0usize; l as usize + 1];
-    for (p, &r) in pieces.iter().zip(&row_of) {
-        if r == NONE {
-            count[p.len as usize] += 1;
-        }
-    }
+    // Remainders by decreasing length, ties in document order: a counting
+    // sort of the documents' numbers in the window. `first[len]` is where
+    // the remainders of `len` tokens begin in `order`.
+    let mut first = vec![0usize; l as usize + 1];
     let mut at = 0;
-    for len in (1..=l as usize).rev() {
-        let c = count[len];
-        count[len] = at;
-        at += c;
+    for len in (1..l as usize).rev() {
+        first[len] = at;
+        at += count[len];
     }
     let mut order = vec![0u32; at];
-    for (i, (p, &r)) in pieces.iter().zip(&row_of).enumerate() {
-        if r == NONE {
-            let slot = &mut count[p.len as usize];
-            order[*slot] = i as u32;
-            *slot += 1;
+    let mut slot = first.clone();
+    for (i, n) in lengths.clone().enumerate() {
+        let rem = (n % l) as usize;
+        if rem > 0 {
+            order[slot[rem]] = i as u32;
+            slot[rem] += 1;
         }
     }
 
-    // Best fit: rows with room c are listed under c; the tree finds the
-    // smallest c that holds the piece.
+    // Best fit, longest first: rows with room c are listed under c; the
+    // tree finds the smallest c that holds the piece. `row_of[i]` is the
+    // best-fit row (from 0) of document `i`'s remainder.
+    let mut row_of = vec![0u32; n_docs];
     let mut capacities = Capacities::new(l as usize);
     let mut head = vec![NONE; l as usize + 1];
     let mut next: Vec<u32> = Vec::new();
-    let mut rows = full_rows;
-    for &i in &order {
-        let len = pieces[i as usize].len as usize;
-        let (row, room) = match capacities.first_at_least(len) {
-            Some(c) => {
-                let row = head[c];
-                head[c] = next[row as usize];
-                if head[c] == NONE {
-                    capacities.remove(c);
+    for len in (1..l as usize).rev() {
+        for &i in &order[first[len]..first[len] + count[len]] {
+            let (row, room) = match capacities.first_at_least(len) {
+                Some(c) => {
+                    let row = head[c];
+                    head[c] = next[row as usize];
+                    if head[c] == NONE {
+                        capacities.remove(c);
+                    }
+                    (row, c - len)
                 }
-                (row, c - len)
+                None => {
+                    next.push(NONE);
+                    (next.len() as u32 - 1, l as usize - len)
+                }
+            };
+            row_of[i as usize] = row;
+            if room > 0 {
+                next[row as usize] = head[room];
+                if head[room] == NONE {
+                    capacities.insert(room);
+                }
+                head[room] = row;
             }
-            None => {
-                next.push(NONE);
-                rows += 1;
-                (rows - 1 - full_rows, l as usize - len)
-            }
-        };
-        row_of[i as usize] = full_rows + row;
-        if room > 0 {
-            next[row as usize] = head[room];
-            if head[room] == NONE {
-                capacities.insert(room);
-            }
-            head[room] = row;
         }
     }
+    drop(order);
 
-    // Group the pieces by row, each row's in document order.
-    let mut start = vec![0usize; rows as usize + 1];
-    for &r in &row_of {
-        start[r as usize + 1] += 1;
+    // The rows: full rows first, one piece each, then the best-fit rows,
+    // each row's pieces in document order.
+    let fitted = next.len();
+    let rows = full_rows as usize + fitted;
+    // Row r < full_rows starts at piece r.
+    let mut start: Vec<usize> = (0..=full_rows as usize).collect();
+    start.resize(rows + 1, 0);
+    for (n, &r) in lengths.clone().zip(&row_of) {
+        if n % l > 0 {
+            start[full_rows as usize + r as usize + 1] += 1;
+        }
     }
-    for r in 0..rows as usize {
+    for r in full_rows as usize..rows {
         start[r + 1] += start[r];
     }
-    let mut fill = start.clone();
-    let mut grouped = vec![
+    let mut fill = start[full_rows as usize..rows].to_vec();
+    let n_pieces = start[rows];
+    let mut pieces = vec![
         Piece {
             doc: 0,
             offset: 0,
             len: 0
         };
-        pieces.len()
+        n_pieces
     ];
-    for (p, &r) in pieces.iter().zip(&row_of) {
-        grouped[fill[r as usize]] = *p;
-        fill[r as usize] += 1;
+    let mut full = 0usize;
+    for (i, (n, &r)) in lengths.zip(&row_of).enumerate() {
+        let doc = first_doc + i as u64;
+        for k in 0..n / l {
+            pieces[full] = Piece {
+                doc,
+                offset: k * l,
+                len: l as u32,
+            };
+            full += 1;
+        }
+        if n % l > 0 {
+            let at = &mut fill[r as usize];
+            pieces[*at] = Piece {
+                doc,
+                offset: n - n % l,
+                len: (n % l) as u32,
+            };
+            *at += 1;
+        }
     }
-    plan.pieces = grouped;
+    plan.pieces = pieces;
     plan.row_start = start;
     plan
 }
@@ -246,6 +266,125 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
+    /// The plan as it was first written, a list of pieces at a time: the
+    /// plan must stay exactly this one, or packed outputs would change.
+    fn reference_plan(first_doc: u64, lengths: &[u64], seq_len: u32) -> WindowPlan {
+        let l = u64::from(seq_len.max(1));
+        // Every piece in document order; full rows get their number at once.
+        let mut pieces = Vec::with_capacity(lengths.len());
+        let mut row_of: Vec<u32> = Vec::with_capacity(lengths.len());
+        let mut full_rows = 0u32;
+        let mut plan = WindowPlan::default();
+        for (i, &n) in lengths.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            plan.documents += 1;
+            plan.tokens += n;
+            if n > l {
+                plan.cut += 1;
+            }
+            let doc = first_doc + i as u64;
+            for k in 0..n / l {
+                pieces.push(Piece {
+                    doc,
+                    offset: k * l,
+                    len: l as u32,
+                });
+                row_of.push(full_rows);
+                full_rows += 1;
+            }
+            if n % l > 0 {
+                pieces.push(Piece {
+                    doc,
+                    offset: n - n % l,
+                    len: (n % l) as u32,
+                });
+                row_of.push(NONE);
+            }
+        }
+
+        // Remainders by decreasing length, ties in document order: a counting sort.
+        let mut count = vec![0usize; l as usize + 1];
+        for (p, &r) in pieces.iter().zip(&row_of) {
+            if r == NONE {
+                count[p.len as usize] += 1;
+            }
+        }
+        let mut at = 0;
+        for len in (1..=l as usize).rev() {
+            let c = count[len];
+            count[len] = at;
+            at += c;
+        }
+        let mut order = vec![0u32; at];
+        for (i, (p, &r)) in pieces.iter().zip(&row_of).enumerate() {
+            if r == NONE {
+                let slot = &mut count[p.len as usize];
+                order[*slot] = i as u32;
+                *slot += 1;
+            }
+        }
+
+        // Best fit: rows with room c are listed under c; the tree finds the
+        // smallest c that holds the piece.
+        let mut capacities = Capacities::new(l as usize);
+        let mut head = vec![NONE; l as usize + 1];
+        let mut next: Vec<u32> = Vec::new();
+        let mut rows = full_rows;
+        for &i in &order {
+            let len = pieces[i as usize].len as usize;
+            let (row, room) = match capacities.first_at_least(len) {
+                Some(c) => {
+                    let row = head[c];
+                    head[c] = next[row as usize];
+                    if head[c] == NONE {
+                        capacities.remove(c);
+                    }
+                    (row, c - len)
+                }
+                None => {
+                    next.push(NONE);
+                    rows += 1;
+                    (rows - 1 - full_rows, l as usize - len)
+                }
+            };
+            row_of[i as usize] = full_rows + row;
+            if room > 0 {
+                next[row as usize] = head[room];
+                if head[room] == NONE {
+                    capacities.insert(room);
+                }
+                head[room] = row;
+            }
+        }
+
+        // Group the pieces by row, each row's in document order.
+        let mut start = vec![0usize; rows as usize + 1];
+        for &r in &row_of {
+            start[r as usize + 1] += 1;
+        }
+        for r in 0..rows as usize {
+            start[r + 1] += start[r];
+        }
+        let mut fill = start.clone();
+        let mut grouped = vec![
+            Piece {
+                doc: 0,
+                offset: 0,
+                len: 0
+            };
+            pieces.len()
+        ];
+        for (p, &r) in pieces.iter().zip(&row_of) {
+            grouped[fill[r as usize]] = *p;
+            fill[r as usize] += 1;
+        }
+        plan.pieces = grouped;
+        plan.row_start = start;
+        plan
+    }
+
     proptest! {
         #[test]
         fn capacities_match_a_btreeset(
@@ -268,7 +407,7 @@ mod tests {
             seq_len in 1u32..64,
             lengths in proptest::collection::vec(0u64..200, 0..200),
         ) {
-            let plan = plan(100, &lengths, seq_len);
+            let plan = plan(100, lengths.iter().copied(), seq_len);
             let l = u64::from(seq_len);
             // Rows fit, pieces are non-empty.
             for r in 0..plan.n_rows() {
@@ -296,6 +435,19 @@ mod tests {
         }
 
         #[test]
+        fn the_plan_is_the_reference_plan(
+            seq_len in 1u32..80,
+            first_doc in 0u64..1000,
+            lengths in proptest::collection::vec(
+                prop_oneof![0u64..80, 0u64..400, Just(0u64)], 0..300),
+        ) {
+            prop_assert_eq!(
+                plan(first_doc, lengths.iter().copied(), seq_len),
+                reference_plan(first_doc, &lengths, seq_len)
+            );
+        }
+
+        #[test]
         fn at_most_one_row_is_half_empty(
             seq_len in 2u32..50,
             lengths in proptest::collection::vec(1u64..50, 1..100),
@@ -303,7 +455,7 @@ mod tests {
             // A row is opened only for a piece that fits no open row. If two
             // rows ended at most half full, the later one's first (longest)
             // piece, at most L/2, would have fitted the earlier one.
-            let plan = plan(0, &lengths, seq_len);
+            let plan = plan(0, lengths.iter().copied(), seq_len);
             let l = u64::from(seq_len);
             let used: Vec<u64> = (0..plan.n_rows())
                 .map(|r| plan.row(r).iter().map(|p| u64::from(p.len)).sum())
@@ -319,7 +471,7 @@ mod tests {
     fn best_fit_picks_the_tightest_row() {
         // 6 and 5 open two rows of 10 (rooms 4 and 5); 4 goes to room 4 (tightest),
         // then 5 to room 5.
-        let plan = plan(0, &[6, 5, 4, 5], 10);
+        let plan = plan(0, [6, 5, 4, 5], 10);
         assert_eq!(plan.n_rows(), 2);
         let docs = |r: usize| plan.row(r).iter().map(|p| p.doc).collect::<Vec<_>>();
         assert_eq!(docs(0), vec![0, 2]);
@@ -328,7 +480,7 @@ mod tests {
 
     #[test]
     fn long_documents_become_full_rows_and_a_remainder() {
-        let plan = plan(7, &[25, 0, 3], 10);
+        let plan = plan(7, [25, 0, 3], 10);
         assert_eq!(plan.cut, 1);
         assert_eq!(plan.documents, 2);
         assert_eq!(plan.n_rows(), 3, "two full rows, then 5 + 3 in one");

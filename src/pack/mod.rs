@@ -412,7 +412,7 @@ impl Rows<'_> {
     /// pack holds of it is the documents of the rows being built.
     fn release_before(&mut self, doc: u64) {
         if doc > self.released {
-            self.input.release_records(self.released..doc);
+            self.out.release(self.released..doc);
             self.released = doc;
         }
     }
@@ -565,7 +565,6 @@ fn write_bestfit(
         rows_out.shown.rows = (share / u128::from(n_docs.max(1))) as u64;
     }
     let documents = end_doc - next_doc;
-    let mut lengths = lengths_from(input, next_doc).map(|n| n + sep);
     let mut w = share.start;
     let mut tokens = 0u64;
     let skip = rows_out.skip;
@@ -574,16 +573,32 @@ fn write_bestfit(
         let mut batch = Vec::with_capacity(threads);
         while batch.len() < threads && next_doc < end_doc {
             let n = config.window.min(end_doc - next_doc);
-            let lens: Vec<u64> = lengths.by_ref().take(n as usize).collect();
-            batch.push((w, next_doc, lens));
+            batch.push((w, next_doc, n));
             next_doc += n;
             w += 1;
         }
-        let plans: Vec<_> = rows_out.pool.install(|| {
-            batch
-                .into_par_iter()
-                .map(|(w, first, lens)| (w, first, bestfit::plan(first, &lens, l)))
-                .collect()
+        // While the windows are planned, the other threads check the
+        // input's chunks their rows will read (a window is planned on one
+        // thread, and the first window alone is all a small run has).
+        let docs = batch.first().map_or(next_doc, |b| b.1)..next_doc;
+        let input_checks = rows_out.input;
+        let (plans, ()) = rows_out.pool.install(|| {
+            rayon::join(
+                || -> Vec<_> {
+                    batch
+                        .into_par_iter()
+                        .map(|(w, first, n)| {
+                            // Read from the input's offsets as planned: a
+                            // copy would be memory new to the process.
+                            let lens = lengths_from(input, first)
+                                .take(n as usize)
+                                .map(move |n| n + sep);
+                            (w, first, bestfit::plan(first, lens, l))
+                        })
+                        .collect()
+                },
+                || check_ahead(input_checks, docs),
+            )
         });
         for (w, first_doc, window) in plans {
             let rows = window.n_rows() as u64;
@@ -613,6 +628,17 @@ fn write_bestfit(
     }
     packing.pad_tokens = packing.rows * u64::from(l) - tokens;
     Ok((documents, packing))
+}
+
+/// Checks the chunks of the input's `.bin`s that hold documents `docs`, on
+/// the pool's threads, so that the rows that read them find them checked.
+/// A chunk that fails stays unpassed, and the row that reads it reports it
+/// as it would without this.
+fn check_ahead(input: &Verified, docs: std::ops::Range<u64>) {
+    let _reported_when_read = input
+        .bin_chunks(docs)
+        .into_par_iter()
+        .try_for_each(|(s, range)| input.check_bin(s, range));
 }
 
 /// The packed dataset's manifest: the input's, with this run's shards,
@@ -656,7 +682,7 @@ fn derived_manifest(
 }
 
 /// The length of every record from `first` on, read from the offsets alone.
-fn lengths_from(input: &Dataset, first: u64) -> impl Iterator<Item = u64> + '_ {
+fn lengths_from(input: &Dataset, first: u64) -> impl Iterator<Item = u64> + Clone + '_ {
     let (shard, local) = input.locate(first).unwrap_or((input.n_shards(), 0));
     (shard..input.n_shards()).flat_map(move |s| {
         let from = if s == shard { local } else { 0 };

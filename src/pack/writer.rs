@@ -33,6 +33,10 @@ use std::path::{Path, PathBuf};
 /// (two such batches are in memory: one being filled, one being written).
 const BATCH_BYTES: u64 = 32 << 20;
 
+/// Rows ahead of the one being built or copied whose index entries or
+/// pieces are fetched into the caches.
+const PREFETCH_ROWS: usize = 2;
+
 /// What a row costs in a batch besides its tokens: its list of pieces and
 /// the three lists of its [`Row`], each with the allocator's overhead.
 const ROW_OVERHEAD: u64 = 192;
@@ -85,6 +89,18 @@ impl<'a> RowBuilder<'a> {
             sep: sep.map(bytes),
             pad: pad.map_or_else(Vec::new, |p| bytes(p).repeat(seq_len as usize)),
             zeros: vec![0; if masked { seq_len as usize } else { 0 }],
+        }
+    }
+
+    /// Fetches the index entries of `pieces` into the caches, for a row
+    /// built a little later: each lies at a random place of the input's
+    /// index, and reading it stalls the build otherwise.
+    fn prefetch(&self, pieces: &[Piece]) {
+        let ds = self.input.dataset();
+        for p in pieces {
+            if let Ok((s, local)) = ds.locate(p.doc) {
+                crate::util::prefetch(&ds.shard_offsets(s)[local..]);
+            }
         }
     }
 
@@ -157,6 +173,9 @@ pub(crate) struct PackWriter<'a> {
     pending_len: usize,
     /// The buffer the next batch is assembled into.
     spare: Vec<Row<'a>>,
+    /// Documents whose pages leave the process's memory beside the next
+    /// batch's assembly ([`PackWriter::release`]).
+    to_release: std::ops::Range<u64>,
 }
 
 /// The writing side: shards, their segment indexes, and what is complete.
@@ -198,7 +217,21 @@ impl<'a> PackWriter<'a> {
             pending: Vec::new(),
             pending_len: 0,
             spare: Vec::new(),
+            to_release: 0..0,
         }
+    }
+
+    /// Drops the pages of the input's documents `docs`, none of which a
+    /// row still to be written holds, from the process's memory (they stay
+    /// in the page cache). Done beside the next batch's assembly rather
+    /// than between batches: unmapping a window's pages takes a while, and
+    /// nothing waits for it.
+    pub(crate) fn release(&mut self, docs: std::ops::Range<u64>) {
+        self.to_release = if self.to_release.is_empty() {
+            docs
+        } else {
+            self.to_release.start.min(docs.start)..self.to_release.end.max(docs.end)
+        };
     }
 
     /// Assembles the rows of `batch` in parallel while writing the batch
@@ -220,12 +253,17 @@ impl<'a> PackWriter<'a> {
             pending,
             pending_len,
             spare,
+            to_release,
         } = self;
         let threads = pool.current_num_threads().max(1);
+        let release = std::mem::replace(to_release, 0..0);
         let (written, built) = pool.install(|| {
             rayon::join(
                 || sink.write(&pending[..*pending_len], &mut sealed),
-                || build_all(builder, &mut spare[..n], batch, threads),
+                || {
+                    builder.input.release_records(release);
+                    build_all(builder, &mut spare[..n], batch, threads)
+                },
             )
         });
         built?;
@@ -265,9 +303,12 @@ fn build_all<'a, P: AsRef<[Piece]> + Sync>(
     rows.par_chunks_mut(chunk)
         .zip(batch.par_chunks(chunk))
         .try_for_each(|(rows, pieces)| {
-            rows.iter_mut()
-                .zip(pieces)
-                .try_for_each(|(row, p)| builder.build(p.as_ref(), row))
+            rows.iter_mut().enumerate().try_for_each(|(i, row)| {
+                if let Some(ahead) = pieces.get(i + PREFETCH_ROWS) {
+                    builder.prefetch(ahead.as_ref());
+                }
+                builder.build(pieces[i].as_ref(), row)
+            })
         })
 }
 
@@ -281,7 +322,15 @@ impl Sink {
     ) -> Result<(), super::PackError> {
         let masked = self.inner.is_masked();
         let mut out = self.inner.gather();
-        for row in rows {
+        for (i, row) in rows.iter().enumerate() {
+            // A row's pieces lie anywhere in the input: the start of each
+            // piece two rows ahead is fetched while this one is copied.
+            if let Some(ahead) = rows.get(i + PREFETCH_ROWS) {
+                ahead
+                    .bytes
+                    .iter()
+                    .for_each(|piece| crate::util::prefetch(piece));
+            }
             let mask = masked.then_some(&row.mask[..]);
             if let Some(done) = out.push(&row.bytes, mask)?.cloned() {
                 let seg = std::mem::replace(&mut self.seg, SegWriter::new(self.seq_len));

@@ -1017,8 +1017,9 @@ impl Gather<'_> {
         let chunks: Vec<(&Verified<'_>, usize, Range<u64>)> = inputs
             .iter()
             .flat_map(|v| {
-                (0..v.dataset().n_shards())
-                    .flat_map(move |s| v.bin_chunks(s).map(move |r| (v, s, r)))
+                v.bin_chunks(0..v.dataset().len())
+                    .into_iter()
+                    .map(move |(s, r)| (v, s, r))
             })
             .collect();
         let _reported_below = self.pool.install(|| {

@@ -709,13 +709,35 @@ impl<'a> Verified<'a> {
         Ok(())
     }
 
-    /// The byte ranges of shard `s`'s `.bin` that are checked as one: its
-    /// chunks (one range, the whole file, for a shard without a `.sum`).
-    /// A stage that checks an input up front on several threads hands each
-    /// its own ([`Verified::check_bin`]).
-    pub fn bin_chunks(&self, s: usize) -> impl Iterator<Item = Range<u64>> + '_ {
-        let checks = &self.shards[s].bin;
-        (0..checks.passed.len() as u64).map(|c| checks.chunk(c))
+    /// The chunks of the `.bin`s that hold records `records`, as (shard,
+    /// byte range) pairs, each checked as one: a stage that checks its input
+    /// ahead of reading it, on several threads, hands each thread its own
+    /// ([`Verified::check_bin`]). A shard without a `.sum` is one chunk,
+    /// the whole file.
+    pub fn bin_chunks(&self, records: Range<u64>) -> Vec<(usize, Range<u64>)> {
+        let records = records.start..records.end.min(self.ds.len());
+        if records.is_empty() {
+            return Vec::new();
+        }
+        let size = self.ds.dtype().size() as u64;
+        let (first, at) = self.ds.locate(records.start).expect("in range");
+        let (last, to) = self.ds.locate(records.end - 1).expect("in range");
+        let mut chunks = Vec::new();
+        for s in first..=last {
+            let o = self.ds.shard_offsets(s);
+            let from = if s == first { o[at] } else { 0 };
+            let end = if s == last { o[to + 1] } else { o[o.len() - 1] };
+            if from == end {
+                continue;
+            }
+            let checks = &self.shards[s].bin;
+            let (c0, c1) = (
+                checks.chunk_of(from * size),
+                checks.chunk_of(end * size - 1),
+            );
+            chunks.extend((c0..=c1).map(|c| (s, checks.chunk(c))));
+        }
+        chunks
     }
 
     /// Checks, from the mapping, the chunks of shard `s`'s `.bin` that hold
