@@ -106,44 +106,20 @@ where
         }
     }
 
-    // Best fit, longest first: rows with room c are listed under c; the
-    // tree finds the smallest c that holds the piece. `row_of[i]` is the
-    // best-fit row (from 0) of document `i`'s remainder.
+    // Best fit, longest first. `row_of[i]` is the best-fit row (from 0)
+    // of document `i`'s remainder.
     let mut row_of = vec![0u32; n_docs];
-    let mut capacities = Capacities::new(l as usize);
-    let mut head = vec![NONE; l as usize + 1];
-    let mut next: Vec<u32> = Vec::new();
+    let mut open = OpenRows::new(l as usize);
     for len in (1..l as usize).rev() {
         for &i in &order[first[len]..first[len] + count[len]] {
-            let (row, room) = match capacities.first_at_least(len) {
-                Some(c) => {
-                    let row = head[c];
-                    head[c] = next[row as usize];
-                    if head[c] == NONE {
-                        capacities.remove(c);
-                    }
-                    (row, c - len)
-                }
-                None => {
-                    next.push(NONE);
-                    (next.len() as u32 - 1, l as usize - len)
-                }
-            };
-            row_of[i as usize] = row;
-            if room > 0 {
-                next[row as usize] = head[room];
-                if head[room] == NONE {
-                    capacities.insert(room);
-                }
-                head[room] = row;
-            }
+            row_of[i as usize] = open.place(len);
         }
     }
     drop(order);
 
     // The rows: full rows first, one piece each, then the best-fit rows,
     // each row's pieces in document order.
-    let fitted = next.len();
+    let fitted = open.n_rows();
     let rows = full_rows as usize + fitted;
     // Row r < full_rows starts at piece r.
     let mut start: Vec<usize> = (0..=full_rows as usize).collect();
@@ -190,6 +166,60 @@ where
     plan.pieces = pieces;
     plan.row_start = start;
     plan
+}
+
+/// The rows being filled, by the room each has left: rows with room `c`
+/// are listed under `c`, and the tree finds the smallest `c` that holds a
+/// piece.
+struct OpenRows {
+    capacities: Capacities,
+    /// The first row with room `c`, or [`NONE`].
+    head: Vec<u32>,
+    /// The next row with the same room as row `r`, or [`NONE`].
+    next: Vec<u32>,
+}
+
+impl OpenRows {
+    fn new(seq_len: usize) -> OpenRows {
+        OpenRows {
+            capacities: Capacities::new(seq_len),
+            head: vec![NONE; seq_len + 1],
+            next: Vec::new(),
+        }
+    }
+
+    /// Places a piece of `len` tokens in the open row with the least room
+    /// that holds it, or in a new row; returns the row, numbered in the
+    /// order rows were opened.
+    fn place(&mut self, len: usize) -> u32 {
+        let (row, room) = match self.capacities.first_at_least(len) {
+            Some(c) => {
+                let row = self.head[c];
+                self.head[c] = self.next[row as usize];
+                if self.head[c] == NONE {
+                    self.capacities.remove(c);
+                }
+                (row, c - len)
+            }
+            None => {
+                self.next.push(NONE);
+                (self.next.len() as u32 - 1, self.head.len() - 1 - len)
+            }
+        };
+        if room > 0 {
+            self.next[row as usize] = self.head[room];
+            if self.head[room] == NONE {
+                self.capacities.insert(room);
+            }
+            self.head[room] = row;
+        }
+        row
+    }
+
+    /// Rows opened.
+    fn n_rows(&self) -> usize {
+        self.next.len()
+    }
 }
 
 /// A set of capacities `0..=max`, answering "the smallest member at least
@@ -326,38 +356,12 @@ mod tests {
             }
         }
 
-        // Best fit: rows with room c are listed under c; the tree finds the
-        // smallest c that holds the piece.
-        let mut capacities = Capacities::new(l as usize);
-        let mut head = vec![NONE; l as usize + 1];
-        let mut next: Vec<u32> = Vec::new();
-        let mut rows = full_rows;
+        // Best fit.
+        let mut open = OpenRows::new(l as usize);
         for &i in &order {
-            let len = pieces[i as usize].len as usize;
-            let (row, room) = match capacities.first_at_least(len) {
-                Some(c) => {
-                    let row = head[c];
-                    head[c] = next[row as usize];
-                    if head[c] == NONE {
-                        capacities.remove(c);
-                    }
-                    (row, c - len)
-                }
-                None => {
-                    next.push(NONE);
-                    rows += 1;
-                    (rows - 1 - full_rows, l as usize - len)
-                }
-            };
-            row_of[i as usize] = full_rows + row;
-            if room > 0 {
-                next[row as usize] = head[room];
-                if head[room] == NONE {
-                    capacities.insert(room);
-                }
-                head[room] = row;
-            }
+            row_of[i as usize] = full_rows + open.place(pieces[i as usize].len as usize);
         }
+        let rows = full_rows + open.n_rows() as u32;
 
         // Group the pieces by row, each row's in document order.
         let mut start = vec![0usize; rows as usize + 1];
