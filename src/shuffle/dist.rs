@@ -59,7 +59,7 @@
 //! prep's own files are removed.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -468,12 +468,7 @@ fn write_regions(
     let mut regions: Vec<Bucket<At>> = layout
         .offsets
         .iter()
-        .map(|&pos| Bucket {
-            path: tmp.clone(),
-            out: BufWriter::with_capacity(buffer, At { file: &file, pos }),
-            bytes: 0,
-            hash: Xxh3::new(),
-        })
+        .map(|&pos| Bucket::new(tmp.clone(), buffer, At { file: &file, pos }))
         .collect();
     let mut moved = Moved {
         bytes: 0,
@@ -534,8 +529,9 @@ fn close_regions(
         .into_iter()
         .zip(layout.offsets.iter().zip(&layout.sizes))
         .map(|(b, (&offset, &(records, bytes)))| {
-            b.out.into_inner().map_err(|e| io(e.into_error()))?;
-            if b.bytes != bytes {
+            let written = b.bytes;
+            let (_, xxh3) = b.finish().map_err(io)?;
+            if written != bytes {
                 // The first pass saw other lengths: an input changed meanwhile.
                 return Err(ShuffleError::Corrupt {
                     path: tmp.to_path_buf(),
@@ -546,7 +542,7 @@ fn close_regions(
                 offset,
                 bytes,
                 records,
-                xxh3: checksum_hex(b.hash.digest()),
+                xxh3: checksum_hex(xxh3),
             })
         })
         .collect()

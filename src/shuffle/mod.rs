@@ -815,10 +815,55 @@ impl Moved {
 /// bucket).
 struct Bucket<W: Write = Capped<File>> {
     path: PathBuf,
-    out: BufWriter<W>,
-    /// Size and XXH3 of what was written, for the journal.
+    /// Hashed as its buffer is flushed: in long runs, where records of a
+    /// few hundred bytes hashed one by one cost XXH3's streaming state a
+    /// copy of most of their bytes.
+    out: BufWriter<Hashed<W>>,
+    /// Size of what was written, for the journal (its XXH3 is `out`'s).
     bytes: u64,
+}
+
+impl<W: Write> Bucket<W> {
+    fn new(path: PathBuf, buffer: usize, out: W) -> Bucket<W> {
+        Bucket {
+            path,
+            out: BufWriter::with_capacity(buffer, Hashed::new(out)),
+            bytes: 0,
+        }
+    }
+
+    /// Flushes the bucket; its writer back, and the XXH3 of all it wrote.
+    fn finish(self) -> std::io::Result<(W, u64)> {
+        let hashed = self.out.into_inner().map_err(|e| e.into_error())?;
+        Ok((hashed.inner, hashed.hash.digest()))
+    }
+}
+
+/// A writer that hashes (XXH3) what it writes.
+struct Hashed<W> {
+    inner: W,
     hash: xxhash_rust::xxh3::Xxh3,
+}
+
+impl<W> Hashed<W> {
+    fn new(inner: W) -> Hashed<W> {
+        Hashed {
+            inner,
+            hash: xxhash_rust::xxh3::Xxh3::new(),
+        }
+    }
+}
+
+impl<W: Write> Write for Hashed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// A bucket file's name: the first key of its range, in hex, and the number
@@ -872,12 +917,7 @@ fn open_buckets(
             let file = File::create(&path).map_err(|e| {
                 ShuffleError::Format(crate::format::FormatError::io(path.clone(), e))
             })?;
-            Ok(Bucket {
-                path,
-                out: BufWriter::with_capacity(buffer, Capped::new(file)),
-                bytes: 0,
-                hash: xxhash_rust::xxh3::Xxh3::new(),
-            })
+            Ok(Bucket::new(path, buffer, Capped::new(file)))
         })
         .collect()
 }
@@ -905,10 +945,8 @@ fn put<W: Write>(
     let head = record_head(key, g, len);
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(bucket.path.clone(), e));
     bucket.out.write_all(&head).map_err(io)?;
-    bucket.hash.update(&head);
     for part in parts {
         bucket.out.write_all(part).map_err(io)?;
-        bucket.hash.update(part);
     }
     bucket.bytes += (BUCKET_HEADER + len) as u64;
     Ok(())
@@ -924,24 +962,22 @@ fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleE
     buckets
         .into_iter()
         .map(|b| {
-            let io = |e| ShuffleError::Format(crate::format::FormatError::io(b.path.clone(), e));
-            let file = b
-                .out
-                .into_inner()
-                .map_err(|e| io(e.into_error()))?
-                .into_inner();
+            let path = b.path.clone();
+            let io = |e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e));
+            let bytes = b.bytes;
+            let (file, xxh3) = b.finish().map_err(io)?;
+            let file = file.into_inner();
             if sync {
                 file.sync_all().map_err(io)?;
             }
             Ok(BucketRecord {
-                name: b
-                    .path
+                name: path
                     .file_name()
                     .expect("a file")
                     .to_string_lossy()
                     .into_owned(),
-                bytes: b.bytes,
-                xxh3: checksum_hex(b.hash.digest()),
+                bytes,
+                xxh3: checksum_hex(xxh3),
             })
         })
         .collect()
