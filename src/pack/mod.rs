@@ -578,9 +578,13 @@ fn write_bestfit(
             w += 1;
         }
         // While the windows are planned, the other threads check the
-        // input's chunks their rows will read (a window is planned on one
-        // thread, and the first window alone is all a small run has).
-        let docs = batch.first().map_or(next_doc, |b| b.1)..next_doc;
+        // input's chunks the first window's rows will read (a window is
+        // planned on one thread, and the first window alone is all a small
+        // run has). Only the first: the pages a check reads stay in the
+        // process's memory until its window is written, and the batch's
+        // later windows are checked as their rows read them, one window
+        // at a time, as before.
+        let docs = batch.first().map_or(0..0, |&(_, first, n)| first..first + n);
         let input_checks = rows_out.input;
         let (plans, ()) = rows_out.pool.install(|| {
             rayon::join(
