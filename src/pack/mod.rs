@@ -584,7 +584,9 @@ fn write_bestfit(
         // process's memory until its window is written, and the batch's
         // later windows are checked as their rows read them, one window
         // at a time, as before.
-        let docs = batch.first().map_or(0..0, |&(_, first, n)| first..first + n);
+        let docs = batch
+            .first()
+            .map_or(0..0, |&(_, first, n)| first..first + n);
         let input_checks = rows_out.input;
         let (plans, ()) = rows_out.pool.install(|| {
             rayon::join(

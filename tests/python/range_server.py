@@ -29,6 +29,9 @@ from pathlib import Path
 
 class RangeServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # The streaming reader opens many connections at once; socketserver's
+    # default backlog of 5 can turn a burst of them away on a loaded machine.
+    request_queue_size = 128
 
     def __init__(self, root: Path, tls: tuple[Path, Path] | None = None):
         super().__init__(("127.0.0.1", 0), _Handler)
