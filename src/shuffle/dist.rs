@@ -69,8 +69,8 @@ use serde_json::json;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{
-    for_each_document, for_each_length, key, open_inputs, read_records, Batch, Bucket, Checkpoint,
-    Gather, Inputs, Journal, JournalState, Moved, ShuffleError, BUCKET_HEADER, TMP_DIR,
+    for_each_document, for_each_length, key, open_inputs, read_records, Batch, Checkpoint, Gather,
+    Inputs, Journal, JournalState, Moved, ShuffleError, Spool, BUCKET_HEADER, TMP_DIR,
 };
 use crate::format::Files;
 use crate::format::{
@@ -463,13 +463,22 @@ fn write_regions(
     let path = dir.join(DATA_FILE);
     let tmp = dir.join(format!("{DATA_FILE}{}", crate::format::TMP_SUFFIX));
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e));
-    let file = create_data_file(&tmp, layout.data_bytes)?;
+    let file = std::sync::Arc::new(create_data_file(&tmp, layout.data_bytes)?);
     let buffer = (config.memory / 2 / buckets).clamp(MIN_BUFFER, MAX_BUFFER) as usize;
-    let mut regions: Vec<Bucket<At>> = layout
+    let (ats, paths) = layout
         .offsets
         .iter()
-        .map(|&pos| Bucket::new(tmp.clone(), buffer, At { file: &file, pos }))
-        .collect();
+        .map(|&pos| {
+            (
+                At {
+                    file: file.clone(),
+                    pos,
+                },
+                tmp.clone(),
+            )
+        })
+        .unzip();
+    let mut regions = Spool::new(ats, paths, buffer)?;
     let mut moved = Moved {
         bytes: 0,
         total: layout.data_bytes,
@@ -478,7 +487,7 @@ fn write_regions(
     for_each_document(datasets, range, |g, tokens, mask| {
         let k = key(seed, g);
         let record = [tokens, mask.unwrap_or_default()];
-        super::put(&mut regions[bucket_of(k, buckets) as usize], k, g, &record)?;
+        regions.put(bucket_of(k, buckets) as usize, k, g, &record)?;
         moved.bytes += (BUCKET_HEADER + tokens.len() + record[1].len()) as u64;
         moved.docs += 1;
         if moved.docs.is_multiple_of(4096) {
@@ -508,30 +517,24 @@ fn create_data_file(tmp: &Path, data_bytes: u64) -> Result<File, ShuffleError> {
     let mut header = [0u8; DATA_HEADER as usize];
     header[..8].copy_from_slice(DATA_MAGIC);
     header[8..].copy_from_slice(&SCATTER_VERSION.to_le_bytes());
-    At {
-        file: &file,
-        pos: 0,
-    }
-    .write_all(&header)
-    .map_err(io)?;
+    // At the file's start: it was just opened.
+    (&file).write_all(&header).map_err(io)?;
     Ok(file)
 }
 
 /// Flushes every region's buffer and describes the region, checking that it
 /// holds the bytes the first pass laid out.
 fn close_regions(
-    regions: Vec<Bucket<At>>,
+    regions: Spool<At>,
     layout: &Layout,
     tmp: &Path,
 ) -> Result<Vec<Region>, ShuffleError> {
-    let io = |e| ShuffleError::Format(crate::format::FormatError::io(tmp, e));
     regions
+        .finish()?
         .into_iter()
         .zip(layout.offsets.iter().zip(&layout.sizes))
         .map(|(b, (&offset, &(records, bytes)))| {
-            let written = b.bytes;
-            let (_, xxh3) = b.finish().map_err(io)?;
-            if written != bytes {
+            if b.bytes != bytes {
                 // The first pass saw other lengths: an input changed meanwhile.
                 return Err(ShuffleError::Corrupt {
                     path: tmp.to_path_buf(),
@@ -542,7 +545,7 @@ fn close_regions(
                 offset,
                 bytes,
                 records,
-                xxh3: checksum_hex(xxh3),
+                xxh3: checksum_hex(b.xxh3),
             })
         })
         .collect()
@@ -677,7 +680,9 @@ fn sort_and_write(
         },
         progress,
     };
-    sorter.emit_records("", batch.records(), 0)?;
+    let mut records = batch.records();
+    super::sort(&pool, &mut records);
+    sorter.emit_records("", records, 0)?;
     Ok(sorter.writer.finish()?)
 }
 
@@ -717,14 +722,14 @@ fn gathered_manifest(
 
 /// A writer at a position of a file, for one bucket's region: each write
 /// seeks there first, so that many regions of one file fill in any order.
-struct At<'a> {
-    file: &'a File,
+struct At {
+    file: std::sync::Arc<File>,
     pos: u64,
 }
 
-impl Write for At<'_> {
+impl Write for At {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut file = self.file;
+        let mut file = &*self.file;
         file.seek(SeekFrom::Start(self.pos))?;
         // In pieces of at most MAX_WRITE, as every large file is written.
         let n = file.write(crate::format::write_piece(self.pos, buf))?;

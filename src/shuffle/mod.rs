@@ -44,7 +44,7 @@
 //! buckets hold about `n/B` documents each whatever the inputs' order.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,6 +62,9 @@ use crate::progress::{Progress, ProgressSnapshot};
 use crate::run::Writing;
 
 pub mod dist;
+mod spool;
+use spool::Spool;
+
 pub use dist::{gather, scatter, GatherConfig, GatherReport, ScatterConfig, ScatterReport};
 
 /// Bytes of bookkeeping per document: key, index, offset and length.
@@ -234,12 +237,50 @@ struct Record<'a> {
 /// lie, or why they cannot be read.
 type Parts<'a> = Result<(&'a [u8], Option<&'a [u8]>), ShuffleError>;
 
-/// One document of a [`Batch`]: where its bytes lie in the batch.
+/// One document of a [`Batch`] or a bucket file: where its bytes lie in
+/// the batch's data or the file.
 struct Entry {
     key: u64,
     g: u64,
     offset: usize,
     len: usize,
+}
+
+/// The records of `entries`, borrowed from `data`, the bytes they lie in.
+fn records_of<'a>(data: &'a [u8], entries: &[Entry]) -> Vec<Record<'a>> {
+    entries
+        .iter()
+        .map(|e| Record {
+            key: e.key,
+            g: e.g,
+            bytes: &data[e.offset..e.offset + e.len],
+        })
+        .collect()
+}
+
+/// A document's place in the shuffled order: its key, then its number.
+trait Keyed {
+    fn order(&self) -> (u64, u64);
+}
+
+impl Keyed for Record<'_> {
+    fn order(&self) -> (u64, u64) {
+        (self.key, self.g)
+    }
+}
+
+impl Keyed for Entry {
+    fn order(&self) -> (u64, u64) {
+        (self.key, self.g)
+    }
+}
+
+/// Puts documents in the shuffled order, on the threads of `pool`. (Key
+/// and number together are unique, so an unstable parallel sort is
+/// deterministic.)
+fn sort<T: Keyed + Send>(pool: &rayon::ThreadPool, documents: &mut [T]) {
+    use rayon::slice::ParallelSliceMut;
+    pool.install(|| documents.par_sort_unstable_by_key(Keyed::order));
 }
 
 /// Documents held in memory to be sorted (a gather's bucket, read from its
@@ -269,14 +310,7 @@ impl Batch {
 
     /// The documents, borrowed from the batch.
     fn records(&self) -> Vec<Record<'_>> {
-        self.entries
-            .iter()
-            .map(|e| Record {
-                key: e.key,
-                g: e.g,
-                bytes: &self.data[e.offset..e.offset + e.len],
-            })
-            .collect()
+        records_of(&self.data, &self.entries)
     }
 }
 
@@ -558,7 +592,7 @@ fn write_buckets(
     for_each_record(inputs, 0..plan.n_docs, true, |g, tokens, mask| {
         let k = key(plan.seed, g);
         let record = [tokens, mask.unwrap_or_default()];
-        put(&mut files[(k >> (64 - bits)) as usize], k, g, &record)?;
+        files.put((k >> (64 - bits)) as usize, k, g, &record)?;
         moved.bytes += (tokens.len() + record[1].len()) as u64;
         if g % 4096 == 0 {
             moved.report(progress);
@@ -810,62 +844,6 @@ impl Moved {
     }
 }
 
-/// A bucket being written: a buffered writer and the path of its file (a
-/// bucket file of its own, or the scatter file that holds a region per
-/// bucket).
-struct Bucket<W: Write = Capped<File>> {
-    path: PathBuf,
-    /// Hashed as its buffer is flushed: in long runs, where records of a
-    /// few hundred bytes hashed one by one cost XXH3's streaming state a
-    /// copy of most of their bytes.
-    out: BufWriter<Hashed<W>>,
-    /// Size of what was written, for the journal (its XXH3 is `out`'s).
-    bytes: u64,
-}
-
-impl<W: Write> Bucket<W> {
-    fn new(path: PathBuf, buffer: usize, out: W) -> Bucket<W> {
-        Bucket {
-            path,
-            out: BufWriter::with_capacity(buffer, Hashed::new(out)),
-            bytes: 0,
-        }
-    }
-
-    /// Flushes the bucket; its writer back, and the XXH3 of all it wrote.
-    fn finish(self) -> std::io::Result<(W, u64)> {
-        let hashed = self.out.into_inner().map_err(|e| e.into_error())?;
-        Ok((hashed.inner, hashed.hash.digest()))
-    }
-}
-
-/// A writer that hashes (XXH3) what it writes.
-struct Hashed<W> {
-    inner: W,
-    hash: xxhash_rust::xxh3::Xxh3,
-}
-
-impl<W> Hashed<W> {
-    fn new(inner: W) -> Hashed<W> {
-        Hashed {
-            inner,
-            hash: xxhash_rust::xxh3::Xxh3::new(),
-        }
-    }
-}
-
-impl<W: Write> Write for Hashed<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 /// A bucket file's name: the first key of its range, in hex, and the number
 /// of leading key bits the range fixes. Names sort in key order, and a split
 /// bucket's parts sort right after it.
@@ -902,54 +880,28 @@ fn bucket_names(tmp: &Path) -> Result<Vec<String>, ShuffleError> {
 }
 
 /// Opens the `2^sub_bits` bucket files that split the range (`start`,
-/// `bits`) on the next `sub_bits` key bits.
+/// `bits`) on the next `sub_bits` key bits, each with a buffer of `buffer`.
 fn open_buckets(
     tmp: &Path,
     start: u64,
     bits: u32,
     sub_bits: u32,
     buffer: usize,
-) -> Result<Vec<Bucket>, ShuffleError> {
+) -> Result<Spool<Capped<File>>, ShuffleError> {
     let total = bits + sub_bits;
-    (0..1u64 << sub_bits)
-        .map(|i| {
-            let path = tmp.join(bucket_name(start | (i << (64 - total)), total));
-            let file = File::create(&path).map_err(|e| {
+    let paths: Vec<PathBuf> = (0..1u64 << sub_bits)
+        .map(|i| tmp.join(bucket_name(start | (i << (64 - total)), total)))
+        .collect();
+    let files = paths
+        .iter()
+        .map(|path| {
+            let file = File::create(path).map_err(|e| {
                 ShuffleError::Format(crate::format::FormatError::io(path.clone(), e))
             })?;
-            Ok(Bucket::new(path, buffer, Capped::new(file)))
+            Ok(Capped::new(file))
         })
-        .collect()
-}
-
-/// The header of a document in a bucket: its key, its number and its size in
-/// bytes, each a little-endian u64; the tokens follow.
-fn record_head(key: u64, g: u64, bytes: usize) -> [u8; BUCKET_HEADER] {
-    let mut head = [0u8; BUCKET_HEADER];
-    head[..8].copy_from_slice(&key.to_le_bytes());
-    head[8..16].copy_from_slice(&g.to_le_bytes());
-    head[16..].copy_from_slice(&(bytes as u64).to_le_bytes());
-    head
-}
-
-/// Appends document `g` with its key to a bucket, and to the bucket's
-/// checksum: its record is the concatenation of `parts` (its tokens, and
-/// its loss mask after them when the inputs have masks).
-fn put<W: Write>(
-    bucket: &mut Bucket<W>,
-    key: u64,
-    g: u64,
-    parts: &[&[u8]],
-) -> Result<(), ShuffleError> {
-    let len = parts.iter().map(|p| p.len()).sum();
-    let head = record_head(key, g, len);
-    let io = |e| ShuffleError::Format(crate::format::FormatError::io(bucket.path.clone(), e));
-    bucket.out.write_all(&head).map_err(io)?;
-    for part in parts {
-        bucket.out.write_all(part).map_err(io)?;
-    }
-    bucket.bytes += (BUCKET_HEADER + len) as u64;
-    Ok(())
+        .collect::<Result<Vec<_>, ShuffleError>>()?;
+    Spool::new(files, paths, buffer)
 }
 
 /// Flushes bucket files and returns what the journal records of each: name,
@@ -958,26 +910,25 @@ fn put<W: Write>(
 /// The first pass's buckets are not synced: a resume checks them against the
 /// journal and starts over if the machine lost any. The parts of a split
 /// bucket are synced, because the whole is deleted once they exist.
-fn close(buckets: Vec<Bucket>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleError> {
+fn close(buckets: Spool<Capped<File>>, sync: bool) -> Result<Vec<BucketRecord>, ShuffleError> {
     buckets
+        .finish()?
         .into_iter()
         .map(|b| {
-            let path = b.path.clone();
-            let io = |e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e));
-            let bytes = b.bytes;
-            let (file, xxh3) = b.finish().map_err(io)?;
-            let file = file.into_inner();
             if sync {
-                file.sync_all().map_err(io)?;
+                b.out.into_inner().sync_all().map_err(|e| {
+                    ShuffleError::Format(crate::format::FormatError::io(b.path.clone(), e))
+                })?;
             }
             Ok(BucketRecord {
-                name: path
+                name: b
+                    .path
                     .file_name()
                     .expect("a file")
                     .to_string_lossy()
                     .into_owned(),
-                bytes,
-                xxh3: checksum_hex(xxh3),
+                bytes: b.bytes,
+                xxh3: checksum_hex(b.xxh3),
             })
         })
         .collect()
@@ -1041,6 +992,7 @@ impl Gather<'_> {
             };
             Ok((r.bytes, mask))
         };
+        sort(self.pool, &mut records);
         self.emit("", records, skip, &parts)
     }
 
@@ -1067,6 +1019,10 @@ impl Gather<'_> {
 
     /// Sorts and writes the bucket files `names` in key order, from the
     /// last completed shard's checkpoint on when resuming.
+    ///
+    /// While one bucket is written, a thread of its own maps, parses and
+    /// sorts the next ([`sort_bucket`]): otherwise the shard's writer
+    /// thread would wait through that at every bucket.
     fn buckets(
         &mut self,
         mut names: Vec<String>,
@@ -1075,60 +1031,74 @@ impl Gather<'_> {
         if let Some((bucket, _)) = &resume_at {
             names.retain(|n| n >= bucket);
         }
-        for name in names {
-            let skip = match &resume_at {
-                Some((bucket, k)) if *bucket == name => *k as usize,
-                _ => 0,
-            };
-            self.bucket(&name, skip, skip > 0)?;
-        }
-        Ok(())
+        let skip = |name: &str| match &resume_at {
+            Some((bucket, k)) if bucket == name => *k as usize,
+            _ => 0,
+        };
+        let (tmp, budget, pool) = (self.tmp.clone(), self.budget, self.pool);
+        let prepare = |name: &String| sort_bucket(&tmp.join(name), budget, skip(name) > 0, pool);
+        let prepare = &prepare;
+        std::thread::scope(|scope| {
+            let mut next = None;
+            for (i, name) in names.iter().enumerate() {
+                let this = match next.take() {
+                    Some(thread) => join_sorter(thread)?,
+                    None => prepare(name)?,
+                };
+                let Some(sorted) = this else {
+                    // Split on this thread: nothing else in memory meanwhile.
+                    self.split(name)?;
+                    continue;
+                };
+                if let Some(after) = names.get(i + 1) {
+                    let thread = std::thread::Builder::new()
+                        .name("prep-bucket-sort".into())
+                        .spawn_scoped(scope, move || prepare(after))
+                        .map_err(|e| {
+                            ShuffleError::Format(crate::format::FormatError::io(tmp.clone(), e))
+                        })?;
+                    next = Some(thread);
+                }
+                self.emit_records(name, sorted.records(), skip(name))?;
+            }
+            Ok(())
+        })
     }
 
-    /// Sorts one bucket file in memory and writes it out, skipping its first
-    /// `skip` documents (written before a resume); or, if it is larger than
-    /// the budget and not being resumed, splits it on the next key bits.
-    fn bucket(&mut self, name: &str, skip: usize, resuming: bool) -> Result<(), ShuffleError> {
+    /// Splits bucket file `name`, larger than the budget, on the next key
+    /// bits, and sorts and writes its parts.
+    fn split(&mut self, name: &str) -> Result<(), ShuffleError> {
         let path = self.tmp.join(name);
         let io = |e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e));
         let bytes = std::fs::metadata(&path).map_err(io)?.len();
         let (start, bits) = parse_bucket_name(name).expect("listed bucket names parse");
-        if bytes > self.budget / 2 && bits < 56 && !resuming {
-            let sub_bits = bytes
-                .div_ceil(self.budget / 2)
-                .next_power_of_two()
-                .clamp(2, MAX_BUCKETS)
-                .trailing_zeros();
-            let n = 1u64 << sub_bits;
-            let mut subs = open_buckets(
-                &self.tmp,
-                start,
-                bits,
-                sub_bits,
-                bucket_buffer(self.budget, n),
-            )?;
-            let file = MappedFile::open(&path)?;
-            parse_records(file.bytes(), &path, |k, g, record| {
-                let i = (k << bits) >> (64 - sub_bits);
-                put(&mut subs[i as usize], k, g, &[record])
-            })?;
-            drop(file);
-            close(subs, true)?;
-            // The parts are complete: the whole can go.
-            std::fs::remove_file(&path).map_err(io)?;
-            for i in 0..n {
-                let sub = bucket_name(start | (i << (64 - bits - sub_bits)), bits + sub_bits);
-                self.bucket(&sub, 0, false)?;
-            }
-            return Ok(());
-        }
+        let sub_bits = bytes
+            .div_ceil(self.budget / 2)
+            .next_power_of_two()
+            .clamp(2, MAX_BUCKETS)
+            .trailing_zeros();
+        let n = 1u64 << sub_bits;
+        let mut subs = open_buckets(
+            &self.tmp,
+            start,
+            bits,
+            sub_bits,
+            bucket_buffer(self.budget, n),
+        )?;
         let file = MappedFile::open(&path)?;
-        let mut records = Vec::new();
-        parse_records(file.bytes(), &path, |key, g, bytes| {
-            records.push(Record { key, g, bytes });
-            Ok(())
+        let all = file.bytes();
+        parse_records(all, &path, |k, g, record| {
+            let i = (k << bits) >> (64 - sub_bits);
+            subs.put(i as usize, k, g, &[&all[record]])
         })?;
-        self.emit_records(name, records, skip)
+        drop(file);
+        close(subs, true)?;
+        // The parts are complete: the whole can go.
+        std::fs::remove_file(&path).map_err(io)?;
+        let parts = (0..n)
+            .map(|i| bucket_name(start | (i << (64 - bits - sub_bits)), bits + sub_bits))
+            .collect();
+        self.buckets(parts, None)
     }
 
     /// [`Gather::emit`] of records that hold their masks after their
@@ -1145,21 +1115,16 @@ impl Gather<'_> {
         })
     }
 
-    /// Writes the documents of one sorted run (a bucket, or everything in
-    /// memory) from position `skip` on, each as `parts` gives its tokens
-    /// and mask, straight from where they lie.
+    /// Writes the documents of one run sorted by [`sort`] (a bucket, or
+    /// everything in memory) from position `skip` on, each as `parts` gives
+    /// its tokens and mask, straight from where they lie.
     fn emit<'a>(
         &mut self,
         name: &str,
-        mut records: Vec<Record<'a>>,
+        records: Vec<Record<'a>>,
         skip: usize,
         parts: &dyn Fn(&Record<'a>) -> Parts<'a>,
     ) -> Result<(), ShuffleError> {
-        // (key, g) pairs are unique, so an unstable parallel sort is deterministic.
-        self.pool.install(|| {
-            use rayon::slice::ParallelSliceMut;
-            records.par_sort_unstable_by_key(|e| (e.key, e.g));
-        });
         let mut out = self.writer.gather();
         for (i, e) in records.iter().enumerate().skip(skip) {
             // The record a few ahead, at a random place of the inputs:
@@ -1204,13 +1169,13 @@ impl Gather<'_> {
 }
 
 /// Calls `f(key, g, record)` for each document record of `bytes` (a bucket
-/// file, mapped), in the order written, the record borrowed from `bytes`;
+/// file, mapped), in the order written, the record as its range of `bytes`;
 /// `path` names the file in errors. A record that claims more bytes than
 /// remain is refused.
-fn parse_records<'a>(
-    bytes: &'a [u8],
+fn parse_records(
+    bytes: &[u8],
     path: &Path,
-    mut f: impl FnMut(u64, u64, &'a [u8]) -> Result<(), ShuffleError>,
+    mut f: impl FnMut(u64, u64, Range<usize>) -> Result<(), ShuffleError>,
 ) -> Result<u64, ShuffleError> {
     let (mut at, mut records) = (0usize, 0u64);
     while at < bytes.len() {
@@ -1229,11 +1194,66 @@ fn parse_records<'a>(
             .and_then(|len| start.checked_add(len))
             .filter(|&end| end <= bytes.len())
             .ok_or_else(past_end)?;
-        f(word(0), word(8), &bytes[start..end])?;
+        f(word(0), word(8), start..end)?;
         at = end;
         records += 1;
     }
     Ok(records)
+}
+
+/// A bucket file ready to write: mapped, its records parsed and in order
+/// ([`sort`]).
+struct Sorted {
+    file: MappedFile,
+    entries: Vec<Entry>,
+}
+
+impl Sorted {
+    /// The records in order, borrowed from the file.
+    fn records(&self) -> Vec<Record<'_>> {
+        records_of(self.file.bytes(), &self.entries)
+    }
+}
+
+/// Bucket file `path` mapped, parsed and sorted; `None` when it is to be
+/// split instead ([`Gather::split`]): larger than half the `budget`, not
+/// being resumed, and with key bits left to split on.
+fn sort_bucket(
+    path: &Path,
+    budget: u64,
+    resuming: bool,
+    pool: &rayon::ThreadPool,
+) -> Result<Option<Sorted>, ShuffleError> {
+    let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
+    let bytes = std::fs::metadata(path).map_err(io)?.len();
+    let name = path.file_name().expect("a file").to_string_lossy();
+    let (_, bits) = parse_bucket_name(&name).expect("listed bucket names parse");
+    if bytes > budget / 2 && bits < 56 && !resuming {
+        return Ok(None);
+    }
+    let file = MappedFile::open(path)?;
+    let mut entries = Vec::new();
+    parse_records(file.bytes(), path, |key, g, record| {
+        entries.push(Entry {
+            key,
+            g,
+            offset: record.start,
+            len: record.len(),
+        });
+        Ok(())
+    })?;
+    sort(pool, &mut entries);
+    Ok(Some(Sorted { file, entries }))
+}
+
+/// What a bucket-sorting thread returned, or its panic, passed on.
+fn join_sorter<T>(
+    thread: std::thread::ScopedJoinHandle<'_, Result<T, ShuffleError>>,
+) -> Result<T, ShuffleError> {
+    match thread.join() {
+        Ok(sorted) => sorted,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 /// Calls `f(key, g, tokens)` for each document record in the `bytes` bytes
