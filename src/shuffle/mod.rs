@@ -807,16 +807,15 @@ fn for_each_record<'a>(
         let (lo, hi) = (range.start.max(first) - first, range.end.min(first + n));
         let hi = hi.saturating_sub(first);
         let (mut held_from, mut held) = (lo, 0u64);
-        for i in lo..hi.max(lo) {
-            let tokens = v.record_bytes(i)?;
-            let mask = v.loss_mask(i)?;
+        v.for_each_in_order(lo..hi.max(lo), |i, tokens, mask| {
             f(first + i, tokens, mask)?;
             held += (tokens.len() + mask.map_or(0, <[u8]>::len)) as u64;
             if release && held >= RELEASE_BYTES {
                 v.release_records(held_from..i + 1);
                 (held_from, held) = (i + 1, 0);
             }
-        }
+            Ok::<(), ShuffleError>(())
+        })?;
         if release {
             v.release_records(held_from..hi);
         }
@@ -1035,8 +1034,8 @@ impl Gather<'_> {
             Some((bucket, k)) if bucket == name => *k as usize,
             _ => 0,
         };
-        let (tmp, budget, pool) = (self.tmp.clone(), self.budget, self.pool);
-        let prepare = |name: &String| sort_bucket(&tmp.join(name), budget, skip(name) > 0, pool);
+        let (tmp, budget) = (self.tmp.clone(), self.budget);
+        let prepare = |name: &String| sort_bucket(&tmp.join(name), budget, skip(name) > 0);
         let prepare = &prepare;
         std::thread::scope(|scope| {
             let mut next = None;
@@ -1218,12 +1217,7 @@ impl Sorted {
 /// Bucket file `path` mapped, parsed and sorted; `None` when it is to be
 /// split instead ([`Gather::split`]): larger than half the `budget`, not
 /// being resumed, and with key bits left to split on.
-fn sort_bucket(
-    path: &Path,
-    budget: u64,
-    resuming: bool,
-    pool: &rayon::ThreadPool,
-) -> Result<Option<Sorted>, ShuffleError> {
+fn sort_bucket(path: &Path, budget: u64, resuming: bool) -> Result<Option<Sorted>, ShuffleError> {
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
     let bytes = std::fs::metadata(path).map_err(io)?.len();
     let name = path.file_name().expect("a file").to_string_lossy();
@@ -1242,7 +1236,8 @@ fn sort_bucket(
         });
         Ok(())
     })?;
-    sort(pool, &mut entries);
+    // One thread: this runs beside the writing of the bucket before.
+    entries.sort_unstable_by_key(Keyed::order);
     Ok(Some(Sorted { file, entries }))
 }
 

@@ -200,6 +200,43 @@ fn a_flipped_mask_byte_fails_validate() {
     );
 }
 
+/// A shuffle reads every mask through its checks: a flipped mask byte in
+/// its input stops it (in memory and through bucket files), naming the
+/// file, and leaves no dataset.
+#[test]
+fn a_flipped_mask_byte_stops_a_shuffle() {
+    let t = TestDir::new();
+    let docs = t.path("docs");
+    // Enough documents that the smallest budget (64 KiB) does not hold them.
+    ok(chat(&t, CHATML, &many_rows(600), &docs).args(["--shard-size", "4KiB"]));
+    let shuffle = |out: &Path, extra: &[&str]| {
+        let mut cmd = t.prep();
+        cmd.args(["shuffle", "--seed", "7"])
+            .arg(&docs)
+            .arg(out)
+            .args(extra);
+        cmd
+    };
+    let through_buckets = ["--memory", "1KiB"];
+    let clean = ok(&mut shuffle(&t.path("clean"), &through_buckets));
+    let summary = String::from_utf8_lossy(&clean.stderr).into_owned();
+    assert!(summary.contains("out of core through"), "{summary}");
+    let mask = docs.join("shard-00001.mask");
+    let mut bytes = std::fs::read(&mask).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&mask, &bytes).unwrap();
+    for (name, extra) in [("mem", &[][..]), ("buckets", &through_buckets[..])] {
+        let out = t.path(name);
+        let e = fails(&mut shuffle(&out, extra), 2);
+        assert!(
+            e.contains("shard-00001.mask") && e.contains("damaged"),
+            "{name}: {e}"
+        );
+        assert!(!out.join("manifest.json").exists(), "{name}");
+    }
+}
+
 #[test]
 fn exports_write_masks_beside_tokens_or_refuse_them() {
     let t = TestDir::new();
@@ -376,20 +413,28 @@ fn sorted_pairs(dir: &Path) -> Vec<(Vec<u32>, Vec<u8>)> {
 fn shuffles_keep_each_documents_mask() {
     let t = TestDir::new();
     let docs = t.path("docs");
-    ok(chat(&t, CHATML, &many_rows(80), &docs).args(["--shard-size", "300B"]));
+    // Enough documents that the smallest budget (64 KiB) does not hold them.
+    ok(chat(&t, CHATML, &many_rows(600), &docs).args(["--shard-size", "4KiB"]));
     let want = sorted_pairs(&docs);
-    let shuffle = |out: &Path, extra: &[&str]| {
-        ok(t.prep()
-            .args(["shuffle", "--seed", "7", "--quiet"])
+    let shuffle = |out: &Path, extra: &[&str], how: &str| {
+        let done = ok(t
+            .prep()
+            .args(["shuffle", "--seed", "7"])
             .arg(&docs)
             .arg(out)
             .args(extra));
+        let summary = String::from_utf8_lossy(&done.stderr).into_owned();
+        assert!(summary.contains(how), "{summary}");
         ok(t.prep().arg("validate").arg(out));
         masked_records(out)
     };
-    let in_memory = shuffle(&t.path("mem"), &[]);
+    let in_memory = shuffle(&t.path("mem"), &[], "in memory");
     // A budget far below the dataset: through bucket files.
-    let buckets = shuffle(&t.path("buckets"), &["--memory", "1KiB"]);
+    let buckets = shuffle(
+        &t.path("buckets"),
+        &["--memory", "1KiB"],
+        "out of core through",
+    );
     assert_eq!(in_memory, buckets);
     let mut sorted = in_memory.clone();
     sorted.sort();
@@ -431,9 +476,9 @@ fn shuffles_keep_each_documents_mask() {
 
     // Tokenize and shuffle in one command: the same dataset.
     let fused = t.path("fused");
-    ok(chat(&t, CHATML, &many_rows(80), &fused).args([
+    ok(chat(&t, CHATML, &many_rows(600), &fused).args([
         "--shard-size",
-        "300B",
+        "4KiB",
         "--shuffle-seed",
         "7",
     ]));

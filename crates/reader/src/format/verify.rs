@@ -645,6 +645,73 @@ impl<'a> Verified<'a> {
         Ok(&self.ds.shard_bin(s)[range.start as usize..range.end as usize])
     }
 
+    /// Calls `f(index, tokens, mask)` for records `range` in order (past
+    /// the end: none), each its tokens' little-endian bytes and (in a
+    /// dataset with masks) its mask, borrowed from the mapping once the
+    /// chunks that hold them have passed: what [`Verified::record_bytes`]
+    /// and [`Verified::loss_mask`] give record by record, for a stage that
+    /// walks its input in order. A chunk's checks are looked up once, when
+    /// the walk first reaches it, not once per record.
+    ///
+    /// # Errors
+    /// [`BadInput`] for a chunk that fails (the records before it have
+    /// been handed out); what `f` returns.
+    pub fn for_each_in_order<E: From<FormatError>>(
+        &self,
+        range: Range<u64>,
+        mut f: impl FnMut(u64, &'a [u8], Option<&'a [u8]>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let end = range.end.min(self.ds.len());
+        if range.start >= end {
+            return Ok(());
+        }
+        let size = self.ds.dtype().size() as u64;
+        let (first, _) = self.ds.locate(range.start)?;
+        let (last, _) = self.ds.locate(end - 1)?;
+        for s in first..=last {
+            let base = self.ds.shard_first_record(s);
+            let o = self.ds.shard_offsets(s);
+            let n = (o.len() - 1) as u64;
+            let (lo, hi) = (range.start.max(base) - base, end.min(base + n) - base);
+            let bin = self.mapped(s, ShardPart::Bin);
+            let masked = self.shards[s].mask.is_some();
+            let mask = self.mapped(s, ShardPart::Mask);
+            // The end of the chunks passed so far: bytes before it need no look.
+            let (mut bin_passed, mut mask_passed) = (0u64, 0u64);
+            for local in lo as usize..hi as usize {
+                let (a, b) = (o[local], o[local + 1]);
+                if b * size > bin_passed {
+                    self.ensure_mapped(s, ShardPart::Bin, a * size..b * size)?;
+                    bin_passed = self.passed_through(s, ShardPart::Bin, b * size);
+                }
+                let m = match masked {
+                    true => {
+                        if b > mask_passed {
+                            self.ensure_mapped(s, ShardPart::Mask, a..b)?;
+                            mask_passed = self.passed_through(s, ShardPart::Mask, b);
+                        }
+                        Some(&mask[a as usize..b as usize])
+                    }
+                    false => None,
+                };
+                f(
+                    base + local as u64,
+                    &bin[(a * size) as usize..(b * size) as usize],
+                    m,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the chunk of shard `s`'s `part` that holds the byte
+    /// before `end`: once bytes up to `end` have passed, every byte before
+    /// this has.
+    fn passed_through(&self, s: usize, part: ShardPart, end: u64) -> u64 {
+        let checks = self.checks(s, part);
+        checks.chunk(checks.chunk_of(end - 1)).end
+    }
+
     /// Record `index`'s tokens, borrowed, once checked.
     ///
     /// # Errors
@@ -1013,7 +1080,7 @@ mod tests {
     }
 
     /// Every record as read by the mapped view and by both kinds of reader.
-    fn read_all(ds: &Dataset) -> Result<Vec<[Vec<u8>; 3]>, FormatError> {
+    fn read_all(ds: &Dataset) -> Result<Vec<[Vec<u8>; 4]>, FormatError> {
         let v = ds.verified()?;
         let mut in_order = v.reader(0, ShardPart::Bin, true);
         let mut at_random = v.reader(0, ShardPart::Bin, false);
@@ -1024,7 +1091,7 @@ mod tests {
             let range = o[i as usize] * 2..o[i as usize + 1] * 2;
             let mut b = Vec::new();
             at_random.read_append(range, &mut b)?;
-            out.push([Vec::new(), Vec::new(), b]);
+            out.push([Vec::new(), Vec::new(), b, Vec::new()]);
         }
         out.reverse();
         for i in 0..ds.len() {
@@ -1032,6 +1099,12 @@ mod tests {
             out[i as usize][0] = v.record_bytes(i)?.to_vec();
             in_order.read_append(range, &mut out[i as usize][1])?;
         }
+        ds.verified()?
+            .for_each_in_order(0..ds.len() + 3, |i, tokens, mask| {
+                assert!(mask.is_none());
+                out[i as usize][3] = tokens.to_vec();
+                Ok::<(), FormatError>(())
+            })?;
         Ok(out)
     }
 
@@ -1049,9 +1122,22 @@ mod tests {
             write(dir.path(), &records(30), sums);
             let ds = Dataset::open(dir.path()).unwrap();
             let all = read_all(&ds).unwrap();
-            for (i, [a, b, c]) in all.iter().enumerate() {
+            for (i, [a, b, c, d]) in all.iter().enumerate() {
                 let want = ds.record_bytes(i as u64).unwrap();
-                assert_eq!((&a[..], &b[..], &c[..]), (want, want, want), "record {i}");
+                let got = (&a[..], &b[..], &c[..], &d[..]);
+                assert_eq!(got, (want, want, want, want), "record {i}");
+            }
+            // Any part of the records, in order.
+            let v = ds.verified().unwrap();
+            for range in [0..0, 0..1, 7..19, 29..30, 29..40, 31..35] {
+                let mut seen = Vec::new();
+                v.for_each_in_order(range.clone(), |i, tokens, _| {
+                    assert_eq!(tokens, ds.record_bytes(i).unwrap());
+                    seen.push(i);
+                    Ok::<(), FormatError>(())
+                })
+                .unwrap();
+                assert_eq!(seen, (range.start..range.end.min(30)).collect::<Vec<_>>());
             }
         }
     }
@@ -1098,10 +1184,20 @@ mod tests {
         let o = ds.shard_offsets(0);
         let token = at as u64 / 2;
         let record = o.partition_point(|&x| x <= token) as u64 - 1;
+        let mut walked = 0;
         let mut errors = vec![
             v.record_bytes(record).unwrap_err(),
             read_all(&ds).unwrap_err(),
+            ds.verified()
+                .unwrap()
+                .for_each_in_order(0..30, |_, _, _| {
+                    walked += 1;
+                    Ok::<(), FormatError>(())
+                })
+                .unwrap_err(),
         ];
+        // The walk handed out the records before the bad chunk, and no more.
+        assert!(walked <= record && walked >= o.partition_point(|&x| x * 2 < 50) as u64 - 1);
         let mut b = Vec::new();
         let range = o[record as usize] * 2..o[record as usize + 1] * 2;
         errors.push(
@@ -1177,9 +1273,10 @@ mod tests {
         write(dir.path(), &recs, false);
         let ds = Dataset::open(dir.path()).unwrap();
         assert!(ds.shard_bin(0).len() as u64 > MAX_CACHED_CHUNK);
-        for (i, [a, b, c]) in read_all(&ds).unwrap().iter().enumerate() {
+        for (i, [a, b, c, d]) in read_all(&ds).unwrap().iter().enumerate() {
             let want = ds.record_bytes(i as u64).unwrap();
-            assert_eq!((&a[..], &b[..], &c[..]), (want, want, want), "record {i}");
+            let got = (&a[..], &b[..], &c[..], &d[..]);
+            assert_eq!(got, (want, want, want, want), "record {i}");
         }
         drop(ds);
         let bin = dir.path().join("shard-00000.bin");
