@@ -578,7 +578,7 @@ fn write_buckets(
 ) -> Result<Vec<BucketRecord>, ShuffleError> {
     let b = plan
         .need
-        .div_ceil(plan.budget / 2)
+        .div_ceil(bucket_bytes(plan.budget))
         .next_power_of_two()
         .clamp(2, MAX_BUCKETS);
     if tmp.exists() {
@@ -933,6 +933,13 @@ fn close(buckets: Spool<Capped<File>>, sync: bool) -> Result<Vec<BucketRecord>, 
         .collect()
 }
 
+/// The most bytes a bucket file may hold before it is split: a quarter of
+/// the budget, because the second pass holds two at once (the one being
+/// written, and the next, being sorted beside it).
+fn bucket_bytes(budget: u64) -> u64 {
+    budget / 4
+}
+
 /// Write buffers for `n` buckets: a quarter of the budget between them.
 fn bucket_buffer(budget: u64, n: u64) -> usize {
     (budget / 4 / n).clamp(64 << 10, 4 << 20) as usize
@@ -1072,7 +1079,7 @@ impl Gather<'_> {
         let bytes = std::fs::metadata(&path).map_err(io)?.len();
         let (start, bits) = parse_bucket_name(name).expect("listed bucket names parse");
         let sub_bits = bytes
-            .div_ceil(self.budget / 2)
+            .div_ceil(bucket_bytes(self.budget))
             .next_power_of_two()
             .clamp(2, MAX_BUCKETS)
             .trailing_zeros();
@@ -1215,14 +1222,14 @@ impl Sorted {
 }
 
 /// Bucket file `path` mapped, parsed and sorted; `None` when it is to be
-/// split instead ([`Gather::split`]): larger than half the `budget`, not
+/// split instead ([`Gather::split`]): larger than [`bucket_bytes`], not
 /// being resumed, and with key bits left to split on.
 fn sort_bucket(path: &Path, budget: u64, resuming: bool) -> Result<Option<Sorted>, ShuffleError> {
     let io = |e| ShuffleError::Format(crate::format::FormatError::io(path, e));
     let bytes = std::fs::metadata(path).map_err(io)?.len();
     let name = path.file_name().expect("a file").to_string_lossy();
     let (_, bits) = parse_bucket_name(&name).expect("listed bucket names parse");
-    if bytes > budget / 2 && bits < 56 && !resuming {
+    if bytes > bucket_bytes(budget) && bits < 56 && !resuming {
         return Ok(None);
     }
     let file = MappedFile::open(path)?;
