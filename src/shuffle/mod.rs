@@ -775,7 +775,7 @@ pub(crate) fn record_unit(ds: &Dataset, dtype: Dtype) -> u64 {
 }
 
 /// A moved document's tokens and (from inputs with loss masks) mask: a
-/// bucket record (see [`put`]), split again.
+/// bucket record (see [`Spool::put`]), split again.
 pub(crate) fn split_record(record: &[u8], masked: bool, size: usize) -> (&[u8], Option<&[u8]>) {
     if !masked {
         return (record, None);
