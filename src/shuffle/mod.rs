@@ -1071,8 +1071,8 @@ impl Gather<'_> {
         })
     }
 
-    /// Splits bucket file `name`, larger than the budget, on the next key
-    /// bits, and sorts and writes its parts.
+    /// Splits bucket file `name`, larger than [`bucket_bytes`], on the next
+    /// key bits, and sorts and writes its parts.
     fn split(&mut self, name: &str) -> Result<(), ShuffleError> {
         let path = self.tmp.join(name);
         let io = |e| ShuffleError::Format(crate::format::FormatError::io(path.clone(), e));

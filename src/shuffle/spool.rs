@@ -2,8 +2,9 @@
 //! through here, to the bucket its key chooses (a bucket file of its own,
 //! or a bucket's region of a scatter file).
 //!
-//! Each bucket has a buffer that the scattering thread fills with whole
-//! records (see [`Spool::put`]). A full buffer goes to a thread of the
+//! Each bucket has a buffer that the scattering thread fills with its
+//! records (see [`Spool::put`]; a record runs on into the next buffer
+//! where it does not fit). A full buffer goes to a thread of the
 //! spool's own, which hashes it (the bucket's XXH3, for the journal) and
 //! writes it ([`Sink`]), so that the kernel's copy into the page cache
 //! (half of a scatter's time) runs on another core while the scattering
@@ -120,7 +121,8 @@ impl<W: Write + Send + 'static> Spool<W> {
             Writing::Inline(sinks)
         } else {
             Writing::Thread(Writer::start(sinks).map_err(|e| {
-                ShuffleError::Format(crate::format::FormatError::io(paths[0].clone(), e))
+                let first = paths.first().cloned().unwrap_or_default();
+                ShuffleError::Format(crate::format::FormatError::io(first, e))
             })?)
         };
         Ok(Spool {
